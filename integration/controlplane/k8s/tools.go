@@ -1,0 +1,12 @@
+//go:build tools
+
+// Package tools only records, for go mod tidy, which Kubernetes commands
+// ../build.sh compiles out of this module. It is never built itself.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)

@@ -1,0 +1,338 @@
+//! The config file: its types, defaults and validation. Errors name the offending path.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// The whole config file. Every field has a default, so an empty file is a valid config.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Namespace label whose value names the namespace's pool.
+    #[serde(default = "default_label")]
+    pub namespace_label: String,
+    /// Node label key written into the pod's nodeSelector.
+    #[serde(default = "default_label")]
+    pub node_selector_key: String,
+    /// How pre-set node selectors are treated.
+    #[serde(default)]
+    pub selector_policy: SelectorPolicy,
+    /// Cluster-wide settings per policy name.
+    #[serde(default)]
+    pub policies: BTreeMap<String, PolicySettings>,
+    /// Per-pool overrides.
+    #[serde(default)]
+    pub pools: BTreeMap<String, PoolSettings>,
+    /// Limits and failure behaviour of policy evaluation.
+    #[serde(default)]
+    pub evaluation: EvaluationSettings,
+}
+
+fn default_label() -> String {
+    "agentpool".to_string()
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace_label: default_label(),
+            node_selector_key: default_label(),
+            selector_policy: SelectorPolicy::default(),
+            policies: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            evaluation: EvaluationSettings::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SelectorPolicy {
+    /// Add the pool key, keep other keys, deny only a different pool value.
+    #[default]
+    Merge,
+    /// Any pre-set selector other than exactly `{key: pool}` is denied.
+    Strict,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    #[default]
+    Deny,
+    Warn,
+    Dryrun,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Deny => "deny",
+            Enforcement::Warn => "warn",
+            Enforcement::Dryrun => "dryrun",
+        }
+    }
+}
+
+/// Settings of one policy, cluster-wide or for one pool.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySettings {
+    pub enforcement: Option<Enforcement>,
+    pub parameters: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    #[serde(default)]
+    pub policies: BTreeMap<String, PolicySettings>,
+}
+
+/// What happens when a policy errors or runs past its time limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    #[default]
+    Deny,
+    Allow,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EvaluationSettings {
+    /// Wall-clock limit for one policy evaluation, in milliseconds.
+    #[serde(default = "default_timeout_millis")]
+    pub timeout_millis: u64,
+    /// Decision when a policy fails to evaluate.
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+fn default_timeout_millis() -> u64 {
+    500
+}
+
+impl Default for EvaluationSettings {
+    fn default() -> Self {
+        EvaluationSettings {
+            timeout_millis: default_timeout_millis(),
+            on_error: OnError::default(),
+        }
+    }
+}
+
+/// The settings that apply to one policy for one pool (or no pool), after layering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectivePolicy<'a> {
+    pub enforcement: Enforcement,
+    pub parameters: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+impl Config {
+    /// Parses YAML (or JSON) text; `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config> {
+        let config: Config = if text.trim().is_empty() {
+            Config::default()
+        } else {
+            let de = serde_yaml::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let path = e.path().to_string();
+                anyhow::anyhow!("{origin}: at `{path}`: {}", e.into_inner())
+            })?
+        };
+        config.validate().with_context(|| origin.to_string())?;
+        Ok(config)
+    }
+
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.namespace_label.trim().is_empty() {
+            bail!("at `namespaceLabel`: must not be empty");
+        }
+        if self.node_selector_key.trim().is_empty() {
+            bail!("at `nodeSelectorKey`: must not be empty");
+        }
+        if self.evaluation.timeout_millis == 0 {
+            bail!("at `evaluation.timeoutMillis`: must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Checks that every policy the config names exists and gets the inputs it declares.
+    /// `declared` maps each loaded policy name to its declared inputs.
+    pub fn check_against_policies(&self, declared: &BTreeMap<String, Vec<String>>) -> Result<()> {
+        let known = || declared.keys().cloned().collect::<Vec<_>>().join(", ");
+        let mut layers: Vec<(String, &BTreeMap<String, PolicySettings>)> =
+            vec![("policies".to_string(), &self.policies)];
+        for (pool, settings) in &self.pools {
+            layers.push((format!("pools.{pool}.policies"), &settings.policies));
+        }
+        for (prefix, policies) in layers {
+            for (name, settings) in policies {
+                let Some(inputs) = declared.get(name) else {
+                    bail!(
+                        "at `{prefix}.{name}`: no policy named `{name}` is loaded (loaded: {})",
+                        known()
+                    );
+                };
+                if let Some(params) = &settings.parameters {
+                    for input in inputs {
+                        if !params.contains_key(input) {
+                            bail!(
+                                "at `{prefix}.{name}.parameters`: missing `{input}`, an input the policy declares"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings of `policy` for `pool`: the pool's own settings win over the cluster-wide ones.
+    /// `None` when no level gives parameters (the policy is not applied).
+    pub fn effective_policy(&self, policy: &str, pool: Option<&str>) -> Option<EffectivePolicy<'_>> {
+        let global = self.policies.get(policy);
+        let local = pool
+            .and_then(|p| self.pools.get(p))
+            .and_then(|p| p.policies.get(policy));
+        let parameters = local
+            .and_then(|s| s.parameters.as_ref())
+            .or_else(|| global.and_then(|s| s.parameters.as_ref()))?;
+        let enforcement = local
+            .and_then(|s| s.enforcement)
+            .or_else(|| global.and_then(|s| s.enforcement))
+            .unwrap_or_default();
+        Some(EffectivePolicy {
+            enforcement,
+            parameters,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+namespaceLabel: team-pool
+nodeSelectorKey: kubernetes.azure.com/agentpool
+selectorPolicy: strict
+policies:
+  allowedrepositories:
+    enforcement: warn
+    parameters:
+      repositories: ["registry.example.com/"]
+pools:
+  gpu:
+    policies:
+      allowedrepositories:
+        parameters:
+          repositories: ["gpu.example.com/"]
+  cpu:
+    policies:
+      allowedrepositories:
+        enforcement: deny
+evaluation:
+  timeoutMillis: 100
+  onError: allow
+"#;
+
+    #[test]
+    fn empty_text_gives_defaults() {
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.namespace_label, "agentpool");
+        assert_eq!(c.node_selector_key, "agentpool");
+        assert_eq!(c.selector_policy, SelectorPolicy::Merge);
+        assert_eq!(c.evaluation.timeout_millis, 500);
+        assert_eq!(c.evaluation.on_error, OnError::Deny);
+    }
+
+    #[test]
+    fn full_config_parses() {
+        let c = Config::parse(FULL, "t").unwrap();
+        assert_eq!(c.namespace_label, "team-pool");
+        assert_eq!(c.node_selector_key, "kubernetes.azure.com/agentpool");
+        assert_eq!(c.selector_policy, SelectorPolicy::Strict);
+        assert_eq!(c.evaluation.on_error, OnError::Allow);
+    }
+
+    #[test]
+    fn layering_table() {
+        let c = Config::parse(FULL, "t").unwrap();
+        let repos = |e: &EffectivePolicy| e.parameters["repositories"][0].as_str().unwrap().to_string();
+        // (pool, expected repository, expected enforcement)
+        let cases = [
+            (None, "registry.example.com/", Enforcement::Warn),
+            (Some("gpu"), "gpu.example.com/", Enforcement::Warn),
+            (Some("cpu"), "registry.example.com/", Enforcement::Deny),
+            (Some("unknown"), "registry.example.com/", Enforcement::Warn),
+        ];
+        for (pool, repo, enforcement) in cases {
+            let e = c.effective_policy("allowedrepositories", pool).unwrap();
+            assert_eq!(repos(&e), repo, "pool {pool:?}");
+            assert_eq!(e.enforcement, enforcement, "pool {pool:?}");
+        }
+        assert!(c.effective_policy("other", Some("gpu")).is_none());
+    }
+
+    #[test]
+    fn policy_without_parameters_at_any_level_is_not_applied() {
+        let c = Config::parse("policies:\n  allowedrepositories:\n    enforcement: warn\n", "t").unwrap();
+        assert!(c.effective_policy("allowedrepositories", None).is_none());
+        assert!(c.effective_policy("allowedrepositories", Some("x")).is_none());
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let cases = [
+            ("namespaceLable: x\n", "unknown field `namespaceLable`"),
+            ("selectorPolicy: loose\n", "at `selectorPolicy`"),
+            ("policies:\n  a:\n    enforcement: block\n", "at `policies.a.enforcement`"),
+            ("policies:\n  a:\n    parameters: [1]\n", "at `policies.a.parameters`"),
+            ("pools:\n  gpu:\n    policy: {}\n", "at `pools.gpu.policy`"),
+            ("evaluation:\n  timeoutMillis: soon\n", "at `evaluation.timeoutMillis`"),
+            ("namespaceLabel: ''\n", "at `namespaceLabel`"),
+            ("evaluation:\n  timeoutMillis: 0\n", "at `evaluation.timeoutMillis`"),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(err.contains("cfg.yaml"), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn check_against_policies_rejects_unknown_names_and_missing_inputs() {
+        let declared: BTreeMap<String, Vec<String>> =
+            [("allowedrepositories".to_string(), vec!["repositories".to_string()])].into();
+        let ok = Config::parse(FULL, "t").unwrap();
+        ok.check_against_policies(&declared).unwrap();
+
+        let typo = Config::parse("policies:\n  allowedrepository:\n    parameters: {}\n", "t").unwrap();
+        let err = typo.check_against_policies(&declared).unwrap_err().to_string();
+        assert!(err.contains("policies.allowedrepository"), "{err}");
+
+        let pool_typo =
+            Config::parse("pools:\n  gpu:\n    policies:\n      nope: {}\n", "t").unwrap();
+        let err = pool_typo.check_against_policies(&declared).unwrap_err().to_string();
+        assert!(err.contains("pools.gpu.policies.nope"), "{err}");
+
+        let missing = Config::parse(
+            "policies:\n  allowedrepositories:\n    parameters:\n      repos: []\n",
+            "t",
+        )
+        .unwrap();
+        let err = missing.check_against_policies(&declared).unwrap_err().to_string();
+        assert!(err.contains("missing `repositories`"), "{err}");
+    }
+}

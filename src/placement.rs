@@ -1,0 +1,301 @@
+//! Pool placement: a namespace's pool and a pod spec's nodeSelector -> patch, pass or conflict.
+//! Pure: no I/O, every rule is a row in the table tests below.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation};
+use serde_json::{Map, Value};
+
+use crate::config::SelectorPolicy;
+
+/// The placement settings from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules<'a> {
+    /// Namespace label naming the pool (used in messages).
+    pub namespace_label: &'a str,
+    /// Node label key written into the pod's nodeSelector.
+    pub node_selector_key: &'a str,
+    pub selector_policy: SelectorPolicy,
+}
+
+/// Outcome of checking one pod spec against its namespace's pool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// The selector already places the pod on the pool.
+    Satisfied,
+    /// The selector lacks the pool key: these operations add it.
+    Patch(Patch),
+    /// The selector asks for something the pool does not allow.
+    Conflict(String),
+    /// The pod spec's nodeSelector is not an object of strings.
+    Invalid(String),
+}
+
+/// Checks the `nodeSelector` of the pod spec found at `spec_path` (JSON Pointer tokens inside the
+/// object, used for patch paths) for a namespace assigned to `pool`.
+pub fn place(
+    spec: Option<&Value>,
+    spec_path: &[&str],
+    namespace: &str,
+    pool: &str,
+    rules: &Rules,
+) -> Placement {
+    let key = rules.node_selector_key;
+    let selector = match spec.and_then(|s| s.get("nodeSelector")) {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(other) => {
+            return Placement::Invalid(format!(
+                "{}: nodeSelector must be an object of strings, got {other}",
+                dotted(spec_path)
+            ))
+        }
+    };
+    if let Some(map) = selector {
+        if let Some((k, v)) = map.iter().find(|(_, v)| !v.is_string()) {
+            return Placement::Invalid(format!(
+                "{}.nodeSelector[{k:?}] must be a string, got {v}",
+                dotted(spec_path)
+            ));
+        }
+    }
+    let empty = Map::new();
+    let selector = selector.unwrap_or(&empty);
+    let current = selector.get(key).and_then(Value::as_str);
+    let assigned = || {
+        format!(
+            "namespace {namespace:?} is assigned to pool {pool:?} (namespace label {}={pool})",
+            rules.namespace_label
+        )
+    };
+
+    if let Some(value) = current {
+        if value != pool {
+            return Placement::Conflict(format!(
+                "{}: nodeSelector {key}={value:?} is not allowed here",
+                assigned()
+            ));
+        }
+    }
+    if rules.selector_policy == SelectorPolicy::Strict && selector.keys().any(|k| k != key) {
+        return Placement::Conflict(format!(
+            "{}: selectorPolicy is strict, so the nodeSelector must be empty or exactly {{{key}: {pool}}}, got {}",
+            assigned(),
+            Value::Object(selector.clone())
+        ));
+    }
+    match (current, selector.is_empty()) {
+        (Some(_), _) => Placement::Satisfied,
+        (None, true) => {
+            let value = Value::Object(Map::from_iter([(key.to_string(), Value::from(pool))]));
+            Placement::Patch(add(spec_path.iter().copied().chain(["nodeSelector"]), value))
+        }
+        (None, false) => Placement::Patch(add(
+            spec_path.iter().copied().chain(["nodeSelector", key]),
+            Value::from(pool),
+        )),
+    }
+}
+
+/// One JSON Patch `add` at the pointer made of `tokens` (escaped as RFC 6901 requires).
+fn add<'t>(tokens: impl IntoIterator<Item = &'t str>, value: Value) -> Patch {
+    Patch(vec![PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(tokens),
+        value,
+    })])
+}
+
+fn dotted(path: &[&str]) -> String {
+    path.join(".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const MERGE: Rules = Rules {
+        namespace_label: "agentpool",
+        node_selector_key: "agentpool",
+        selector_policy: SelectorPolicy::Merge,
+    };
+    const STRICT: Rules = Rules {
+        selector_policy: SelectorPolicy::Strict,
+        ..MERGE
+    };
+    const AKS: Rules = Rules {
+        node_selector_key: "kubernetes.azure.com/agentpool",
+        ..MERGE
+    };
+    const TILDE: Rules = Rules {
+        node_selector_key: "example.com/pool~a",
+        ..MERGE
+    };
+
+    enum Want {
+        Satisfied,
+        Patch(Value),
+        Conflict(&'static [&'static str]),
+        Invalid(&'static str),
+    }
+
+    fn check(name: &str, got: Placement, want: Want) {
+        match (got, want) {
+            (Placement::Satisfied, Want::Satisfied) => {}
+            (Placement::Patch(p), Want::Patch(ops)) => {
+                assert_eq!(serde_json::to_value(&p).unwrap(), ops, "{name}")
+            }
+            (Placement::Conflict(msg), Want::Conflict(parts)) => {
+                for part in parts {
+                    assert!(msg.contains(part), "{name}: {msg:?} lacks {part:?}");
+                }
+            }
+            (Placement::Invalid(msg), Want::Invalid(part)) => {
+                assert!(msg.contains(part), "{name}: {msg:?} lacks {part:?}")
+            }
+            (got, _) => panic!("{name}: unexpected {got:?}"),
+        }
+    }
+
+    #[test]
+    fn pod_spec_table() {
+        let pod = ["spec"];
+        let cases: Vec<(&str, Value, Rules, Want)> = vec![
+            (
+                "no selector: set it",
+                json!({"containers": []}),
+                MERGE,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+            ),
+            (
+                "null selector: set it",
+                json!({"nodeSelector": null}),
+                MERGE,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+            ),
+            (
+                "empty selector: set it",
+                json!({"nodeSelector": {}}),
+                MERGE,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+            ),
+            (
+                "other keys kept, pool key added",
+                json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+                MERGE,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}])),
+            ),
+            (
+                "key with slash is escaped ~1",
+                json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+                AKS,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}])),
+            ),
+            (
+                "key with slash and tilde is escaped ~1 and ~0",
+                json!({"nodeSelector": {"disk": "ssd"}}),
+                TILDE,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/example.com~1pool~0a", "value": "pool1"}])),
+            ),
+            (
+                "empty selector with slashed key sets the whole map",
+                json!({}),
+                AKS,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.azure.com/agentpool": "pool1"}}])),
+            ),
+            ("same pool: nothing to do", json!({"nodeSelector": {"agentpool": "pool1"}}), MERGE, Want::Satisfied),
+            (
+                "same pool plus other keys: nothing to do in merge",
+                json!({"nodeSelector": {"agentpool": "pool1", "kubernetes.io/os": "linux"}}),
+                MERGE,
+                Want::Satisfied,
+            ),
+            (
+                "other pool: conflict naming namespace, pool and requested value",
+                json!({"nodeSelector": {"agentpool": "pool2"}}),
+                MERGE,
+                Want::Conflict(&["\"mapped\"", "\"pool1\"", "agentpool=\"pool2\""]),
+            ),
+            (
+                "other pool under the AKS key",
+                json!({"nodeSelector": {"kubernetes.azure.com/agentpool": "gpu"}}),
+                AKS,
+                Want::Conflict(&["kubernetes.azure.com/agentpool=\"gpu\"", "\"pool1\""]),
+            ),
+            (
+                "the namespace label key alone is not the node key",
+                json!({"nodeSelector": {"agentpool": "gpu"}}),
+                AKS,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}])),
+            ),
+            ("strict: exact selector passes", json!({"nodeSelector": {"agentpool": "pool1"}}), STRICT, Want::Satisfied),
+            (
+                "strict: no selector is patched",
+                json!({}),
+                STRICT,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+            ),
+            (
+                "strict: empty selector is patched",
+                json!({"nodeSelector": {}}),
+                STRICT,
+                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+            ),
+            (
+                "strict: another key is a conflict",
+                json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+                STRICT,
+                Want::Conflict(&["strict", "kubernetes.io/os"]),
+            ),
+            (
+                "strict: right pool plus another key is a conflict",
+                json!({"nodeSelector": {"agentpool": "pool1", "disk": "ssd"}}),
+                STRICT,
+                Want::Conflict(&["strict", "disk"]),
+            ),
+            (
+                "strict: other pool is a conflict naming the value",
+                json!({"nodeSelector": {"agentpool": "pool2"}}),
+                STRICT,
+                Want::Conflict(&["agentpool=\"pool2\""]),
+            ),
+            (
+                "selector not an object",
+                json!({"nodeSelector": "pool1"}),
+                MERGE,
+                Want::Invalid("must be an object"),
+            ),
+            (
+                "selector value not a string",
+                json!({"nodeSelector": {"agentpool": 1}}),
+                MERGE,
+                Want::Invalid("must be a string"),
+            ),
+        ];
+        for (name, spec, rules, want) in cases {
+            check(name, place(Some(&spec), &pod, "mapped", "pool1", &rules), want);
+        }
+    }
+
+    #[test]
+    fn missing_spec_is_patched_at_the_template_path() {
+        let path = ["spec", "jobTemplate", "spec", "template", "spec"];
+        check(
+            "cronjob",
+            place(None, &path, "ns", "gpu", &MERGE),
+            Want::Patch(json!([{"op": "add", "path": "/spec/jobTemplate/spec/template/spec/nodeSelector", "value": {"agentpool": "gpu"}}])),
+        );
+    }
+
+    #[test]
+    fn patch_applies_and_keeps_other_keys() {
+        let mut pod = json!({"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}}});
+        let Placement::Patch(p) = place(pod.get("spec"), &["spec"], "ns", "pool1", &AKS) else {
+            panic!("expected a patch")
+        };
+        json_patch::patch(&mut pod, &p).unwrap();
+        assert_eq!(
+            pod["spec"]["nodeSelector"],
+            json!({"kubernetes.io/os": "linux", "kubernetes.azure.com/agentpool": "pool1"})
+        );
+    }
+}

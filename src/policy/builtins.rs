@@ -1,0 +1,65 @@
+//! OPA's deprecated `any()` and `all()`, which regorus does not provide and StackL-era templates call.
+
+use anyhow::{bail, Result};
+use regorus::{Engine, Value};
+
+/// Adds `any(collection)` and `all(collection)` to `engine`.
+pub fn register(engine: &mut Engine) -> Result<()> {
+    engine.add_extension("any".to_string(), 1, Box::new(|args: Vec<Value>| quantify("any", args)))?;
+    engine.add_extension("all".to_string(), 1, Box::new(|args: Vec<Value>| quantify("all", args)))?;
+    Ok(())
+}
+
+/// `any`: some element is `true`. `all`: every element is `true` (vacuously true when empty).
+fn quantify(which: &str, args: Vec<Value>) -> Result<Value> {
+    let [collection] = args.as_slice() else {
+        bail!("{which}: expects one argument");
+    };
+    let mut items: Box<dyn Iterator<Item = &Value>> = match collection {
+        Value::Array(a) => Box::new(a.iter()),
+        Value::Set(s) => Box::new(s.iter()),
+        other => bail!("{which}: operand must be an array or a set, got {other}"),
+    };
+    let is_true = |v: &Value| matches!(v, Value::Bool(true));
+    Ok(Value::from(match which {
+        "any" => items.any(is_true),
+        _ => items.all(is_true),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(expr: &str) -> Result<Value> {
+        let mut engine = Engine::new();
+        engine.set_rego_v0(true);
+        register(&mut engine)?;
+        engine.add_policy("t.rego".into(), format!("package t\nx = r {{ r := {expr} }}\n"))?;
+        engine.eval_rule("data.t.x".into())
+    }
+
+    #[test]
+    fn table() {
+        let cases = [
+            ("any([false, true])", true),
+            ("any([false, false])", false),
+            ("any([])", false),
+            ("any({true})", true),
+            ("any([1, \"true\"])", false),
+            ("all([true, true])", true),
+            ("all([true, false])", false),
+            ("all([])", true),
+            ("all({false})", false),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(eval(expr).unwrap(), Value::from(want), "{expr}");
+        }
+    }
+
+    #[test]
+    fn non_collection_is_an_error() {
+        let err = eval("any(1)").unwrap_err().to_string();
+        assert!(err.contains("array or a set"), "{err}");
+    }
+}

@@ -1,0 +1,262 @@
+//! SIT policies in Rego: templates loaded into prepared regorus engines, evaluated per request.
+
+pub mod builtins;
+pub mod input;
+pub mod rego_tests;
+pub mod template;
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use regorus::utils::limits::ExecutionTimerConfig;
+use regorus::{Engine, Value};
+
+use crate::config::{Config, Enforcement};
+use template::Template;
+
+/// Time checks happen every this many units of interpreter work.
+const TIMER_CHECK_INTERVAL: u32 = 16;
+
+/// One loaded policy: a prepared engine holding its Rego, cloned for each evaluation.
+#[derive(Clone)]
+pub struct Policy {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub path: PathBuf,
+    engine: Engine,
+    rule: String,
+}
+
+/// All loaded policies, sorted by name.
+#[derive(Clone, Default)]
+pub struct PolicySet {
+    policies: Vec<Policy>,
+}
+
+/// What one policy said about one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub policy: String,
+    pub enforcement: Enforcement,
+    /// Infringement messages, or why the policy could not be evaluated.
+    pub result: std::result::Result<Vec<String>, String>,
+}
+
+/// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
+/// templates; `import rego.v1` opts a file into v1) and OPA's deprecated `any`/`all`.
+pub fn new_engine() -> Result<Engine> {
+    let mut engine = Engine::new();
+    engine.set_rego_v0(true);
+    builtins::register(&mut engine)?;
+    Ok(engine)
+}
+
+impl Policy {
+    /// Compiles a template. Errors name the file and, for Rego errors, the line.
+    pub fn compile(template: &Template) -> Result<Policy> {
+        let path = template.path.display().to_string();
+        let mut engine = new_engine()?;
+        let package = engine
+            .add_policy(path.clone(), template.rego.clone())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("policy `{}` does not compile", template.name))?;
+        let want = format!("data.{}", template.name);
+        if package != want {
+            bail!(
+                "{path}: the package must be named like the policy: expected `package {}`, found `package {}`",
+                template.name,
+                package.trim_start_matches("data.")
+            );
+        }
+        let declared = engine
+            .has_declared_rule_rooted_at(&path, "infringement")
+            .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        if !declared {
+            bail!("{path}: policy `{}` declares no `infringement` rule", template.name);
+        }
+        let policy = Policy {
+            name: template.name.clone(),
+            inputs: template.inputs.clone(),
+            path: template.path.clone(),
+            rule: format!("{want}.infringement"),
+            engine,
+        };
+        // Unknown functions and similar mistakes only surface at the first evaluation.
+        policy
+            .infringements(Value::new_object(), Duration::from_secs(5))
+            .map_err(|e| anyhow::anyhow!("{path}: policy `{}` does not compile: {e}", policy.name))?;
+        Ok(policy)
+    }
+
+    /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
+    pub fn infringements(&self, input: Value, limit: Duration) -> Result<Vec<String>, String> {
+        let mut engine = self.engine.clone();
+        engine.set_execution_timer_config(ExecutionTimerConfig {
+            limit,
+            check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
+        });
+        engine.set_input(input);
+        let value = engine
+            .eval_rule(self.rule.clone())
+            .map_err(|e| format!("{e:#}"))?;
+        messages(&value)
+    }
+}
+
+/// The `msg` of every element of an `infringement` set (undefined means none).
+fn messages(value: &Value) -> Result<Vec<String>, String> {
+    let items: Vec<&Value> = match value {
+        Value::Undefined => return Ok(Vec::new()),
+        Value::Set(s) => s.iter().collect(),
+        Value::Array(a) => a.iter().collect(),
+        other => return Err(format!("`infringement` must be a set of objects with `msg`, got {other}")),
+    };
+    let msg_key = Value::from("msg");
+    let mut out: Vec<String> = items
+        .into_iter()
+        .map(|item| match item.as_object().ok().and_then(|o| o.get(&msg_key)) {
+            Some(Value::String(s)) => s.to_string(),
+            Some(other) => other.to_string(),
+            None => item.to_string(),
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+impl PolicySet {
+    /// Loads and compiles every template in `dir` (`*_test.rego` files are not loaded).
+    pub fn load_dir(dir: &Path) -> Result<PolicySet> {
+        let (templates, _tests) = template::load_dir(dir)?;
+        PolicySet::compile(&templates)
+    }
+
+    pub fn compile(templates: &[Template]) -> Result<PolicySet> {
+        let mut policies = templates.iter().map(Policy::compile).collect::<Result<Vec<_>>>()?;
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(PolicySet { policies })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.policies.iter().map(|p| p.name.as_str())
+    }
+
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+
+    /// Each policy's declared inputs, for checking the config against.
+    pub fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
+        self.policies
+            .iter()
+            .map(|p| (p.name.clone(), p.inputs.clone()))
+            .collect()
+    }
+
+    /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
+    /// (an [`input::document`]).
+    pub fn evaluate(&self, input: &serde_json::Value, pool: Option<&str>, config: &Config) -> Vec<Outcome> {
+        let limit = Duration::from_millis(config.evaluation.timeout_millis);
+        let mut base: Option<Value> = None;
+        let mut outcomes = Vec::new();
+        for policy in &self.policies {
+            let Some(settings) = config.effective_policy(&policy.name, pool) else {
+                continue;
+            };
+            let mut doc = base.get_or_insert_with(|| Value::from(input.clone())).clone();
+            let parameters = Value::from(serde_json::Value::Object(settings.parameters.clone()));
+            let result = match doc.as_object_mut() {
+                Ok(map) => {
+                    map.insert(Value::from("parameters"), parameters);
+                    policy.infringements(doc, limit)
+                }
+                Err(_) => Err("the input document is not an object".to_string()),
+            };
+            outcomes.push(Outcome {
+                policy: policy.name.clone(),
+                enforcement: settings.enforcement,
+                result,
+            });
+        }
+        outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(name: &str, rego: &str) -> Template {
+        template::from_rego(name, rego.to_string(), format!("{name}.rego").into())
+    }
+
+    #[test]
+    fn compile_errors_name_file_and_line() {
+        let err = format!(
+            "{:#}",
+            Policy::compile(&template("bad", "package bad\n\ninfringement[{\"msg\": m}] {\n  m := \n}\n"))
+                .err()
+                .unwrap()
+        );
+        assert!(err.contains("bad.rego:"), "{err}");
+        assert!(err.contains("bad.rego:3:"), "{err}");
+    }
+
+    #[test]
+    fn yaml_template_errors_report_file_lines() {
+        let text = "name: bad\ntype: policy_template\npolicy: |\n  package bad\n  infringement[{\"msg\": m}] {\n    m := nope(1)\n  }\n";
+        let t = template::from_yaml(text, "bad.yaml".into()).unwrap();
+        let err = format!("{:#}", Policy::compile(&t).err().unwrap());
+        assert!(err.contains("bad.yaml:6"), "{err}");
+    }
+
+    #[test]
+    fn package_must_match_name_and_rule_must_exist() {
+        let err = Policy::compile(&template("a", "package b\ninfringement[{\"msg\": \"x\"}] { true }\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("package a"), "{err}");
+        let err = Policy::compile(&template("a", "package a\ndeny = true\n")).err().unwrap().to_string();
+        assert!(err.contains("no `infringement` rule"), "{err}");
+    }
+
+    #[test]
+    fn runaway_policy_hits_the_time_limit() {
+        let p = Policy::compile(&template(
+            "slow",
+            "package slow\ninfringement[{\"msg\": \"x\"}] { input.go; count([1 | numbers.range(1, 3000)[_]; numbers.range(1, 3000)[_]]) > 0 }\n",
+        ))
+        .unwrap();
+        let err = p
+            .infringements(Value::from(json!({"go": true})), Duration::from_millis(50))
+            .unwrap_err();
+        assert!(err.to_lowercase().contains("time") || err.contains("limit"), "{err}");
+    }
+
+    #[test]
+    fn messages_table() {
+        let cases = [
+            (Value::Undefined, Ok(vec![])),
+            (
+                Value::from(json!([{"msg": "b"}, {"msg": "a"}, {"msg": "a"}])),
+                Ok(vec!["a".to_string(), "b".to_string()]),
+            ),
+            (Value::from(json!([{"msg": 1}])), Ok(vec!["1".to_string()])),
+            (Value::from(true), Err(())),
+        ];
+        for (value, want) in cases {
+            let got = messages(&value).map_err(|_| ());
+            assert_eq!(got, want, "{value}");
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Policy templates on disk: StackL-format YAML (`name`, `inputs`, `policy`) or plain `.rego` files.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+/// One policy's source, as found in the policies directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    pub name: String,
+    pub description: String,
+    /// Parameter names the template declares it needs.
+    pub inputs: Vec<String>,
+    /// Rego source, padded with blank lines so that line numbers match the file's.
+    pub rego: String,
+    pub path: PathBuf,
+}
+
+/// A Rego unit-test file (`*_test.rego`): loaded by `policy test`, never by admission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestFile {
+    pub rego: String,
+    pub path: PathBuf,
+}
+
+/// The StackL policy template document.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateDoc {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    inputs: Vec<String>,
+    policy: String,
+}
+
+const TEMPLATE_TYPE: &str = "policy_template";
+
+/// Everything in a policies directory, sorted by file name. Other files are ignored.
+pub fn load_dir(dir: &Path) -> Result<(Vec<Template>, Vec<TestFile>)> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading policies directory {}", dir.display()))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("reading policies directory {}", dir.display()))?
+            .path();
+        // Kubernetes mounts ConfigMaps with hidden `..data` folders beside the files' symlinks.
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| n.starts_with('.'));
+        if !hidden && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut templates: Vec<Template> = Vec::new();
+    let mut tests = Vec::new();
+    for path in paths {
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let text = || {
+            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+        };
+        let template = if file_name.ends_with("_test.rego") {
+            tests.push(TestFile {
+                rego: text()?,
+                path,
+            });
+            continue;
+        } else if let Some(stem) = file_name.strip_suffix(".rego") {
+            from_rego(stem, text()?, path.clone())
+        } else if file_name.ends_with(".yaml") || file_name.ends_with(".yml") {
+            from_yaml(&text()?, path.clone())?
+        } else {
+            continue;
+        };
+        if let Some(other) = templates.iter().find(|t| t.name == template.name) {
+            bail!(
+                "{}: policy `{}` is already defined by {}",
+                path.display(),
+                template.name,
+                other.path.display()
+            );
+        }
+        templates.push(template);
+    }
+    Ok((templates, tests))
+}
+
+/// A plain Rego file: the policy is named by the file's stem.
+pub fn from_rego(stem: &str, rego: String, path: PathBuf) -> Template {
+    Template {
+        name: stem.to_string(),
+        description: String::new(),
+        inputs: Vec::new(),
+        rego,
+        path,
+    }
+}
+
+/// A StackL policy template.
+pub fn from_yaml(text: &str, path: PathBuf) -> Result<Template> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    let doc: TemplateDoc = serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        anyhow::anyhow!("{}: at `{at}`: {}", path.display(), e.into_inner())
+    })?;
+    if let Some(kind) = doc.kind.as_deref() {
+        if kind != TEMPLATE_TYPE {
+            bail!(
+                "{}: at `type`: expected `{TEMPLATE_TYPE}`, got `{kind}`",
+                path.display()
+            );
+        }
+    }
+    let _ = doc.category;
+    let padding = "\n".repeat(policy_first_line(text));
+    Ok(Template {
+        name: doc.name,
+        description: doc.description,
+        inputs: doc.inputs,
+        rego: padding + &doc.policy,
+        path,
+    })
+}
+
+/// Zero-based line on which the `policy: |` block's content starts, so Rego line N is file
+/// line N + this. Zero when the policy is not a block scalar.
+fn policy_first_line(text: &str) -> usize {
+    text.lines()
+        .position(|line| {
+            line.strip_prefix("policy:")
+                .is_some_and(|rest| rest.trim_start().starts_with(['|', '>']))
+        })
+        .map_or(0, |i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_template_keeps_line_numbers() {
+        let text = "name: p\ntype: policy_template\ninputs: [a]\npolicy: |\n  package p\n  x := 1\n";
+        let t = from_yaml(text, "p.yaml".into()).unwrap();
+        assert_eq!(t.name, "p");
+        assert_eq!(t.inputs, vec!["a"]);
+        let lines: Vec<&str> = t.rego.lines().collect();
+        assert_eq!(lines[4], "package p", "Rego line 5 is file line 5");
+        assert_eq!(lines[5], "x := 1");
+    }
+
+    #[test]
+    fn yaml_template_errors_name_file_and_field() {
+        let cases = [
+            ("name: p\npolicy: x\nextra: 1\n", "unknown field `extra`"),
+            ("policy: x\n", "missing field `name`"),
+            ("name: p\ntype: sat\npolicy: x\n", "at `type`"),
+            ("name: [p]\npolicy: x\n", "at `name`"),
+        ];
+        for (text, want) in cases {
+            let err = from_yaml(text, "dir/p.yaml".into()).unwrap_err().to_string();
+            assert!(err.contains(want) && err.contains("dir/p.yaml"), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn load_dir_sorts_kinds_and_rejects_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write("b.rego", "package b\n");
+        write("a.yaml", "name: a\npolicy: |\n  package a\n");
+        write("a_test.rego", "package a_test\n");
+        write("README.md", "not a policy");
+        write(".hidden.rego", "package hidden\n");
+        let (templates, tests) = load_dir(dir.path()).unwrap();
+        let names: Vec<_> = templates.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(tests.len(), 1);
+
+        write("b.yaml", "name: b\npolicy: |\n  package b\n");
+        let err = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("already defined"), "{err}");
+    }
+
+    #[test]
+    fn missing_dir_is_an_error() {
+        let err = load_dir(Path::new("/nonexistent/policies")).unwrap_err();
+        assert!(err.to_string().contains("policies directory"), "{err}");
+    }
+}
