@@ -5,7 +5,18 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Map, Value};
 
-use crate::config::SelectorPolicy;
+use crate::config::{Config, SelectorPolicy};
+
+/// A namespace's labels.
+pub type Labels = std::collections::BTreeMap<String, String>;
+
+/// The pool a namespace is assigned to: the value of its pool label, if set and not empty.
+pub fn pool_of<'a>(labels: Option<&'a Labels>, namespace_label: &str) -> Option<&'a str> {
+    labels?
+        .get(namespace_label)
+        .map(String::as_str)
+        .filter(|p| !p.is_empty())
+}
 
 /// The placement settings from the config.
 #[derive(Debug, Clone, Copy)]
@@ -15,6 +26,16 @@ pub struct Rules<'a> {
     /// Node label key written into the pod's nodeSelector.
     pub node_selector_key: &'a str,
     pub selector_policy: SelectorPolicy,
+}
+
+impl Config {
+    pub fn placement_rules(&self) -> Rules<'_> {
+        Rules {
+            namespace_label: &self.namespace_label,
+            node_selector_key: &self.node_selector_key,
+            selector_policy: self.selector_policy,
+        }
+    }
 }
 
 /// Outcome of checking one pod spec against its namespace's pool.
@@ -274,6 +295,15 @@ mod tests {
         for (name, spec, rules, want) in cases {
             check(name, place(Some(&spec), &pod, "mapped", "pool1", &rules), want);
         }
+    }
+
+    #[test]
+    fn pool_of_table() {
+        let labels: Labels = [("agentpool".to_string(), "gpu".to_string()), ("empty".to_string(), String::new())].into();
+        assert_eq!(pool_of(Some(&labels), "agentpool"), Some("gpu"));
+        assert_eq!(pool_of(Some(&labels), "empty"), None);
+        assert_eq!(pool_of(Some(&labels), "other"), None);
+        assert_eq!(pool_of(None, "agentpool"), None);
     }
 
     #[test]

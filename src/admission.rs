@@ -1,0 +1,345 @@
+//! AdmissionReview v1 in and out, and which objects carry a pod spec.
+
+use base64::Engine as _;
+use json_patch::Patch;
+use serde_json::{json, Value};
+
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+
+/// Why a review could not be read: answered with HTTP 400 (or a CLI error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadReview(pub String);
+
+/// Parses and checks an AdmissionReview v1, returning the whole document. The request is at
+/// `review["request"]`; read it with [`Request::from_value`].
+pub fn parse_review(body: &[u8]) -> Result<Value, BadReview> {
+    let review: Value = serde_json::from_slice(body)
+        .map_err(|e| BadReview(format!("the body is not valid JSON: {e}")))?;
+    check_review(&review)?;
+    Ok(review)
+}
+
+/// Checks the envelope of an already parsed AdmissionReview.
+pub fn check_review(review: &Value) -> Result<(), BadReview> {
+    if !review.is_object() {
+        return Err(BadReview("an AdmissionReview must be a JSON object".into()));
+    }
+    let api_version = review["apiVersion"].as_str().unwrap_or_default();
+    let kind = review["kind"].as_str().unwrap_or_default();
+    if kind != KIND || api_version != API_VERSION {
+        return Err(BadReview(format!(
+            "expected apiVersion {API_VERSION} kind {KIND}, got apiVersion {api_version:?} kind {kind:?}"
+        )));
+    }
+    Request::from_value(&review["request"]).map(|_| ())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// A borrowed view of an AdmissionRequest: the fields decisions use, and the raw request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub raw: &'a Value,
+    pub uid: &'a str,
+    pub group: &'a str,
+    pub kind: &'a str,
+    /// Empty when the request is for the main resource.
+    pub sub_resource: &'a str,
+    /// `request.namespace`: the object's own `metadata.namespace` may be absent.
+    pub namespace: &'a str,
+    pub operation: Operation,
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+}
+
+impl<'a> Request<'a> {
+    pub fn from_value(raw: &'a Value) -> Result<Request<'a>, BadReview> {
+        if raw.is_null() {
+            return Err(BadReview("the AdmissionReview has no `request`".into()));
+        }
+        if !raw.is_object() {
+            return Err(BadReview("`request` must be an object".into()));
+        }
+        let text = |field: &str| -> Result<&'a str, BadReview> {
+            match &raw[field] {
+                Value::Null => Ok(""),
+                Value::String(s) => Ok(s.as_str()),
+                other => Err(BadReview(format!("`request.{field}` must be a string, got {other}"))),
+            }
+        };
+        let uid = text("uid")?;
+        if uid.is_empty() {
+            return Err(BadReview("`request.uid` is missing".into()));
+        }
+        let kind = &raw["kind"];
+        let kind_name = kind["kind"].as_str().unwrap_or_default();
+        if kind_name.is_empty() {
+            return Err(BadReview("`request.kind.kind` is missing".into()));
+        }
+        let operation = match text("operation")? {
+            "CREATE" => Operation::Create,
+            "UPDATE" => Operation::Update,
+            "DELETE" => Operation::Delete,
+            "CONNECT" => Operation::Connect,
+            other => {
+                return Err(BadReview(format!(
+                    "`request.operation` must be CREATE, UPDATE, DELETE or CONNECT, got {other:?}"
+                )))
+            }
+        };
+        let object = object_field(raw, "object")?;
+        let old_object = object_field(raw, "oldObject")?;
+        if object.is_none() && matches!(operation, Operation::Create | Operation::Update) {
+            return Err(BadReview(format!(
+                "`request.object` is missing for a {} request",
+                operation.as_str()
+            )));
+        }
+        Ok(Request {
+            raw,
+            uid,
+            group: kind["group"].as_str().unwrap_or_default(),
+            kind: kind_name,
+            sub_resource: text("subResource")?,
+            namespace: text("namespace")?,
+            operation,
+            object,
+            old_object,
+        })
+    }
+
+    /// `kind/name` for logs and messages (controller-made pods may only have a generateName).
+    pub fn object_name(&self) -> String {
+        let meta = &self.object.or(self.old_object).unwrap_or(&Value::Null)["metadata"];
+        let name = meta["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .or_else(|| meta["generateName"].as_str())
+            .or_else(|| self.raw["name"].as_str())
+            .unwrap_or_default();
+        name.to_string()
+    }
+}
+
+fn object_field<'a>(raw: &'a Value, field: &str) -> Result<Option<&'a Value>, BadReview> {
+    match &raw[field] {
+        Value::Null => Ok(None),
+        v @ Value::Object(_) => Ok(Some(v)),
+        other => Err(BadReview(format!(
+            "`request.{field}` must be an object, got {}",
+            type_name(other)
+        ))),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Where the pod spec sits inside an object of this group and kind, if it has one: the Pod
+/// itself and the workload kinds whose template makes pods.
+pub fn pod_spec_path(group: &str, kind: &str) -> Option<&'static [&'static str]> {
+    const POD: &[&str] = &["spec"];
+    const TEMPLATE: &[&str] = &["spec", "template", "spec"];
+    const JOB_TEMPLATE: &[&str] = &["spec", "jobTemplate", "spec", "template", "spec"];
+    match (group, kind) {
+        ("", "Pod") => Some(POD),
+        ("", "ReplicationController")
+        | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        | ("batch", "Job") => Some(TEMPLATE),
+        ("batch", "CronJob") => Some(JOB_TEMPLATE),
+        _ => None,
+    }
+}
+
+/// The value at `path` inside `object`.
+pub fn at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(object, |v, key| v.get(key))
+}
+
+/// What poolguard answers to one request.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    pub allowed: bool,
+    /// HTTP-style status code for a denial (403 forbidden, 400 invalid, 500 evaluation failed).
+    pub code: u16,
+    pub message: String,
+    pub patch: Option<Patch>,
+    /// Shown to the client (warn-mode policies).
+    pub warnings: Vec<String>,
+    /// Logged only (dryrun-mode policies).
+    pub dryrun: Vec<String>,
+}
+
+impl Decision {
+    pub fn allow() -> Decision {
+        Decision {
+            allowed: true,
+            ..Decision::default()
+        }
+    }
+
+    pub fn deny(code: u16, message: impl Into<String>) -> Decision {
+        Decision {
+            allowed: false,
+            code,
+            message: message.into(),
+            ..Decision::default()
+        }
+    }
+}
+
+/// The AdmissionReview v1 response document for `decision`.
+pub fn respond(uid: &str, decision: &Decision) -> Value {
+    let mut response = json!({ "uid": uid, "allowed": decision.allowed });
+    if !decision.allowed {
+        response["status"] = json!({
+            "code": decision.code,
+            "message": decision.message,
+            "reason": status_reason(decision.code),
+        });
+    }
+    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.0.is_empty()) {
+        let bytes = serde_json::to_vec(patch).expect("a JSON patch always serializes");
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    if !decision.warnings.is_empty() {
+        response["warnings"] = json!(decision.warnings);
+    }
+    json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
+}
+
+fn status_reason(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        403 => "Forbidden",
+        _ => "InternalError",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(request: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request})).unwrap()
+    }
+
+    fn pod_request() -> Value {
+        json!({"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "ns",
+               "operation": "CREATE", "object": {"metadata": {"generateName": "web-"}}})
+    }
+
+    #[test]
+    fn good_review_parses() {
+        let body = review(pod_request());
+        let doc = parse_review(&body).unwrap();
+        let req = Request::from_value(&doc["request"]).unwrap();
+        assert_eq!((req.uid, req.group, req.kind, req.namespace), ("u1", "", "Pod", "ns"));
+        assert_eq!(req.operation, Operation::Create);
+        assert_eq!(req.sub_resource, "");
+        assert_eq!(req.object_name(), "web-");
+    }
+
+    #[test]
+    fn bad_reviews_table() {
+        let mut no_uid = pod_request();
+        no_uid.as_object_mut().unwrap().remove("uid");
+        let mut bad_op = pod_request();
+        bad_op["operation"] = json!("PATCH");
+        let mut no_object = pod_request();
+        no_object.as_object_mut().unwrap().remove("object");
+        let mut string_object = pod_request();
+        string_object["object"] = json!("pod");
+        let mut no_kind = pod_request();
+        no_kind["kind"] = json!({});
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"{not json".to_vec(), "not valid JSON"),
+            (b"[]".to_vec(), "JSON object"),
+            (br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#.to_vec(), "expected apiVersion"),
+            (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "no `request`"),
+            (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":5}"#.to_vec(), "must be an object"),
+            (review(no_uid), "uid"),
+            (review(bad_op), "PATCH"),
+            (review(no_object), "`request.object` is missing"),
+            (review(string_object), "must be an object, got a string"),
+            (review(no_kind), "kind.kind"),
+        ];
+        for (body, want) in cases {
+            let err = parse_review(&body).unwrap_err().0;
+            assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&body));
+        }
+    }
+
+    #[test]
+    fn delete_needs_no_object() {
+        let mut req = pod_request();
+        req["operation"] = json!("DELETE");
+        req.as_object_mut().unwrap().remove("object");
+        parse_review(&review(req)).unwrap();
+    }
+
+    #[test]
+    fn pod_spec_paths() {
+        let cases = [
+            ("", "Pod", Some(&["spec"][..])),
+            ("apps", "Deployment", Some(&["spec", "template", "spec"][..])),
+            ("apps", "ReplicaSet", Some(&["spec", "template", "spec"][..])),
+            ("apps", "StatefulSet", Some(&["spec", "template", "spec"][..])),
+            ("apps", "DaemonSet", Some(&["spec", "template", "spec"][..])),
+            ("batch", "Job", Some(&["spec", "template", "spec"][..])),
+            ("batch", "CronJob", Some(&["spec", "jobTemplate", "spec", "template", "spec"][..])),
+            ("", "ReplicationController", Some(&["spec", "template", "spec"][..])),
+            ("", "Service", None),
+            ("extensions", "Deployment", None),
+            ("apps", "Pod", None),
+        ];
+        for (group, kind, want) in cases {
+            assert_eq!(pod_spec_path(group, kind), want, "{group}/{kind}");
+        }
+    }
+
+    #[test]
+    fn response_shapes() {
+        let allow = respond("u", &Decision::allow());
+        assert_eq!(allow, json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "u", "allowed": true}}));
+
+        let deny = respond("u", &Decision::deny(403, "no"));
+        assert_eq!(deny["response"]["status"], json!({"code": 403, "message": "no", "reason": "Forbidden"}));
+
+        let patch: Patch = serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
+        let d = Decision { patch: Some(patch), warnings: vec!["w".into()], ..Decision::allow() };
+        let r = respond("u", &d)["response"].clone();
+        assert_eq!(r["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD.decode(r["patch"].as_str().unwrap()).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"op": "add", "path": "/a", "value": 1}]));
+        assert_eq!(r["warnings"], json!(["w"]));
+    }
+}

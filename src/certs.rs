@@ -1,0 +1,181 @@
+//! A CA and the certificates it signs (rcgen), written as PEM under the Kubernetes TLS Secret names.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use time::{Duration, OffsetDateTime};
+
+/// A certificate and its private key, PEM encoded.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A CA able to sign further certificates.
+pub struct Authority {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    key_pem: String,
+}
+
+/// What a certificate is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    Server,
+    Client,
+}
+
+impl Authority {
+    /// A new self-signed CA valid for `days`.
+    pub fn generate(common_name: &str, days: u32) -> Result<Authority> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        set_validity(&mut params, days);
+        let key = KeyPair::generate().context("generating the CA key")?;
+        let key_pem = key.serialize_pem();
+        let issuer = CertifiedIssuer::self_signed(params, key).context("signing the CA certificate")?;
+        Ok(Authority { issuer, key_pem })
+    }
+
+    pub fn cert_pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// A certificate for `usage`, with `dns_names` and `ips` as subject alternative names (the
+    /// first DNS name, or the common name for clients, as the subject's common name).
+    pub fn issue(&self, common_name: &str, dns_names: &[String], ips: &[IpAddr], usage: Usage, days: u32) -> Result<Issued> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        for name in dns_names {
+            let ia5 = name
+                .as_str()
+                .try_into()
+                .with_context(|| format!("{name:?} is not a valid DNS name"))?;
+            params.subject_alt_names.push(SanType::DnsName(ia5));
+        }
+        params.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![match usage {
+            Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+            Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+        }];
+        set_validity(&mut params, days);
+        let key = KeyPair::generate().context("generating a key")?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .context("signing the certificate")?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+fn set_validity(params: &mut CertificateParams, days: u32) {
+    let now = OffsetDateTime::now_utc();
+    // A little slack for clocks that are slightly behind.
+    params.not_before = now - Duration::minutes(5);
+    params.not_after = now + Duration::days(i64::from(days));
+}
+
+/// What `poolguard certs` writes: `ca.crt`, `tls.crt`, `tls.key`.
+pub struct ServingBundle {
+    pub ca_pem: String,
+    pub serving: Issued,
+}
+
+/// A new CA and a serving certificate for the given names. Needs at least one name or address.
+pub fn serving_bundle(dns_names: &[String], ips: &[IpAddr], days: u32) -> Result<ServingBundle> {
+    if dns_names.is_empty() && ips.is_empty() {
+        bail!("give at least one --dns-name or --ip for the serving certificate");
+    }
+    if days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let ca = Authority::generate("poolguard-ca", days.saturating_mul(10))?;
+    let common_name = dns_names.first().map_or_else(|| ips[0].to_string(), String::clone);
+    let serving = ca.issue(&common_name, dns_names, ips, Usage::Server, days)?;
+    Ok(ServingBundle {
+        ca_pem: ca.cert_pem(),
+        serving,
+    })
+}
+
+impl ServingBundle {
+    /// Writes the three files into `dir` (created if needed); the key is readable by its owner only.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        write_file(&dir.join("ca.crt"), &self.ca_pem, 0o644)?;
+        write_file(&dir.join("tls.crt"), &self.serving.cert_pem, 0o644)?;
+        write_file(&dir.join("tls.key"), &self.serving.key_pem, 0o600)?;
+        Ok(())
+    }
+}
+
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn bundle_is_written_and_chains_to_its_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = serving_bundle(&["poolguard.ns.svc".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
+        bundle.write(dir.path()).unwrap();
+        for name in ["ca.crt", "tls.crt", "tls.key"] {
+            assert!(dir.path().join(name).exists(), "{name}");
+        }
+        let mode = std::fs::metadata(dir.path().join("tls.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        // The serving certificate verifies against the CA for its names, and not for others.
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = rustls_pemfile::certs(&mut bundle.ca_pem.as_bytes()).next().unwrap().unwrap();
+        roots.add(ca).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
+            .build()
+            .unwrap();
+        let leaf = rustls_pemfile::certs(&mut bundle.serving.cert_pem.as_bytes()).next().unwrap().unwrap();
+        let now = rustls::pki_types::UnixTime::now();
+        for (name, ok) in [("poolguard.ns.svc", true), ("127.0.0.1", true), ("other.ns.svc", false)] {
+            let server = rustls::pki_types::ServerName::try_from(name).unwrap();
+            let result = verifier.verify_server_cert(&leaf, &[], &server, &[], now);
+            assert_eq!(result.is_ok(), ok, "{name}: {result:?}");
+        }
+    }
+
+    #[test]
+    fn needs_a_name() {
+        let err = serving_bundle(&[], &[], 30).err().unwrap().to_string();
+        assert!(err.contains("--dns-name"), "{err}");
+        let err = serving_bundle(&["bad name".into()], &[], 30).err().unwrap().to_string();
+        assert!(err.contains("not a valid DNS name"), "{err}");
+    }
+}

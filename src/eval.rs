@@ -1,0 +1,114 @@
+//! `poolguard eval`: one decision from files, no cluster. An AdmissionReview gets the response
+//! document; a plain manifest gets a readable verdict (and, when mutating, the patched object).
+
+use std::io::Write;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::admission::{self, Decision, Request};
+use crate::namespaces::NamespaceLabels;
+use crate::placement;
+use crate::ruleset::RuleSet;
+use crate::webhook::{self, Webhook};
+use crate::documents;
+
+/// Evaluates the documents in `text`; writes the result to `out`. True when all were allowed.
+pub fn run(
+    webhook: Webhook,
+    text: &str,
+    origin: &str,
+    namespace: Option<&str>,
+    namespaces: &NamespaceLabels,
+    rules: &RuleSet,
+    out: &mut impl Write,
+) -> Result<bool> {
+    let docs = documents::parse(text, origin)?;
+    if docs.is_empty() {
+        bail!("{origin}: no document to evaluate");
+    }
+    if docs.iter().any(|d| d["kind"] == admission::KIND) {
+        let [review] = docs.as_slice() else {
+            bail!("{origin}: an AdmissionReview must be the only document");
+        };
+        return review_mode(webhook, review, origin, namespaces, rules, out);
+    }
+    let mut all_allowed = true;
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 {
+            writeln!(out, "---")?;
+        }
+        all_allowed &= manifest_mode(webhook, doc, i, namespace, namespaces, rules, out)?;
+    }
+    Ok(all_allowed)
+}
+
+fn review_mode(
+    webhook: Webhook,
+    review: &Value,
+    origin: &str,
+    namespaces: &NamespaceLabels,
+    rules: &RuleSet,
+    out: &mut impl Write,
+) -> Result<bool> {
+    admission::check_review(review).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let req = Request::from_value(&review["request"]).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let decision = decide(webhook, &req, namespaces, rules);
+    serde_json::to_writer_pretty(&mut *out, &admission::respond(req.uid, &decision))?;
+    writeln!(out)?;
+    Ok(decision.allowed)
+}
+
+fn manifest_mode(
+    webhook: Webhook,
+    object: &Value,
+    index: usize,
+    namespace: Option<&str>,
+    namespaces: &NamespaceLabels,
+    rules: &RuleSet,
+    out: &mut impl Write,
+) -> Result<bool> {
+    let kind = object["kind"].as_str().context("the manifest has no `kind`")?;
+    let api_version = object["apiVersion"].as_str().context("the manifest has no `apiVersion`")?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let namespace = namespace
+        .or_else(|| object["metadata"]["namespace"].as_str())
+        .unwrap_or("default");
+    let request = json!({
+        "uid": format!("poolguard-eval-{}", index + 1),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "namespace": namespace,
+        "operation": "CREATE",
+        "object": object,
+    });
+    let req = Request::from_value(&request).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let decision = decide(webhook, &req, namespaces, rules);
+    let pool = placement::pool_of(namespaces.get(namespace), &rules.config.namespace_label);
+    let pool = pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"));
+    let verdict = match (&decision.allowed, &decision.patch) {
+        (true, Some(_)) => "ALLOWED, patched".to_string(),
+        (true, None) => "ALLOWED".to_string(),
+        (false, _) => format!("DENIED ({})", decision.code),
+    };
+    writeln!(out, "# {kind} {} in namespace {namespace} ({pool}): {verdict}", req.object_name())?;
+    for line in decision.message.lines() {
+        writeln!(out, "#   {line}")?;
+    }
+    for warning in &decision.warnings {
+        writeln!(out, "# warning: {warning}")?;
+    }
+    for note in &decision.dryrun {
+        writeln!(out, "# dryrun: {note}")?;
+    }
+    if let Some(patch) = &decision.patch {
+        writeln!(out, "# patch: {}", serde_json::to_string(patch)?)?;
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, patch).context("applying the patch")?;
+        write!(out, "{}", serde_yaml::to_string(&patched)?)?;
+    }
+    Ok(decision.allowed)
+}
+
+fn decide(webhook: Webhook, req: &Request, namespaces: &NamespaceLabels, rules: &RuleSet) -> Decision {
+    webhook::decide(webhook, req, namespaces.get(req.namespace), &rules.config, &rules.policies)
+}

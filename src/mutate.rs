@@ -1,0 +1,30 @@
+//! The mutating webhook: give a new Pod its namespace's pool as a nodeSelector.
+
+use crate::admission::{at, Decision, Operation, Request};
+use crate::config::Config;
+use crate::placement::{self, Labels, Placement};
+
+/// Decides one mutating request. Only Pod CREATE (no subresource) in a namespace with a pool is
+/// touched: a pod's nodeSelector is immutable after creation, so nothing else needs a patch.
+pub fn mutate(req: &Request, labels: Option<&Labels>, config: &Config) -> Decision {
+    let is_pod_create = req.group.is_empty()
+        && req.kind == "Pod"
+        && req.operation == Operation::Create
+        && req.sub_resource.is_empty();
+    if !is_pod_create {
+        return Decision::allow();
+    }
+    let Some(pool) = placement::pool_of(labels, &config.namespace_label) else {
+        return Decision::allow();
+    };
+    let spec = req.object.and_then(|o| at(o, &["spec"]));
+    match placement::place(spec, &["spec"], req.namespace, pool, &config.placement_rules()) {
+        Placement::Satisfied => Decision::allow(),
+        Placement::Patch(patch) => Decision {
+            patch: Some(patch),
+            ..Decision::allow()
+        },
+        Placement::Conflict(message) => Decision::deny(403, message),
+        Placement::Invalid(message) => Decision::deny(400, message),
+    }
+}

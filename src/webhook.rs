@@ -1,0 +1,30 @@
+//! The two webhooks as one entry point: which decision a request gets.
+
+use crate::admission::{Decision, Request};
+use crate::config::Config;
+use crate::placement::Labels;
+use crate::policy::PolicySet;
+use crate::{mutate, validate};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Webhook {
+    Mutate,
+    Validate,
+}
+
+impl Webhook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Mutate => "mutate",
+            Webhook::Validate => "validate",
+        }
+    }
+}
+
+/// Decides `req` for `webhook`, given the labels of the request's namespace.
+pub fn decide(webhook: Webhook, req: &Request, labels: Option<&Labels>, config: &Config, policies: &PolicySet) -> Decision {
+    match webhook {
+        Webhook::Mutate => mutate::mutate(req, labels, config),
+        Webhook::Validate => validate::validate(req, labels, config, policies),
+    }
+}
