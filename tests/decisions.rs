@@ -1,0 +1,242 @@
+//! Table tests of both webhooks over the AdmissionReviews in testdata/, through the same pure
+//! path the server and `poolguard eval` use.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use poolguard::admission::{self, Decision, Request};
+use poolguard::namespaces::{self, NamespaceLabels};
+use poolguard::ruleset::{RuleSet, Sources};
+use poolguard::webhook::{decide, Webhook};
+use serde_json::{json, Value};
+
+fn rules(config: Option<&str>) -> RuleSet {
+    Sources {
+        config: config.map(|c| format!("testdata/config/{c}").into()),
+        policies_dir: Some("policies".into()),
+    }
+    .load()
+    .unwrap()
+}
+
+fn namespaces() -> NamespaceLabels {
+    namespaces::load_file(Path::new("testdata/namespaces.yaml")).unwrap()
+}
+
+fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {
+    let body = std::fs::read(format!("testdata/reviews/{file}")).unwrap();
+    let review = admission::parse_review(&body).unwrap();
+    let req = Request::from_value(&review["request"]).unwrap();
+    decide(webhook, &req, namespaces().get(req.namespace), &rules.config, &rules.policies)
+}
+
+#[derive(Debug)]
+enum Want {
+    Allow,
+    Patch(Value),
+    Deny(u16, &'static [&'static str]),
+    Warn(&'static str),
+}
+
+fn check(file: &str, webhook: Webhook, config: Option<&str>, want: Want) {
+    let rules = rules(config);
+    let d = run(file, webhook, &rules);
+    let ctx = format!("{file} {webhook:?} {config:?}: {d:?}");
+    match want {
+        Want::Allow => {
+            assert!(d.allowed && d.patch.is_none() && d.warnings.is_empty(), "{ctx}");
+        }
+        Want::Patch(ops) => {
+            assert!(d.allowed, "{ctx}");
+            assert_eq!(serde_json::to_value(d.patch.as_ref().unwrap()).unwrap(), ops, "{ctx}");
+        }
+        Want::Deny(code, parts) => {
+            assert!(!d.allowed, "{ctx}");
+            assert_eq!(d.code, code, "{ctx}");
+            for part in parts {
+                assert!(d.message.contains(part), "{ctx}: lacks {part:?}");
+            }
+        }
+        Want::Warn(part) => {
+            assert!(d.allowed, "{ctx}");
+            assert!(d.warnings.iter().any(|w| w.contains(part)), "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn opa_sample_behaviours_hold() {
+    let set = json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]);
+    // A mapped namespace gets the selector; kube-system and unmapped namespaces are untouched.
+    check("pod-create-mapped.json", Webhook::Mutate, None, Want::Patch(set));
+    check("pod-create-kube-system.json", Webhook::Mutate, None, Want::Allow);
+    check("pod-create-unmapped.json", Webhook::Mutate, None, Want::Allow);
+    // A conflicting selector is a 403 naming the namespace, its pool and the requested value.
+    check(
+        "pod-create-conflict.json",
+        Webhook::Mutate,
+        None,
+        Want::Deny(403, &["\"mapped\"", "\"pool1\"", "agentpool=\"gpu\""]),
+    );
+    check("pod-create-conflict.json", Webhook::Validate, None, Want::Deny(403, &["agentpool=\"gpu\""]));
+}
+
+#[test]
+fn mutate_table() {
+    let add_key = json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}]);
+    let aks_add_key = json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}]);
+    let cases = [
+        ("pod-create-os-selector.json", None, Want::Patch(add_key)),
+        ("pod-create-os-selector.json", Some("aks.yaml"), Want::Patch(aks_add_key)),
+        ("pod-create-os-selector.json", Some("strict.yaml"), Want::Deny(403, &["strict", "kubernetes.io/os"])),
+        ("pod-create-placed.json", None, Want::Allow),
+        ("pod-create-placed.json", Some("strict.yaml"), Want::Allow),
+        // Updates and subresources are never patched, nor denied: the selector is immutable.
+        ("pod-update-mapped.json", None, Want::Allow),
+        ("pod-ephemeral-update.json", None, Want::Allow),
+        // Workloads are not mutated; their pods are.
+        ("deployment-create.json", None, Want::Allow),
+        ("deployment-create-conflict.json", None, Want::Allow),
+        // Policies do not run in the mutating webhook.
+        ("pod-create-bad-image.json", Some("example.yaml"), Want::Allow),
+    ];
+    for (file, config, want) in cases {
+        check(file, Webhook::Mutate, config, want);
+    }
+}
+
+#[test]
+fn validate_pods_table() {
+    let cases = [
+        ("pod-create-placed.json", Some("example.yaml"), Want::Allow),
+        ("pod-create-unmapped.json", Some("example.yaml"), Want::Allow),
+        // A pod that reaches validation without its pool's selector slipped past the mutating webhook.
+        ("pod-create-mapped.json", None, Want::Deny(403, &["no nodeSelector agentpool=pool1"])),
+        ("pod-create-os-selector.json", None, Want::Deny(403, &["no nodeSelector"])),
+        (
+            "pod-create-bad-image.json",
+            Some("example.yaml"),
+            Want::Deny(403, &["allowedrepositories: ", "registry.example.com.evil.io/miner", "\"c1\""]),
+        ),
+        ("pod-create-bad-image.json", Some("warn.yaml"), Want::Warn("registry.example.com.evil.io/miner")),
+        ("pod-create-bad-image.json", None, Want::Allow),
+        ("pod-update-mapped.json", Some("example.yaml"), Want::Allow),
+        (
+            "pod-ephemeral-update.json",
+            Some("example.yaml"),
+            Want::Deny(403, &["\"debugger\"", "evil.io/tools"]),
+        ),
+    ];
+    for (file, config, want) in cases {
+        check(file, Webhook::Validate, config, want);
+    }
+}
+
+#[test]
+fn validate_every_workload_kind() {
+    let kinds = ["deployment", "replicaset", "statefulset", "daemonset", "job", "cronjob", "replicationcontroller"];
+    for kind in kinds {
+        check(&format!("{kind}-create.json"), Webhook::Validate, Some("example.yaml"), Want::Allow);
+        check(
+            &format!("{kind}-create-conflict.json"),
+            Webhook::Validate,
+            Some("example.yaml"),
+            Want::Deny(403, &["\"gpu-team\"", "\"gpu\"", "agentpool=\"pool1\""]),
+        );
+        check(
+            &format!("{kind}-create-bad-image.json"),
+            Webhook::Validate,
+            Some("example.yaml"),
+            Want::Deny(403, &["docker.io/library/nginx", "gpu.example.com/"]),
+        );
+    }
+}
+
+/// Builds a review around `object` with `config` text and a policies directory of the shipped policy.
+fn decide_inline(op: &str, sub: Option<&str>, object: Value, old: Option<Value>, config: &str) -> Decision {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let rules = Sources { config: Some(config_path), policies_dir: Some("policies".into()) }.load().unwrap();
+    let mut request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "mapped",
+                             "operation": op, "object": object, "oldObject": old});
+    if let Some(sub) = sub {
+        request["subResource"] = json!(sub);
+    }
+    let req = Request::from_value(&request).unwrap();
+    decide(Webhook::Validate, &req, namespaces().get("mapped"), &rules.config, &rules.policies)
+}
+
+fn pod(images: &[&str], pool: &str) -> Value {
+    let containers: Vec<Value> = images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im})).collect();
+    json!({"metadata": {"name": "p"}, "spec": {"containers": containers, "nodeSelector": {"agentpool": pool}}})
+}
+
+const DENY_EXAMPLE: &str = "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [registry.example.com]\n";
+
+#[test]
+fn update_denies_only_what_is_new() {
+    // Admitted before the policy existed: still updatable.
+    let old = pod(&["evil.io/a"], "pool1");
+    let mut new = old.clone();
+    new["metadata"]["labels"] = json!({"x": "y"});
+    assert!(decide_inline("UPDATE", None, new, Some(old.clone()), DENY_EXAMPLE).allowed);
+    // A second bad image is new: denied, and only it is named.
+    let new = pod(&["evil.io/a", "evil.io/b"], "pool1");
+    let d = decide_inline("UPDATE", None, new, Some(old), DENY_EXAMPLE);
+    assert!(!d.allowed);
+    assert!(d.message.contains("evil.io/b") && !d.message.contains("evil.io/a"), "{d:?}");
+    // A namespace relabelled after the pod was created: the old selector is not a new conflict.
+    let stale = pod(&["registry.example.com/a"], "pool2");
+    assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "").allowed);
+}
+
+#[test]
+fn enforcement_modes_and_evaluation_failures() {
+    let bad = pod(&["evil.io/a"], "pool1");
+    let dryrun = DENY_EXAMPLE.replace("allowedrepositories:\n", "allowedrepositories:\n    enforcement: dryrun\n");
+    let d = decide_inline("CREATE", None, bad.clone(), None, &dryrun);
+    assert!(d.allowed && d.warnings.is_empty() && d.dryrun.len() == 1, "{d:?}");
+
+    // More than one message: every one is listed, one per line, each naming the policy.
+    let d = decide_inline("CREATE", None, pod(&["evil.io/a", "evil.io/b"], "pool1"), None, DENY_EXAMPLE);
+    assert_eq!(d.message.lines().count(), 2, "{d:?}");
+    assert!(d.message.lines().all(|l| l.starts_with("allowedrepositories: ")), "{d:?}");
+
+    // A policy that errors: denied (default) or allowed with a warning, never a silent allow.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("boom.rego"),
+        "package boom\ninfringement[{\"msg\": m}] { m := sprintf(\"%v\", [1 / input.parameters.zero]) }\n",
+    )
+    .unwrap();
+    let config_dir = tempfile::tempdir().unwrap();
+    for (on_error, allowed) in [("deny", false), ("allow", true)] {
+        let config = config_dir.path().join("c.yaml");
+        std::fs::write(&config, format!("evaluation: {{onError: {on_error}}}\npolicies:\n  boom:\n    parameters: {{zero: 0}}\n")).unwrap();
+        let rules = Sources { config: Some(config), policies_dir: Some(dir.path().into()) }.load().unwrap();
+        let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "unmapped",
+                             "operation": "CREATE", "object": pod(&["x"], "pool1")});
+        let req = Request::from_value(&request).unwrap();
+        let d = decide(Webhook::Validate, &req, None, &rules.config, &rules.policies);
+        assert_eq!(d.allowed, allowed, "{on_error}: {d:?}");
+        let text = if allowed { d.warnings.join("\n") } else { d.message.clone() };
+        assert!(text.contains("policy boom could not be evaluated"), "{on_error}: {d:?}");
+        if !allowed {
+            assert_eq!(d.code, 500);
+        }
+    }
+}
+
+#[test]
+fn response_document_for_a_patch() {
+    let rules = rules(None);
+    let d = run("pod-create-mapped.json", Webhook::Mutate, &rules);
+    let response = admission::respond("pod-create-mapped", &d)["response"].clone();
+    assert_eq!(response["uid"], "pod-create-mapped");
+    assert_eq!(response["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD.decode(response["patch"].as_str().unwrap()).unwrap();
+    let mut pod = serde_json::from_slice::<Value>(&std::fs::read("testdata/reviews/pod-create-mapped.json").unwrap()).unwrap()["request"]["object"].clone();
+    json_patch::patch(&mut pod, &serde_json::from_slice::<json_patch::Patch>(&patch).unwrap()).unwrap();
+    assert_eq!(pod["spec"]["nodeSelector"], json!({"agentpool": "pool1"}));
+}

@@ -1,0 +1,83 @@
+//! StackL's allowedrepositories SIT template, exactly as its documentation prints it (it calls
+//! OPA's deprecated `any()`), runs unchanged and behaves as documented.
+//!
+//! The template is read from the StackL reference text shipped beside the project
+//! (`../shared/reference/stackl-policy-types.txt`, or `POOLGUARD_STACKL_REFERENCE`), not copied
+//! into this repository. Under CI the file must be there.
+
+use std::path::PathBuf;
+
+use poolguard::admission::Request;
+use poolguard::config::Config;
+use poolguard::policy::{template, PolicySet};
+use poolguard::webhook::{decide, Webhook};
+use serde_json::json;
+
+fn reference() -> Option<String> {
+    let path = std::env::var_os("POOLGUARD_STACKL_REFERENCE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/stackl-policy-types.txt")
+    });
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(e) if std::env::var_os("CI").is_some() => panic!("{}: {e}", path.display()),
+        Err(e) => {
+            eprintln!("NOT RUN: the StackL reference {} is not readable here ({e})", path.display());
+            None
+        }
+    }
+}
+
+/// The YAML block of the SIT example: from its `category:` line to the next blank line.
+fn sit_example(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "description: allowedrepositories policy")
+        .expect("the reference has the allowedrepositories SIT example")
+        - 1;
+    assert!(lines[start].starts_with("category:"), "unexpected layout: {}", lines[start]);
+    let len = lines[start..].iter().position(|l| l.trim().is_empty()).unwrap();
+    lines[start..start + len].join("\n") + "\n"
+}
+
+#[test]
+fn stackl_template_runs_unchanged() {
+    let Some(text) = reference() else { return };
+    let yaml = sit_example(&text);
+    assert!(yaml.contains("not any(satisfied)"), "{yaml}");
+    let t = template::from_yaml(&yaml, "allowedrepositories.yaml".into()).unwrap();
+    assert_eq!(t.name, "allowedrepositories");
+    assert_eq!(t.inputs, ["repositories"]);
+    let policies = PolicySet::compile(&[t]).unwrap();
+
+    // The documented input shape and output message.
+    let config = Config::parse(
+        "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [\"repo.example.com\"]\n",
+        "t",
+    )
+    .unwrap();
+    let input = |image: &str| {
+        json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}})
+    };
+    let ok = policies.evaluate(&input("repo.example.com/postgres:latest"), None, &config);
+    assert_eq!(ok[0].result, Ok(vec![]));
+    let bad = policies.evaluate(&input("repository.example.com"), None, &config);
+    assert_eq!(
+        bad[0].result,
+        Ok(vec![
+            "functional_requirement {postgres} has an invalid image repository {repository.example.com}, must be one of {[\"repo.example.com\"]}".to_string()
+        ])
+    );
+
+    // And through the validating webhook, on a real Pod.
+    let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "ns",
+        "operation": "CREATE", "object": {"metadata": {"name": "db"}, "spec": {"containers": [
+            {"name": "postgres", "image": "repository.example.com/postgres"},
+            {"name": "ok", "image": "repo.example.com/ok"}]}}});
+    let req = Request::from_value(&request).unwrap();
+    let d = decide(Webhook::Validate, &req, None, &config, &policies);
+    assert!(!d.allowed);
+    assert_eq!(d.code, 403);
+    assert!(d.message.contains("functional_requirement {postgres} has an invalid image repository"), "{d:?}");
+    assert!(!d.message.contains("{ok}"), "{d:?}");
+}
