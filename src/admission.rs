@@ -83,7 +83,9 @@ impl<'a> Request<'a> {
             match &raw[field] {
                 Value::Null => Ok(""),
                 Value::String(s) => Ok(s.as_str()),
-                other => Err(BadReview(format!("`request.{field}` must be a string, got {other}"))),
+                other => Err(BadReview(format!(
+                    "`request.{field}` must be a string, got {other}"
+                ))),
             }
         };
         let uid = text("uid")?;
@@ -249,7 +251,8 @@ mod tests {
     use super::*;
 
     fn review(request: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request})).unwrap()
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request}))
+            .unwrap()
     }
 
     fn pod_request() -> Value {
@@ -262,7 +265,10 @@ mod tests {
         let body = review(pod_request());
         let doc = parse_review(&body).unwrap();
         let req = Request::from_value(&doc["request"]).unwrap();
-        assert_eq!((req.uid, req.group, req.kind, req.namespace), ("u1", "", "Pod", "ns"));
+        assert_eq!(
+            (req.uid, req.group, req.kind, req.namespace),
+            ("u1", "", "Pod", "ns")
+        );
         assert_eq!(req.operation, Operation::Create);
         assert_eq!(req.sub_resource, "");
         assert_eq!(req.object_name(), "web-");
@@ -294,7 +300,11 @@ mod tests {
         ];
         for (body, want) in cases {
             let err = parse_review(&body).unwrap_err().0;
-            assert!(err.contains(want), "{}: {err}", String::from_utf8_lossy(&body));
+            assert!(
+                err.contains(want),
+                "{}: {err}",
+                String::from_utf8_lossy(&body)
+            );
         }
     }
 
@@ -310,13 +320,33 @@ mod tests {
     fn pod_spec_paths() {
         let cases = [
             ("", "Pod", Some(&["spec"][..])),
-            ("apps", "Deployment", Some(&["spec", "template", "spec"][..])),
-            ("apps", "ReplicaSet", Some(&["spec", "template", "spec"][..])),
-            ("apps", "StatefulSet", Some(&["spec", "template", "spec"][..])),
+            (
+                "apps",
+                "Deployment",
+                Some(&["spec", "template", "spec"][..]),
+            ),
+            (
+                "apps",
+                "ReplicaSet",
+                Some(&["spec", "template", "spec"][..]),
+            ),
+            (
+                "apps",
+                "StatefulSet",
+                Some(&["spec", "template", "spec"][..]),
+            ),
             ("apps", "DaemonSet", Some(&["spec", "template", "spec"][..])),
             ("batch", "Job", Some(&["spec", "template", "spec"][..])),
-            ("batch", "CronJob", Some(&["spec", "jobTemplate", "spec", "template", "spec"][..])),
-            ("", "ReplicationController", Some(&["spec", "template", "spec"][..])),
+            (
+                "batch",
+                "CronJob",
+                Some(&["spec", "jobTemplate", "spec", "template", "spec"][..]),
+            ),
+            (
+                "",
+                "ReplicationController",
+                Some(&["spec", "template", "spec"][..]),
+            ),
             ("", "Service", None),
             ("extensions", "Deployment", None),
             ("apps", "Pod", None),
@@ -329,17 +359,33 @@ mod tests {
     #[test]
     fn response_shapes() {
         let allow = respond("u", &Decision::allow());
-        assert_eq!(allow, json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "u", "allowed": true}}));
+        assert_eq!(
+            allow,
+            json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "u", "allowed": true}})
+        );
 
         let deny = respond("u", &Decision::deny(403, "no"));
-        assert_eq!(deny["response"]["status"], json!({"code": 403, "message": "no", "reason": "Forbidden"}));
+        assert_eq!(
+            deny["response"]["status"],
+            json!({"code": 403, "message": "no", "reason": "Forbidden"})
+        );
 
-        let patch: Patch = serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
-        let d = Decision { patch: Some(patch), warnings: vec!["w".into()], ..Decision::allow() };
+        let patch: Patch =
+            serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
+        let d = Decision {
+            patch: Some(patch),
+            warnings: vec!["w".into()],
+            ..Decision::allow()
+        };
         let r = respond("u", &d)["response"].clone();
         assert_eq!(r["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD.decode(r["patch"].as_str().unwrap()).unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), json!([{"op": "add", "path": "/a", "value": 1}]));
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(r["patch"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&bytes).unwrap(),
+            json!([{"op": "add", "path": "/a", "value": 1}])
+        );
         assert_eq!(r["warnings"], json!(["w"]));
     }
 }

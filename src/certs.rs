@@ -34,13 +34,20 @@ impl Authority {
     /// A new self-signed CA valid for `days`.
     pub fn generate(common_name: &str, days: u32) -> Result<Authority> {
         let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
         set_validity(&mut params, days);
         let key = KeyPair::generate().context("generating the CA key")?;
         let key_pem = key.serialize_pem();
-        let issuer = CertifiedIssuer::self_signed(params, key).context("signing the CA certificate")?;
+        let issuer =
+            CertifiedIssuer::self_signed(params, key).context("signing the CA certificate")?;
         Ok(Authority { issuer, key_pem })
     }
 
@@ -54,18 +61,35 @@ impl Authority {
 
     /// A certificate for `usage`, with `dns_names` and `ips` as subject alternative names (the
     /// first DNS name, or the common name for clients, as the subject's common name).
-    pub fn issue(&self, common_name: &str, dns_names: &[String], ips: &[IpAddr], usage: Usage, days: u32) -> Result<Issued> {
+    pub fn issue(
+        &self,
+        common_name: &str,
+        dns_names: &[String],
+        ips: &[IpAddr],
+        usage: Usage,
+        days: u32,
+    ) -> Result<Issued> {
         let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         for name in dns_names {
+            if !valid_dns_name(name) {
+                bail!("{name:?} is not a valid DNS name");
+            }
             let ia5 = name
                 .as_str()
                 .try_into()
                 .with_context(|| format!("{name:?} is not a valid DNS name"))?;
             params.subject_alt_names.push(SanType::DnsName(ia5));
         }
-        params.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.extended_key_usages = vec![match usage {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
@@ -80,6 +104,21 @@ impl Authority {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// Letters, digits and `-` in dot-separated labels of at most 63 characters; a leading `*.`
+/// wildcard is allowed.
+fn valid_dns_name(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
 }
 
 fn set_validity(params: &mut CertificateParams, days: u32) {
@@ -104,7 +143,9 @@ pub fn serving_bundle(dns_names: &[String], ips: &[IpAddr], days: u32) -> Result
         bail!("--days must be at least 1");
     }
     let ca = Authority::generate("poolguard-ca", days.saturating_mul(10))?;
-    let common_name = dns_names.first().map_or_else(|| ips[0].to_string(), String::clone);
+    let common_name = dns_names
+        .first()
+        .map_or_else(|| ips[0].to_string(), String::clone);
     let serving = ca.issue(&common_name, dns_names, ips, Usage::Server, days)?;
     Ok(ServingBundle {
         ca_pem: ca.cert_pem(),
@@ -141,30 +182,50 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::client::danger::ServerCertVerifier;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn bundle_is_written_and_chains_to_its_ca() {
         let dir = tempfile::tempdir().unwrap();
-        let bundle = serving_bundle(&["poolguard.ns.svc".into()], &["127.0.0.1".parse().unwrap()], 30).unwrap();
+        let bundle = serving_bundle(
+            &["poolguard.ns.svc".into()],
+            &["127.0.0.1".parse().unwrap()],
+            30,
+        )
+        .unwrap();
         bundle.write(dir.path()).unwrap();
         for name in ["ca.crt", "tls.crt", "tls.key"] {
             assert!(dir.path().join(name).exists(), "{name}");
         }
-        let mode = std::fs::metadata(dir.path().join("tls.key")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.path().join("tls.key"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
 
         // The serving certificate verifies against the CA for its names, and not for others.
         let mut roots = rustls::RootCertStore::empty();
-        let ca = rustls_pemfile::certs(&mut bundle.ca_pem.as_bytes()).next().unwrap().unwrap();
+        let ca = rustls_pemfile::certs(&mut bundle.ca_pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
         roots.add(ca).unwrap();
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
-            .build()
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
+                .build()
+                .unwrap();
+        let leaf = rustls_pemfile::certs(&mut bundle.serving.cert_pem.as_bytes())
+            .next()
+            .unwrap()
             .unwrap();
-        let leaf = rustls_pemfile::certs(&mut bundle.serving.cert_pem.as_bytes()).next().unwrap().unwrap();
         let now = rustls::pki_types::UnixTime::now();
-        for (name, ok) in [("poolguard.ns.svc", true), ("127.0.0.1", true), ("other.ns.svc", false)] {
+        for (name, ok) in [
+            ("poolguard.ns.svc", true),
+            ("127.0.0.1", true),
+            ("other.ns.svc", false),
+        ] {
             let server = rustls::pki_types::ServerName::try_from(name).unwrap();
             let result = verifier.verify_server_cert(&leaf, &[], &server, &[], now);
             assert_eq!(result.is_ok(), ok, "{name}: {result:?}");
@@ -175,7 +236,16 @@ mod tests {
     fn needs_a_name() {
         let err = serving_bundle(&[], &[], 30).err().unwrap().to_string();
         assert!(err.contains("--dns-name"), "{err}");
-        let err = serving_bundle(&["bad name".into()], &[], 30).err().unwrap().to_string();
+        for bad in ["bad name", "a..b", "-a.b", "a.b-", ""] {
+            assert!(!valid_dns_name(bad), "{bad:?}");
+        }
+        for good in ["localhost", "poolguard.ns.svc", "*.example.com", "a-b.c1"] {
+            assert!(valid_dns_name(good), "{good:?}");
+        }
+        let err = serving_bundle(&["bad name".into()], &[], 30)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("not a valid DNS name"), "{err}");
     }
 }

@@ -199,7 +199,11 @@ impl Config {
 
     /// The settings of `policy` for `pool`: the pool's own settings win over the cluster-wide ones.
     /// `None` when no level gives parameters (the policy is not applied).
-    pub fn effective_policy(&self, policy: &str, pool: Option<&str>) -> Option<EffectivePolicy<'_>> {
+    pub fn effective_policy(
+        &self,
+        policy: &str,
+        pool: Option<&str>,
+    ) -> Option<EffectivePolicy<'_>> {
         let global = self.policies.get(policy);
         let local = pool
             .and_then(|p| self.pools.get(p))
@@ -269,7 +273,12 @@ evaluation:
     #[test]
     fn layering_table() {
         let c = Config::parse(FULL, "t").unwrap();
-        let repos = |e: &EffectivePolicy| e.parameters["repositories"][0].as_str().unwrap().to_string();
+        let repos = |e: &EffectivePolicy| {
+            e.parameters["repositories"][0]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
         // (pool, expected repository, expected enforcement)
         let cases = [
             (None, "registry.example.com/", Enforcement::Warn),
@@ -287,9 +296,15 @@ evaluation:
 
     #[test]
     fn policy_without_parameters_at_any_level_is_not_applied() {
-        let c = Config::parse("policies:\n  allowedrepositories:\n    enforcement: warn\n", "t").unwrap();
+        let c = Config::parse(
+            "policies:\n  allowedrepositories:\n    enforcement: warn\n",
+            "t",
+        )
+        .unwrap();
         assert!(c.effective_policy("allowedrepositories", None).is_none());
-        assert!(c.effective_policy("allowedrepositories", Some("x")).is_none());
+        assert!(c
+            .effective_policy("allowedrepositories", Some("x"))
+            .is_none());
     }
 
     #[test]
@@ -297,12 +312,24 @@ evaluation:
         let cases = [
             ("namespaceLable: x\n", "unknown field `namespaceLable`"),
             ("selectorPolicy: loose\n", "at `selectorPolicy`"),
-            ("policies:\n  a:\n    enforcement: block\n", "at `policies.a.enforcement`"),
-            ("policies:\n  a:\n    parameters: [1]\n", "at `policies.a.parameters`"),
+            (
+                "policies:\n  a:\n    enforcement: block\n",
+                "at `policies.a.enforcement`",
+            ),
+            (
+                "policies:\n  a:\n    parameters: [1]\n",
+                "at `policies.a.parameters`",
+            ),
             ("pools:\n  gpu:\n    policy: {}\n", "at `pools.gpu.policy`"),
-            ("evaluation:\n  timeoutMillis: soon\n", "at `evaluation.timeoutMillis`"),
+            (
+                "evaluation:\n  timeoutMillis: soon\n",
+                "at `evaluation.timeoutMillis`",
+            ),
             ("namespaceLabel: ''\n", "at `namespaceLabel`"),
-            ("evaluation:\n  timeoutMillis: 0\n", "at `evaluation.timeoutMillis`"),
+            (
+                "evaluation:\n  timeoutMillis: 0\n",
+                "at `evaluation.timeoutMillis`",
+            ),
         ];
         for (text, want) in cases {
             let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
@@ -313,18 +340,28 @@ evaluation:
 
     #[test]
     fn check_against_policies_rejects_unknown_names_and_missing_inputs() {
-        let declared: BTreeMap<String, Vec<String>> =
-            [("allowedrepositories".to_string(), vec!["repositories".to_string()])].into();
+        let declared: BTreeMap<String, Vec<String>> = [(
+            "allowedrepositories".to_string(),
+            vec!["repositories".to_string()],
+        )]
+        .into();
         let ok = Config::parse(FULL, "t").unwrap();
         ok.check_against_policies(&declared).unwrap();
 
-        let typo = Config::parse("policies:\n  allowedrepository:\n    parameters: {}\n", "t").unwrap();
-        let err = typo.check_against_policies(&declared).unwrap_err().to_string();
+        let typo =
+            Config::parse("policies:\n  allowedrepository:\n    parameters: {}\n", "t").unwrap();
+        let err = typo
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("policies.allowedrepository"), "{err}");
 
         let pool_typo =
             Config::parse("pools:\n  gpu:\n    policies:\n      nope: {}\n", "t").unwrap();
-        let err = pool_typo.check_against_policies(&declared).unwrap_err().to_string();
+        let err = pool_typo
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("pools.gpu.policies.nope"), "{err}");
 
         let missing = Config::parse(
@@ -332,7 +369,10 @@ evaluation:
             "t",
         )
         .unwrap();
-        let err = missing.check_against_policies(&declared).unwrap_err().to_string();
+        let err = missing
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("missing `repositories`"), "{err}");
     }
 }

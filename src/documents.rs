@@ -9,8 +9,8 @@ use serde_json::Value;
 pub fn parse(text: &str, origin: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(doc)
-            .map_err(|e| anyhow!("{origin}: document {}: {e}", i + 1))?;
+        let value =
+            Value::deserialize(doc).map_err(|e| anyhow!("{origin}: document {}: {e}", i + 1))?;
         if !value.is_null() {
             out.push(value);
         }
@@ -23,7 +23,8 @@ pub fn read(path: &str) -> Result<String> {
     use anyhow::Context;
     if path == "-" {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("reading standard input")?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
         Ok(text)
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
@@ -44,7 +45,9 @@ mod tests {
 
     #[test]
     fn errors_name_origin_and_document() {
-        let err = parse("a: 1\n---\nb: [\n", "f.yaml").unwrap_err().to_string();
+        let err = parse("a: 1\n---\nb: [\n", "f.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("f.yaml: document 2"), "{err}");
     }
 }

@@ -7,11 +7,11 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use crate::admission::{self, Decision, Request};
+use crate::documents;
 use crate::namespaces::NamespaceLabels;
 use crate::placement;
 use crate::ruleset::RuleSet;
 use crate::webhook::{self, Webhook};
-use crate::documents;
 
 /// Evaluates the documents in `text`; writes the result to `out`. True when all were allowed.
 pub fn run(
@@ -52,7 +52,8 @@ fn review_mode(
     out: &mut impl Write,
 ) -> Result<bool> {
     admission::check_review(review).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-    let req = Request::from_value(&review["request"]).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let req =
+        Request::from_value(&review["request"]).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
     let decision = decide(webhook, &req, namespaces, rules);
     serde_json::to_writer_pretty(&mut *out, &admission::respond(req.uid, &decision))?;
     writeln!(out)?;
@@ -68,8 +69,12 @@ fn manifest_mode(
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
-    let kind = object["kind"].as_str().context("the manifest has no `kind`")?;
-    let api_version = object["apiVersion"].as_str().context("the manifest has no `apiVersion`")?;
+    let kind = object["kind"]
+        .as_str()
+        .context("the manifest has no `kind`")?;
+    let api_version = object["apiVersion"]
+        .as_str()
+        .context("the manifest has no `apiVersion`")?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let namespace = namespace
         .or_else(|| object["metadata"]["namespace"].as_str())
@@ -90,7 +95,11 @@ fn manifest_mode(
         (true, None) => "ALLOWED".to_string(),
         (false, _) => format!("DENIED ({})", decision.code),
     };
-    writeln!(out, "# {kind} {} in namespace {namespace} ({pool}): {verdict}", req.object_name())?;
+    writeln!(
+        out,
+        "# {kind} {} in namespace {namespace} ({pool}): {verdict}",
+        req.object_name()
+    )?;
     for line in decision.message.lines() {
         writeln!(out, "#   {line}")?;
     }
@@ -109,6 +118,17 @@ fn manifest_mode(
     Ok(decision.allowed)
 }
 
-fn decide(webhook: Webhook, req: &Request, namespaces: &NamespaceLabels, rules: &RuleSet) -> Decision {
-    webhook::decide(webhook, req, namespaces.get(req.namespace), &rules.config, &rules.policies)
+fn decide(
+    webhook: Webhook,
+    req: &Request,
+    namespaces: &NamespaceLabels,
+    rules: &RuleSet,
+) -> Decision {
+    webhook::decide(
+        webhook,
+        req,
+        namespaces.get(req.namespace),
+        &rules.config,
+        &rules.policies,
+    )
 }

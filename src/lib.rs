@@ -8,6 +8,7 @@ pub mod certs;
 pub mod config;
 pub mod documents;
 pub mod eval;
+pub mod image;
 pub mod mutate;
 pub mod namespaces;
 pub mod placement;

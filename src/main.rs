@@ -113,10 +113,26 @@ fn run(command: Command) -> Result<ExitCode> {
             let rules = sources.load()?;
             let namespaces = namespaces::load_file(&args.namespaces_file)?;
             let text = documents::read(&args.input)?;
-            let origin = if args.input == "-" { "<stdin>" } else { &args.input };
+            let origin = if args.input == "-" {
+                "<stdin>"
+            } else {
+                &args.input
+            };
             let mut stdout = std::io::stdout().lock();
-            let allowed = eval::run(args.webhook, &text, origin, args.namespace.as_deref(), &namespaces, &rules, &mut stdout)?;
-            Ok(if allowed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            let allowed = eval::run(
+                args.webhook,
+                &text,
+                origin,
+                args.namespace.as_deref(),
+                &namespaces,
+                &rules,
+                &mut stdout,
+            )?;
+            Ok(if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Policy(PolicyCommand::Test { policies_dir }) => {
             let (templates, tests) = template::load_dir(&policies_dir)?;
@@ -132,11 +148,17 @@ fn run(command: Command) -> Result<ExitCode> {
                 }
             }
             println!("{} passed, {failed} failed", results.len() - failed);
-            Ok(if failed == 0 && !results.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if failed == 0 && !results.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Certs(args) => {
             let bundle = certs::serving_bundle(&args.dns_names, &args.ips, args.days)?;
-            bundle.write(&args.out_dir).with_context(|| "writing certificates")?;
+            bundle
+                .write(&args.out_dir)
+                .with_context(|| "writing certificates")?;
             eprintln!(
                 "wrote {}/ca.crt, tls.crt, tls.key (serving certificate valid {} days)",
                 args.out_dir.display(),

@@ -18,7 +18,13 @@ pub fn mutate(req: &Request, labels: Option<&Labels>, config: &Config) -> Decisi
         return Decision::allow();
     };
     let spec = req.object.and_then(|o| at(o, &["spec"]));
-    match placement::place(spec, &["spec"], req.namespace, pool, &config.placement_rules()) {
+    match placement::place(
+        spec,
+        &["spec"],
+        req.namespace,
+        pool,
+        &config.placement_rules(),
+    ) {
         Placement::Satisfied => Decision::allow(),
         Placement::Patch(patch) => Decision {
             patch: Some(patch),

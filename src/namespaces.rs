@@ -25,7 +25,10 @@ pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
                 };
                 for (j, item) in items.iter().enumerate() {
                     if item["kind"].as_str().is_some_and(|k| k != "Namespace") {
-                        bail!("{at}: items[{j}]: expected a Namespace, got kind {}", item["kind"]);
+                        bail!(
+                            "{at}: items[{j}]: expected a Namespace, got kind {}",
+                            item["kind"]
+                        );
                     }
                     add(&mut out, item, &format!("{at}: items[{j}]"))?;
                 }
@@ -92,13 +95,22 @@ items:
         let cases = [
             ("kind: Pod\nmetadata: {name: x}\n", "expected a Namespace"),
             ("kind: Namespace\nmetadata: {}\n", "no metadata.name"),
-            ("kind: Namespace\nmetadata: {name: a, labels: {x: 1}}\n", "must be a string"),
-            ("kind: Namespace\nmetadata: {name: a}\n---\nkind: Namespace\nmetadata: {name: a}\n", "appears twice"),
+            (
+                "kind: Namespace\nmetadata: {name: a, labels: {x: 1}}\n",
+                "must be a string",
+            ),
+            (
+                "kind: Namespace\nmetadata: {name: a}\n---\nkind: Namespace\nmetadata: {name: a}\n",
+                "appears twice",
+            ),
             ("kind: List\nitems:\n- kind: Service\n", "items[0]"),
         ];
         for (text, want) in cases {
             let err = parse_file_text(text, "ns.yaml").unwrap_err().to_string();
-            assert!(err.contains(want) && err.contains("ns.yaml"), "{text:?}: {err}");
+            assert!(
+                err.contains(want) && err.contains("ns.yaml"),
+                "{text:?}: {err}"
+            );
         }
     }
 }

@@ -108,7 +108,10 @@ pub fn place(
         (Some(_), _) => Placement::Satisfied,
         (None, true) => {
             let value = Value::Object(Map::from_iter([(key.to_string(), Value::from(pool))]));
-            Placement::Patch(add(spec_path.iter().copied().chain(["nodeSelector"]), value))
+            Placement::Patch(add(
+                spec_path.iter().copied().chain(["nodeSelector"]),
+                value,
+            ))
         }
         (None, false) => Placement::Patch(add(
             spec_path.iter().copied().chain(["nodeSelector", key]),
@@ -185,45 +188,64 @@ mod tests {
                 "no selector: set it",
                 json!({"containers": []}),
                 MERGE,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]),
+                ),
             ),
             (
                 "null selector: set it",
                 json!({"nodeSelector": null}),
                 MERGE,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]),
+                ),
             ),
             (
                 "empty selector: set it",
                 json!({"nodeSelector": {}}),
                 MERGE,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]),
+                ),
             ),
             (
                 "other keys kept, pool key added",
                 json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
                 MERGE,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}]),
+                ),
             ),
             (
                 "key with slash is escaped ~1",
                 json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
                 AKS,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}]),
+                ),
             ),
             (
                 "key with slash and tilde is escaped ~1 and ~0",
                 json!({"nodeSelector": {"disk": "ssd"}}),
                 TILDE,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/example.com~1pool~0a", "value": "pool1"}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector/example.com~1pool~0a", "value": "pool1"}]),
+                ),
             ),
             (
                 "empty selector with slashed key sets the whole map",
                 json!({}),
                 AKS,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.azure.com/agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.azure.com/agentpool": "pool1"}}]),
+                ),
             ),
-            ("same pool: nothing to do", json!({"nodeSelector": {"agentpool": "pool1"}}), MERGE, Want::Satisfied),
+            (
+                "same pool: nothing to do",
+                json!({"nodeSelector": {"agentpool": "pool1"}}),
+                MERGE,
+                Want::Satisfied,
+            ),
             (
                 "same pool plus other keys: nothing to do in merge",
                 json!({"nodeSelector": {"agentpool": "pool1", "kubernetes.io/os": "linux"}}),
@@ -246,20 +268,31 @@ mod tests {
                 "the namespace label key alone is not the node key",
                 json!({"nodeSelector": {"agentpool": "gpu"}}),
                 AKS,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}]),
+                ),
             ),
-            ("strict: exact selector passes", json!({"nodeSelector": {"agentpool": "pool1"}}), STRICT, Want::Satisfied),
+            (
+                "strict: exact selector passes",
+                json!({"nodeSelector": {"agentpool": "pool1"}}),
+                STRICT,
+                Want::Satisfied,
+            ),
             (
                 "strict: no selector is patched",
                 json!({}),
                 STRICT,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]),
+                ),
             ),
             (
                 "strict: empty selector is patched",
                 json!({"nodeSelector": {}}),
                 STRICT,
-                Want::Patch(json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}])),
+                Want::Patch(
+                    json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]),
+                ),
             ),
             (
                 "strict: another key is a conflict",
@@ -293,13 +326,21 @@ mod tests {
             ),
         ];
         for (name, spec, rules, want) in cases {
-            check(name, place(Some(&spec), &pod, "mapped", "pool1", &rules), want);
+            check(
+                name,
+                place(Some(&spec), &pod, "mapped", "pool1", &rules),
+                want,
+            );
         }
     }
 
     #[test]
     fn pool_of_table() {
-        let labels: Labels = [("agentpool".to_string(), "gpu".to_string()), ("empty".to_string(), String::new())].into();
+        let labels: Labels = [
+            ("agentpool".to_string(), "gpu".to_string()),
+            ("empty".to_string(), String::new()),
+        ]
+        .into();
         assert_eq!(pool_of(Some(&labels), "agentpool"), Some("gpu"));
         assert_eq!(pool_of(Some(&labels), "empty"), None);
         assert_eq!(pool_of(Some(&labels), "other"), None);
@@ -312,7 +353,9 @@ mod tests {
         check(
             "cronjob",
             place(None, &path, "ns", "gpu", &MERGE),
-            Want::Patch(json!([{"op": "add", "path": "/spec/jobTemplate/spec/template/spec/nodeSelector", "value": {"agentpool": "gpu"}}])),
+            Want::Patch(
+                json!([{"op": "add", "path": "/spec/jobTemplate/spec/template/spec/nodeSelector", "value": {"agentpool": "gpu"}}]),
+            ),
         );
     }
 

@@ -51,8 +51,10 @@ impl Sources {
 }
 
 fn check(config: &Config, policies: &PolicySet, origin: Option<&Path>) -> Result<()> {
-    config.check_against_policies(&policies.declared_inputs()).map_err(|e| {
-        let origin = origin.map_or_else(|| "config".to_string(), |p| p.display().to_string());
-        anyhow::anyhow!("{origin}: {e}")
-    })
+    config
+        .check_against_policies(&policies.declared_inputs())
+        .map_err(|e| {
+            let origin = origin.map_or_else(|| "config".to_string(), |p| p.display().to_string());
+            anyhow::anyhow!("{origin}: {e}")
+        })
 }

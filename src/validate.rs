@@ -21,7 +21,12 @@ struct Findings {
 ///
 /// On UPDATE only what the old object did not already have is denied: pods' selectors are
 /// immutable, and an object admitted under older rules must stay updatable.
-pub fn validate(req: &Request, labels: Option<&Labels>, config: &Config, policies: &PolicySet) -> Decision {
+pub fn validate(
+    req: &Request,
+    labels: Option<&Labels>,
+    config: &Config,
+    policies: &PolicySet,
+) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::allow();
     }
@@ -39,7 +44,9 @@ pub fn validate(req: &Request, labels: Option<&Labels>, config: &Config, policie
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
             let before = findings(req, old, path, pool, config, policies);
-            found.denials.retain(|d| !before.denials.iter().any(|b| b.1 == d.1));
+            found
+                .denials
+                .retain(|d| !before.denials.iter().any(|b| b.1 == d.1));
         }
     }
     let code = if found.denials.iter().any(|d| d.0 == 403) {

@@ -22,7 +22,13 @@ impl Webhook {
 }
 
 /// Decides `req` for `webhook`, given the labels of the request's namespace.
-pub fn decide(webhook: Webhook, req: &Request, labels: Option<&Labels>, config: &Config, policies: &PolicySet) -> Decision {
+pub fn decide(
+    webhook: Webhook,
+    req: &Request,
+    labels: Option<&Labels>,
+    config: &Config,
+    policies: &PolicySet,
+) -> Decision {
     match webhook {
         Webhook::Mutate => mutate::mutate(req, labels, config),
         Webhook::Validate => validate::validate(req, labels, config, policies),

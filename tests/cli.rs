@@ -27,7 +27,17 @@ const NS: &str = "testdata/namespaces.yaml";
 
 #[test]
 fn eval_review_prints_the_response_with_the_uid() {
-    let out = poolguard(&["eval", "--namespaces-file", NS, "--webhook", "mutate", "testdata/reviews/pod-create-mapped.json"], None);
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "mutate",
+            "testdata/reviews/pod-create-mapped.json",
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let review: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
@@ -38,7 +48,17 @@ fn eval_review_prints_the_response_with_the_uid() {
 #[test]
 fn eval_denial_exits_1_and_reads_stdin() {
     let review = std::fs::read_to_string("testdata/reviews/pod-create-conflict.json").unwrap();
-    let out = poolguard(&["eval", "--namespaces-file", NS, "--webhook", "validate", "-"], Some(&review));
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "validate",
+            "-",
+        ],
+        Some(&review),
+    );
     assert_eq!(out.status.code(), Some(1));
     let review: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(review["response"]["status"]["code"], 403);
@@ -46,7 +66,17 @@ fn eval_denial_exits_1_and_reads_stdin() {
 
 #[test]
 fn eval_manifest_prints_verdict_and_patched_object() {
-    let out = poolguard(&["eval", "--namespaces-file", NS, "--webhook", "mutate", "testdata/manifests/pod.yaml"], None);
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "mutate",
+            "testdata/manifests/pod.yaml",
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("ALLOWED, patched"), "{stdout}");
@@ -59,18 +89,77 @@ fn eval_manifest_prints_verdict_and_patched_object() {
 #[test]
 fn bad_input_is_a_clear_error_with_exit_2() {
     let cases: Vec<(Vec<&str>, Option<&str>, &str)> = vec![
-        (vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"], Some("{\"kind\": \"AdmissionReview\"}"), "expected apiVersion"),
-        (vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"], Some("a: [\n"), "<stdin>"),
-        (vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"], Some(""), "no document"),
-        (vec!["eval", "--namespaces-file", "nope.yaml", "--webhook", "mutate"], None, "nope.yaml"),
-        (vec!["eval", "--namespaces-file", NS, "--config", "testdata/namespaces.yaml", "--webhook", "mutate"], None, "unknown field"),
-        (vec!["eval", "--namespaces-file", NS, "--policies-dir", "nope", "--webhook", "mutate"], None, "policies directory nope"),
-        (vec!["policy", "test", "--policies-dir", "testdata/reviews"], None, "no *_test.rego"),
-        (vec!["certs", "--out-dir", "target/unused-certs"], None, "--dns-name"),
+        (
+            vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"],
+            Some("{\"kind\": \"AdmissionReview\"}"),
+            "expected apiVersion",
+        ),
+        (
+            vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"],
+            Some("a: [\n"),
+            "<stdin>",
+        ),
+        (
+            vec!["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"],
+            Some(""),
+            "no document",
+        ),
+        (
+            vec![
+                "eval",
+                "--namespaces-file",
+                "nope.yaml",
+                "--webhook",
+                "mutate",
+            ],
+            None,
+            "nope.yaml",
+        ),
+        (
+            vec![
+                "eval",
+                "--namespaces-file",
+                NS,
+                "--config",
+                "testdata/namespaces.yaml",
+                "--webhook",
+                "mutate",
+            ],
+            None,
+            "unknown field",
+        ),
+        (
+            vec![
+                "eval",
+                "--namespaces-file",
+                NS,
+                "--policies-dir",
+                "nope",
+                "--webhook",
+                "mutate",
+            ],
+            None,
+            "policies directory nope",
+        ),
+        (
+            vec!["policy", "test", "--policies-dir", "testdata/reviews"],
+            None,
+            "no *_test.rego",
+        ),
+        (
+            vec!["certs", "--out-dir", "target/unused-certs"],
+            None,
+            "--dns-name",
+        ),
     ];
     for (args, stdin, want) in cases {
         let out = poolguard(&args, stdin);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         let stderr = text(&out.stderr);
         assert!(stderr.contains(want), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
@@ -79,9 +168,16 @@ fn bad_input_is_a_clear_error_with_exit_2() {
 
 #[test]
 fn unknown_flag_values_are_refused_by_the_parser() {
-    let out = poolguard(&["eval", "--namespaces-file", NS, "--webhook", "both"], None);
+    let out = poolguard(
+        &["eval", "--namespaces-file", NS, "--webhook", "both"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("possible values"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("possible values"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -91,12 +187,27 @@ fn policy_test_passes_shipped_policies_and_fails_a_broken_test() {
     assert!(text(&out.stdout).contains(" passed, 0 failed"));
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("p.rego"), "package p\ninfringement[{\"msg\": \"x\"}] { input.bad }\n").unwrap();
+    std::fs::write(
+        dir.path().join("p.rego"),
+        "package p\ninfringement[{\"msg\": \"x\"}] { input.bad }\n",
+    )
+    .unwrap();
     std::fs::write(dir.path().join("p_test.rego"), "package p_test\ntest_good { count(data.p.infringement) == 0 }\ntest_bad { count(data.p.infringement) == 0 with input as {\"bad\": true} }\n").unwrap();
-    let out = poolguard(&["policy", "test", "--policies-dir", dir.path().to_str().unwrap()], None);
+    let out = poolguard(
+        &[
+            "policy",
+            "test",
+            "--policies-dir",
+            dir.path().to_str().unwrap(),
+        ],
+        None,
+    );
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("PASS p_test.test_good") && stdout.contains("FAIL p_test.test_bad"), "{stdout}");
+    assert!(
+        stdout.contains("PASS p_test.test_good") && stdout.contains("FAIL p_test.test_bad"),
+        "{stdout}"
+    );
     assert!(stdout.contains("1 passed, 1 failed"), "{stdout}");
 }
 
@@ -105,7 +216,15 @@ fn certs_writes_the_secret_files() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("certs");
     let out = poolguard(
-        &["certs", "--out-dir", out_dir.to_str().unwrap(), "--dns-name", "poolguard.default.svc", "--ip", "127.0.0.1"],
+        &[
+            "certs",
+            "--out-dir",
+            out_dir.to_str().unwrap(),
+            "--dns-name",
+            "poolguard.default.svc",
+            "--ip",
+            "127.0.0.1",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

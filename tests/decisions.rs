@@ -27,7 +27,13 @@ fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {
     let body = std::fs::read(format!("testdata/reviews/{file}")).unwrap();
     let review = admission::parse_review(&body).unwrap();
     let req = Request::from_value(&review["request"]).unwrap();
-    decide(webhook, &req, namespaces().get(req.namespace), &rules.config, &rules.policies)
+    decide(
+        webhook,
+        &req,
+        namespaces().get(req.namespace),
+        &rules.config,
+        &rules.policies,
+    )
 }
 
 #[derive(Debug)]
@@ -44,11 +50,18 @@ fn check(file: &str, webhook: Webhook, config: Option<&str>, want: Want) {
     let ctx = format!("{file} {webhook:?} {config:?}: {d:?}");
     match want {
         Want::Allow => {
-            assert!(d.allowed && d.patch.is_none() && d.warnings.is_empty(), "{ctx}");
+            assert!(
+                d.allowed && d.patch.is_none() && d.warnings.is_empty(),
+                "{ctx}"
+            );
         }
         Want::Patch(ops) => {
             assert!(d.allowed, "{ctx}");
-            assert_eq!(serde_json::to_value(d.patch.as_ref().unwrap()).unwrap(), ops, "{ctx}");
+            assert_eq!(
+                serde_json::to_value(d.patch.as_ref().unwrap()).unwrap(),
+                ops,
+                "{ctx}"
+            );
         }
         Want::Deny(code, parts) => {
             assert!(!d.allowed, "{ctx}");
@@ -68,9 +81,24 @@ fn check(file: &str, webhook: Webhook, config: Option<&str>, want: Want) {
 fn opa_sample_behaviours_hold() {
     let set = json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]);
     // A mapped namespace gets the selector; kube-system and unmapped namespaces are untouched.
-    check("pod-create-mapped.json", Webhook::Mutate, None, Want::Patch(set));
-    check("pod-create-kube-system.json", Webhook::Mutate, None, Want::Allow);
-    check("pod-create-unmapped.json", Webhook::Mutate, None, Want::Allow);
+    check(
+        "pod-create-mapped.json",
+        Webhook::Mutate,
+        None,
+        Want::Patch(set),
+    );
+    check(
+        "pod-create-kube-system.json",
+        Webhook::Mutate,
+        None,
+        Want::Allow,
+    );
+    check(
+        "pod-create-unmapped.json",
+        Webhook::Mutate,
+        None,
+        Want::Allow,
+    );
     // A conflicting selector is a 403 naming the namespace, its pool and the requested value.
     check(
         "pod-create-conflict.json",
@@ -78,7 +106,12 @@ fn opa_sample_behaviours_hold() {
         None,
         Want::Deny(403, &["\"mapped\"", "\"pool1\"", "agentpool=\"gpu\""]),
     );
-    check("pod-create-conflict.json", Webhook::Validate, None, Want::Deny(403, &["agentpool=\"gpu\""]));
+    check(
+        "pod-create-conflict.json",
+        Webhook::Validate,
+        None,
+        Want::Deny(403, &["agentpool=\"gpu\""]),
+    );
 }
 
 #[test]
@@ -87,8 +120,16 @@ fn mutate_table() {
     let aks_add_key = json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}]);
     let cases = [
         ("pod-create-os-selector.json", None, Want::Patch(add_key)),
-        ("pod-create-os-selector.json", Some("aks.yaml"), Want::Patch(aks_add_key)),
-        ("pod-create-os-selector.json", Some("strict.yaml"), Want::Deny(403, &["strict", "kubernetes.io/os"])),
+        (
+            "pod-create-os-selector.json",
+            Some("aks.yaml"),
+            Want::Patch(aks_add_key),
+        ),
+        (
+            "pod-create-os-selector.json",
+            Some("strict.yaml"),
+            Want::Deny(403, &["strict", "kubernetes.io/os"]),
+        ),
         ("pod-create-placed.json", None, Want::Allow),
         ("pod-create-placed.json", Some("strict.yaml"), Want::Allow),
         // Updates and subresources are never patched, nor denied: the selector is immutable.
@@ -98,7 +139,11 @@ fn mutate_table() {
         ("deployment-create.json", None, Want::Allow),
         ("deployment-create-conflict.json", None, Want::Allow),
         // Policies do not run in the mutating webhook.
-        ("pod-create-bad-image.json", Some("example.yaml"), Want::Allow),
+        (
+            "pod-create-bad-image.json",
+            Some("example.yaml"),
+            Want::Allow,
+        ),
     ];
     for (file, config, want) in cases {
         check(file, Webhook::Mutate, config, want);
@@ -109,16 +154,39 @@ fn mutate_table() {
 fn validate_pods_table() {
     let cases = [
         ("pod-create-placed.json", Some("example.yaml"), Want::Allow),
-        ("pod-create-unmapped.json", Some("example.yaml"), Want::Allow),
+        (
+            "pod-create-unmapped.json",
+            Some("example.yaml"),
+            Want::Allow,
+        ),
         // A pod that reaches validation without its pool's selector slipped past the mutating webhook.
-        ("pod-create-mapped.json", None, Want::Deny(403, &["no nodeSelector agentpool=pool1"])),
-        ("pod-create-os-selector.json", None, Want::Deny(403, &["no nodeSelector"])),
+        (
+            "pod-create-mapped.json",
+            None,
+            Want::Deny(403, &["no nodeSelector agentpool=pool1"]),
+        ),
+        (
+            "pod-create-os-selector.json",
+            None,
+            Want::Deny(403, &["no nodeSelector"]),
+        ),
         (
             "pod-create-bad-image.json",
             Some("example.yaml"),
-            Want::Deny(403, &["allowedrepositories: ", "registry.example.com.evil.io/miner", "\"c1\""]),
+            Want::Deny(
+                403,
+                &[
+                    "allowedrepositories: ",
+                    "registry.example.com.evil.io/miner",
+                    "\"c1\"",
+                ],
+            ),
         ),
-        ("pod-create-bad-image.json", Some("warn.yaml"), Want::Warn("registry.example.com.evil.io/miner")),
+        (
+            "pod-create-bad-image.json",
+            Some("warn.yaml"),
+            Want::Warn("registry.example.com.evil.io/miner"),
+        ),
         ("pod-create-bad-image.json", None, Want::Allow),
         ("pod-update-mapped.json", Some("example.yaml"), Want::Allow),
         (
@@ -134,9 +202,22 @@ fn validate_pods_table() {
 
 #[test]
 fn validate_every_workload_kind() {
-    let kinds = ["deployment", "replicaset", "statefulset", "daemonset", "job", "cronjob", "replicationcontroller"];
+    let kinds = [
+        "deployment",
+        "replicaset",
+        "statefulset",
+        "daemonset",
+        "job",
+        "cronjob",
+        "replicationcontroller",
+    ];
     for kind in kinds {
-        check(&format!("{kind}-create.json"), Webhook::Validate, Some("example.yaml"), Want::Allow);
+        check(
+            &format!("{kind}-create.json"),
+            Webhook::Validate,
+            Some("example.yaml"),
+            Want::Allow,
+        );
         check(
             &format!("{kind}-create-conflict.json"),
             Webhook::Validate,
@@ -153,22 +234,43 @@ fn validate_every_workload_kind() {
 }
 
 /// Builds a review around `object` with `config` text and a policies directory of the shipped policy.
-fn decide_inline(op: &str, sub: Option<&str>, object: Value, old: Option<Value>, config: &str) -> Decision {
+fn decide_inline(
+    op: &str,
+    sub: Option<&str>,
+    object: Value,
+    old: Option<Value>,
+    config: &str,
+) -> Decision {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, config).unwrap();
-    let rules = Sources { config: Some(config_path), policies_dir: Some("policies".into()) }.load().unwrap();
+    let rules = Sources {
+        config: Some(config_path),
+        policies_dir: Some("policies".into()),
+    }
+    .load()
+    .unwrap();
     let mut request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "mapped",
                              "operation": op, "object": object, "oldObject": old});
     if let Some(sub) = sub {
         request["subResource"] = json!(sub);
     }
     let req = Request::from_value(&request).unwrap();
-    decide(Webhook::Validate, &req, namespaces().get("mapped"), &rules.config, &rules.policies)
+    decide(
+        Webhook::Validate,
+        &req,
+        namespaces().get("mapped"),
+        &rules.config,
+        &rules.policies,
+    )
 }
 
 fn pod(images: &[&str], pool: &str) -> Value {
-    let containers: Vec<Value> = images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im})).collect();
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, im)| json!({"name": format!("c{i}"), "image": im}))
+        .collect();
     json!({"metadata": {"name": "p"}, "spec": {"containers": containers, "nodeSelector": {"agentpool": pool}}})
 }
 
@@ -185,7 +287,10 @@ fn update_denies_only_what_is_new() {
     let new = pod(&["evil.io/a", "evil.io/b"], "pool1");
     let d = decide_inline("UPDATE", None, new, Some(old), DENY_EXAMPLE);
     assert!(!d.allowed);
-    assert!(d.message.contains("evil.io/b") && !d.message.contains("evil.io/a"), "{d:?}");
+    assert!(
+        d.message.contains("evil.io/b") && !d.message.contains("evil.io/a"),
+        "{d:?}"
+    );
     // A namespace relabelled after the pod was created: the old selector is not a new conflict.
     let stale = pod(&["registry.example.com/a"], "pool2");
     assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "").allowed);
@@ -194,14 +299,31 @@ fn update_denies_only_what_is_new() {
 #[test]
 fn enforcement_modes_and_evaluation_failures() {
     let bad = pod(&["evil.io/a"], "pool1");
-    let dryrun = DENY_EXAMPLE.replace("allowedrepositories:\n", "allowedrepositories:\n    enforcement: dryrun\n");
+    let dryrun = DENY_EXAMPLE.replace(
+        "allowedrepositories:\n",
+        "allowedrepositories:\n    enforcement: dryrun\n",
+    );
     let d = decide_inline("CREATE", None, bad.clone(), None, &dryrun);
-    assert!(d.allowed && d.warnings.is_empty() && d.dryrun.len() == 1, "{d:?}");
+    assert!(
+        d.allowed && d.warnings.is_empty() && d.dryrun.len() == 1,
+        "{d:?}"
+    );
 
     // More than one message: every one is listed, one per line, each naming the policy.
-    let d = decide_inline("CREATE", None, pod(&["evil.io/a", "evil.io/b"], "pool1"), None, DENY_EXAMPLE);
+    let d = decide_inline(
+        "CREATE",
+        None,
+        pod(&["evil.io/a", "evil.io/b"], "pool1"),
+        None,
+        DENY_EXAMPLE,
+    );
     assert_eq!(d.message.lines().count(), 2, "{d:?}");
-    assert!(d.message.lines().all(|l| l.starts_with("allowedrepositories: ")), "{d:?}");
+    assert!(
+        d.message
+            .lines()
+            .all(|l| l.starts_with("allowedrepositories: ")),
+        "{d:?}"
+    );
 
     // A policy that errors: denied (default) or allowed with a warning, never a silent allow.
     let dir = tempfile::tempdir().unwrap();
@@ -214,14 +336,32 @@ fn enforcement_modes_and_evaluation_failures() {
     for (on_error, allowed) in [("deny", false), ("allow", true)] {
         let config = config_dir.path().join("c.yaml");
         std::fs::write(&config, format!("evaluation: {{onError: {on_error}}}\npolicies:\n  boom:\n    parameters: {{zero: 0}}\n")).unwrap();
-        let rules = Sources { config: Some(config), policies_dir: Some(dir.path().into()) }.load().unwrap();
+        let rules = Sources {
+            config: Some(config),
+            policies_dir: Some(dir.path().into()),
+        }
+        .load()
+        .unwrap();
         let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "unmapped",
                              "operation": "CREATE", "object": pod(&["x"], "pool1")});
         let req = Request::from_value(&request).unwrap();
-        let d = decide(Webhook::Validate, &req, None, &rules.config, &rules.policies);
+        let d = decide(
+            Webhook::Validate,
+            &req,
+            None,
+            &rules.config,
+            &rules.policies,
+        );
         assert_eq!(d.allowed, allowed, "{on_error}: {d:?}");
-        let text = if allowed { d.warnings.join("\n") } else { d.message.clone() };
-        assert!(text.contains("policy boom could not be evaluated"), "{on_error}: {d:?}");
+        let text = if allowed {
+            d.warnings.join("\n")
+        } else {
+            d.message.clone()
+        };
+        assert!(
+            text.contains("policy boom could not be evaluated"),
+            "{on_error}: {d:?}"
+        );
         if !allowed {
             assert_eq!(d.code, 500);
         }
@@ -235,8 +375,18 @@ fn response_document_for_a_patch() {
     let response = admission::respond("pod-create-mapped", &d)["response"].clone();
     assert_eq!(response["uid"], "pod-create-mapped");
     assert_eq!(response["patchType"], "JSONPatch");
-    let patch = base64::engine::general_purpose::STANDARD.decode(response["patch"].as_str().unwrap()).unwrap();
-    let mut pod = serde_json::from_slice::<Value>(&std::fs::read("testdata/reviews/pod-create-mapped.json").unwrap()).unwrap()["request"]["object"].clone();
-    json_patch::patch(&mut pod, &serde_json::from_slice::<json_patch::Patch>(&patch).unwrap()).unwrap();
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    let mut pod = serde_json::from_slice::<Value>(
+        &std::fs::read("testdata/reviews/pod-create-mapped.json").unwrap(),
+    )
+    .unwrap()["request"]["object"]
+        .clone();
+    json_patch::patch(
+        &mut pod,
+        &serde_json::from_slice::<json_patch::Patch>(&patch).unwrap(),
+    )
+    .unwrap();
     assert_eq!(pod["spec"]["nodeSelector"], json!({"agentpool": "pool1"}));
 }

@@ -14,14 +14,20 @@ use poolguard::webhook::{decide, Webhook};
 use serde_json::json;
 
 fn reference() -> Option<String> {
-    let path = std::env::var_os("POOLGUARD_STACKL_REFERENCE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/stackl-policy-types.txt")
-    });
+    let path = std::env::var_os("POOLGUARD_STACKL_REFERENCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/reference/stackl-policy-types.txt")
+        });
     match std::fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(e) if std::env::var_os("CI").is_some() => panic!("{}: {e}", path.display()),
         Err(e) => {
-            eprintln!("NOT RUN: the StackL reference {} is not readable here ({e})", path.display());
+            eprintln!(
+                "NOT RUN: the StackL reference {} is not readable here ({e})",
+                path.display()
+            );
             None
         }
     }
@@ -35,8 +41,15 @@ fn sit_example(text: &str) -> String {
         .position(|l| l.trim() == "description: allowedrepositories policy")
         .expect("the reference has the allowedrepositories SIT example")
         - 1;
-    assert!(lines[start].starts_with("category:"), "unexpected layout: {}", lines[start]);
-    let len = lines[start..].iter().position(|l| l.trim().is_empty()).unwrap();
+    assert!(
+        lines[start].starts_with("category:"),
+        "unexpected layout: {}",
+        lines[start]
+    );
+    let len = lines[start..]
+        .iter()
+        .position(|l| l.trim().is_empty())
+        .unwrap();
     lines[start..start + len].join("\n") + "\n"
 }
 
@@ -56,9 +69,7 @@ fn stackl_template_runs_unchanged() {
         "t",
     )
     .unwrap();
-    let input = |image: &str| {
-        json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}})
-    };
+    let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
     let ok = policies.evaluate(&input("repo.example.com/postgres:latest"), None, &config);
     assert_eq!(ok[0].result, Ok(vec![]));
     let bad = policies.evaluate(&input("repository.example.com"), None, &config);
@@ -78,6 +89,10 @@ fn stackl_template_runs_unchanged() {
     let d = decide(Webhook::Validate, &req, None, &config, &policies);
     assert!(!d.allowed);
     assert_eq!(d.code, 403);
-    assert!(d.message.contains("functional_requirement {postgres} has an invalid image repository"), "{d:?}");
+    assert!(
+        d.message
+            .contains("functional_requirement {postgres} has an invalid image repository"),
+        "{d:?}"
+    );
     assert!(!d.message.contains("{ok}"), "{d:?}");
 }

@@ -1,12 +1,26 @@
-//! OPA's deprecated `any()` and `all()`, which regorus does not provide and StackL-era templates call.
+//! Functions poolguard adds to Rego: OPA's deprecated `any()` and `all()`, which regorus does not
+//! provide and StackL-era templates call, and `poolguard.image_repository(ref)`.
 
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
-/// Adds `any(collection)` and `all(collection)` to `engine`.
+/// Adds `any(collection)`, `all(collection)` and `poolguard.image_repository(ref)` to `engine`.
 pub fn register(engine: &mut Engine) -> Result<()> {
-    engine.add_extension("any".to_string(), 1, Box::new(|args: Vec<Value>| quantify("any", args)))?;
-    engine.add_extension("all".to_string(), 1, Box::new(|args: Vec<Value>| quantify("all", args)))?;
+    engine.add_extension(
+        "poolguard.image_repository".to_string(),
+        1,
+        Box::new(|args: Vec<Value>| image_repository(args)),
+    )?;
+    engine.add_extension(
+        "any".to_string(),
+        1,
+        Box::new(|args: Vec<Value>| quantify("any", args)),
+    )?;
+    engine.add_extension(
+        "all".to_string(),
+        1,
+        Box::new(|args: Vec<Value>| quantify("all", args)),
+    )?;
     Ok(())
 }
 
@@ -27,6 +41,15 @@ fn quantify(which: &str, args: Vec<Value>) -> Result<Value> {
     }))
 }
 
+/// The normalized `registry/path` of an image reference (see [`crate::image`]).
+fn image_repository(args: Vec<Value>) -> Result<Value> {
+    match args.as_slice() {
+        [Value::String(reference)] => Ok(Value::from(crate::image::repository(reference))),
+        [other] => bail!("poolguard.image_repository: operand must be a string, got {other}"),
+        _ => bail!("poolguard.image_repository: expects one argument"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,7 +58,10 @@ mod tests {
         let mut engine = Engine::new();
         engine.set_rego_v0(true);
         register(&mut engine)?;
-        engine.add_policy("t.rego".into(), format!("package t\nx = r {{ r := {expr} }}\n"))?;
+        engine.add_policy(
+            "t.rego".into(),
+            format!("package t\nx = r {{ r := {expr} }}\n"),
+        )?;
         engine.eval_rule("data.t.x".into())
     }
 
@@ -52,6 +78,10 @@ mod tests {
             ("all([])", true),
             ("all({false})", false),
         ];
+        assert_eq!(
+            eval("poolguard.image_repository(\"nginx:1\")").unwrap(),
+            Value::from("docker.io/library/nginx")
+        );
         for (expr, want) in cases {
             assert_eq!(eval(expr).unwrap(), Value::from(want), "{expr}");
         }
@@ -61,5 +91,9 @@ mod tests {
     fn non_collection_is_an_error() {
         let err = eval("any(1)").unwrap_err().to_string();
         assert!(err.contains("array or a set"), "{err}");
+        let err = eval("poolguard.image_repository(1)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be a string"), "{err}");
     }
 }

@@ -13,7 +13,12 @@ const CONTAINER_LISTS: [(&str, &str); 3] = [
 
 /// The input without `parameters` (added per policy). `object` is the object under review and
 /// `spec` its pod spec; `request` is the AdmissionRequest it came in.
-pub fn document(request: &Value, object: &Value, spec: Option<&Value>, pool: Option<&str>) -> Value {
+pub fn document(
+    request: &Value,
+    object: &Value,
+    spec: Option<&Value>,
+    pool: Option<&str>,
+) -> Value {
     json!({
         "services": { service_name(object): { "functional_requirements": functional_requirements(spec) } },
         "target": pool,
@@ -78,11 +83,17 @@ mod tests {
         let request = json!({"uid": "1", "namespace": "ns"});
         let object = json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
         let doc = document(&request, &object, object.get("spec"), Some("gpu"));
-        assert_eq!(doc["services"]["web-"]["functional_requirements"]["c"]["image"], "i");
+        assert_eq!(
+            doc["services"]["web-"]["functional_requirements"]["c"]["image"],
+            "i"
+        );
         assert_eq!(doc["target"], "gpu");
         assert_eq!(doc["review"], request);
         let no_pool = document(&request, &json!({}), None, None);
         assert_eq!(no_pool["target"], Value::Null);
-        assert_eq!(no_pool["services"]["unnamed"]["functional_requirements"], json!({}));
+        assert_eq!(
+            no_pool["services"]["unnamed"]["functional_requirements"],
+            json!({})
+        );
     }
 }

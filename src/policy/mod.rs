@@ -75,20 +75,26 @@ impl Policy {
             .has_declared_rule_rooted_at(&path, "infringement")
             .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
         if !declared {
-            bail!("{path}: policy `{}` declares no `infringement` rule", template.name);
+            bail!(
+                "{path}: policy `{}` declares no `infringement` rule",
+                template.name
+            );
         }
-        let policy = Policy {
+        let rule = format!("{want}.infringement");
+        // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
+        // starts prepared; unknown functions and similar mistakes also surface only here.
+        engine.set_input(Value::new_object());
+        let first = engine.eval_rule(rule.clone()).map_err(|e| {
+            anyhow::anyhow!("{path}: policy `{}` does not compile: {e}", template.name)
+        })?;
+        messages(&first).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        Ok(Policy {
             name: template.name.clone(),
             inputs: template.inputs.clone(),
             path: template.path.clone(),
-            rule: format!("{want}.infringement"),
+            rule,
             engine,
-        };
-        // Unknown functions and similar mistakes only surface at the first evaluation.
-        policy
-            .infringements(Value::new_object(), Duration::from_secs(5))
-            .map_err(|e| anyhow::anyhow!("{path}: policy `{}` does not compile: {e}", policy.name))?;
-        Ok(policy)
+        })
     }
 
     /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
@@ -112,16 +118,22 @@ fn messages(value: &Value) -> Result<Vec<String>, String> {
         Value::Undefined => return Ok(Vec::new()),
         Value::Set(s) => s.iter().collect(),
         Value::Array(a) => a.iter().collect(),
-        other => return Err(format!("`infringement` must be a set of objects with `msg`, got {other}")),
+        other => {
+            return Err(format!(
+                "`infringement` must be a set of objects with `msg`, got {other}"
+            ))
+        }
     };
     let msg_key = Value::from("msg");
     let mut out: Vec<String> = items
         .into_iter()
-        .map(|item| match item.as_object().ok().and_then(|o| o.get(&msg_key)) {
-            Some(Value::String(s)) => s.to_string(),
-            Some(other) => other.to_string(),
-            None => item.to_string(),
-        })
+        .map(
+            |item| match item.as_object().ok().and_then(|o| o.get(&msg_key)) {
+                Some(Value::String(s)) => s.to_string(),
+                Some(other) => other.to_string(),
+                None => item.to_string(),
+            },
+        )
         .collect();
     out.sort();
     out.dedup();
@@ -136,7 +148,10 @@ impl PolicySet {
     }
 
     pub fn compile(templates: &[Template]) -> Result<PolicySet> {
-        let mut policies = templates.iter().map(Policy::compile).collect::<Result<Vec<_>>>()?;
+        let mut policies = templates
+            .iter()
+            .map(Policy::compile)
+            .collect::<Result<Vec<_>>>()?;
         policies.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(PolicySet { policies })
     }
@@ -163,7 +178,12 @@ impl PolicySet {
 
     /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
     /// (an [`input::document`]).
-    pub fn evaluate(&self, input: &serde_json::Value, pool: Option<&str>, config: &Config) -> Vec<Outcome> {
+    pub fn evaluate(
+        &self,
+        input: &serde_json::Value,
+        pool: Option<&str>,
+        config: &Config,
+    ) -> Vec<Outcome> {
         let limit = Duration::from_millis(config.evaluation.timeout_millis);
         let mut base: Option<Value> = None;
         let mut outcomes = Vec::new();
@@ -171,7 +191,9 @@ impl PolicySet {
             let Some(settings) = config.effective_policy(&policy.name, pool) else {
                 continue;
             };
-            let mut doc = base.get_or_insert_with(|| Value::from(input.clone())).clone();
+            let mut doc = base
+                .get_or_insert_with(|| Value::from(input.clone()))
+                .clone();
             let parameters = Value::from(serde_json::Value::Object(settings.parameters.clone()));
             let result = match doc.as_object_mut() {
                 Ok(map) => {
@@ -203,9 +225,12 @@ mod tests {
     fn compile_errors_name_file_and_line() {
         let err = format!(
             "{:#}",
-            Policy::compile(&template("bad", "package bad\n\ninfringement[{\"msg\": m}] {\n  m := \n}\n"))
-                .err()
-                .unwrap()
+            Policy::compile(&template(
+                "bad",
+                "package bad\n\ninfringement[{\"msg\": m}] {\n  m := \n}\n"
+            ))
+            .err()
+            .unwrap()
         );
         assert!(err.contains("bad.rego:"), "{err}");
         assert!(err.contains("bad.rego:3:"), "{err}");
@@ -221,12 +246,18 @@ mod tests {
 
     #[test]
     fn package_must_match_name_and_rule_must_exist() {
-        let err = Policy::compile(&template("a", "package b\ninfringement[{\"msg\": \"x\"}] { true }\n"))
+        let err = Policy::compile(&template(
+            "a",
+            "package b\ninfringement[{\"msg\": \"x\"}] { true }\n",
+        ))
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(err.contains("package a"), "{err}");
+        let err = Policy::compile(&template("a", "package a\ndeny = true\n"))
             .err()
             .unwrap()
             .to_string();
-        assert!(err.contains("package a"), "{err}");
-        let err = Policy::compile(&template("a", "package a\ndeny = true\n")).err().unwrap().to_string();
         assert!(err.contains("no `infringement` rule"), "{err}");
     }
 
@@ -240,7 +271,10 @@ mod tests {
         let err = p
             .infringements(Value::from(json!({"go": true})), Duration::from_millis(50))
             .unwrap_err();
-        assert!(err.to_lowercase().contains("time") || err.contains("limit"), "{err}");
+        assert!(
+            err.to_lowercase().contains("time") || err.contains("limit"),
+            "{err}"
+        );
     }
 
     #[test]

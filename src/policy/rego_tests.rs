@@ -39,7 +39,9 @@ pub fn run(templates: &[Template], tests: &[TestFile]) -> Result<Vec<TestResult>
         .map(|rule| {
             let failure = match engine.eval_rule(rule.clone()) {
                 Ok(Value::Bool(true)) => None,
-                Ok(Value::Undefined) => Some("undefined: a condition in the test was false".to_string()),
+                Ok(Value::Undefined) => {
+                    Some("undefined: a condition in the test was false".to_string())
+                }
                 Ok(other) => Some(format!("returned {other}, not true")),
                 Err(e) => Some(format!("error: {e:#}")),
             };
@@ -82,13 +84,24 @@ mod tests {
 
     #[test]
     fn passing_failing_and_erroring_tests() {
-        let policy = from_rego("p", "package p\nimport rego.v1\ndouble(x) := x * 2\n".into(), "p.rego".into());
+        let policy = from_rego(
+            "p",
+            "package p\nimport rego.v1\ndouble(x) := x * 2\n".into(),
+            "p.rego".into(),
+        );
         let tests = TestFile {
             path: "p_test.rego".into(),
             rego: "package p_test\nimport rego.v1\ntest_ok if { data.p.double(2) == 4 }\ntest_false if { data.p.double(2) == 5 }\ntest_value := 3\ntest_err if { 1 / 0 == 1 }\n".into(),
         };
         let results = run(&[policy], &[tests]).unwrap();
-        let by_name = |n: &str| results.iter().find(|r| r.name == format!("p_test.{n}")).unwrap().failure.clone();
+        let by_name = |n: &str| {
+            results
+                .iter()
+                .find(|r| r.name == format!("p_test.{n}"))
+                .unwrap()
+                .failure
+                .clone()
+        };
         assert_eq!(by_name("test_ok"), None);
         assert!(by_name("test_false").unwrap().contains("undefined"));
         assert!(by_name("test_value").unwrap().contains("not true"));

@@ -64,7 +64,10 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<Template>, Vec<TestFile>)> {
     let mut templates: Vec<Template> = Vec::new();
     let mut tests = Vec::new();
     for path in paths {
-        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let file_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         let text = || {
             std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
         };
@@ -148,7 +151,8 @@ mod tests {
 
     #[test]
     fn yaml_template_keeps_line_numbers() {
-        let text = "name: p\ntype: policy_template\ninputs: [a]\npolicy: |\n  package p\n  x := 1\n";
+        let text =
+            "name: p\ntype: policy_template\ninputs: [a]\npolicy: |\n  package p\n  x := 1\n";
         let t = from_yaml(text, "p.yaml".into()).unwrap();
         assert_eq!(t.name, "p");
         assert_eq!(t.inputs, vec!["a"]);
@@ -166,8 +170,13 @@ mod tests {
             ("name: [p]\npolicy: x\n", "at `name`"),
         ];
         for (text, want) in cases {
-            let err = from_yaml(text, "dir/p.yaml".into()).unwrap_err().to_string();
-            assert!(err.contains(want) && err.contains("dir/p.yaml"), "{text:?}: {err}");
+            let err = from_yaml(text, "dir/p.yaml".into())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(want) && err.contains("dir/p.yaml"),
+                "{text:?}: {err}"
+            );
         }
     }
 
