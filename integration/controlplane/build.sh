@@ -180,7 +180,8 @@ if (( ${#todo_k8s[@]} > 0 )); then
         build_date="$(date -u -d "@${SOURCE_DATE_EPOCH}" +%Y-%m-%dT%H:%M:%SZ)"
     else
         build_date="$(cd "${here}/k8s" && go list -mod=readonly -m \
-            -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes 2>/dev/null || true)"
+            -f '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes 2>/dev/null)" \
+            || build_date=""
         [[ -n "${build_date}" ]] || build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     fi
     ldflags="-s -w"

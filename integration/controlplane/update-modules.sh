@@ -71,7 +71,11 @@ write_header "${here}/k8s" "poolguard.invalid/integration/controlplane/k8s" "$(g
 # Same GODEBUG defaults as upstream's own builds of these commands.
 godebugs="$(godebugs_of "${k8s_mod}")"
 if [[ -n "${godebugs}" ]]; then
-    { echo; echo "godebug ("; sed 's/^/\t/' <<<"${godebugs}"; echo ")"; } >> "${here}/k8s/go.mod"
+    {
+        printf '\ngodebug (\n'
+        while read -r kv; do printf '\t%s\n' "${kv}"; done <<<"${godebugs}"
+        printf ')\n'
+    } >> "${here}/k8s/go.mod"
 fi
 printf '\nrequire k8s.io/kubernetes %s\n' "${K8S_VERSION}" >> "${here}/k8s/go.mod"
 # Every "k8s.io/foo => ./staging/src/k8s.io/foo" becomes "k8s.io/foo => k8s.io/foo v0.X.Y".
