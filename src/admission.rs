@@ -197,6 +197,17 @@ pub struct Decision {
     pub warnings: Vec<String>,
     /// Logged only (dryrun-mode policies).
     pub dryrun: Vec<String>,
+    /// What each policy that ran on the object found (for metrics).
+    pub policy_results: Vec<PolicyResult>,
+}
+
+/// One policy's evaluation on one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyResult {
+    pub policy: String,
+    pub enforcement: crate::config::Enforcement,
+    pub infringements: usize,
+    pub error: bool,
 }
 
 impl Decision {

@@ -1,6 +1,6 @@
 //! The `poolguard` command line.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,8 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use poolguard::namespaces;
 use poolguard::policy::{rego_tests, template};
 use poolguard::ruleset::{Sources, DEFAULT_POLICIES_DIR};
+use poolguard::tls::TlsFiles;
 use poolguard::webhook::Webhook;
-use poolguard::{certs, documents, eval};
+use poolguard::{certs, documents, eval, serve};
 
 /// Kubernetes admission webhook: puts pods on their namespace's node pool and enforces Rego
 /// (StackL SIT) policies such as allowed image repositories.
@@ -24,6 +25,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the webhook server: POST /mutate and /validate over HTTPS, and an operations port
+    /// with /healthz, /readyz and /metrics.
+    ///
+    /// Namespace labels come from --namespaces-file, else from the cluster (in-cluster config or
+    /// KUBECONFIG) through a watch cache. Certificate, config and policy files are reloaded when
+    /// they change; a change that does not load keeps the last good version. SIGTERM stops
+    /// accepting connections, finishes in-flight requests and exits 0.
+    Serve(ServeArgs),
     /// Decide one AdmissionReview or manifest from files, without a cluster.
     ///
     /// An AdmissionReview v1 (JSON or YAML) prints the AdmissionReview response. A plain Pod or
@@ -66,6 +75,50 @@ struct EvalArgs {
     input: String,
 }
 
+#[derive(Args)]
+struct ServeArgs {
+    /// HTTPS address [default: 0.0.0.0:8443, or 127.0.0.1:8443 with --dev]
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Serving certificate (PEM), reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mTLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Namespace objects to take labels from instead of the cluster.
+    #[arg(long, value_name = "FILE")]
+    namespaces_file: Option<PathBuf>,
+    /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Per-request deadline in milliseconds; past it `evaluation.onError` decides. Keep it below
+    /// the webhook configuration's timeoutSeconds.
+    #[arg(long, default_value_t = 4000, value_name = "MS")]
+    deadline_ms: u64,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 25, value_name = "SECONDS")]
+    drain_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
+    /// given, and use the embedded testdata namespaces when no cluster is configured.
+    #[arg(long)]
+    dev: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Run every `test_*` rule in the `*_test.rego` files; exits non-zero on any failure.
@@ -103,8 +156,53 @@ fn main() -> ExitCode {
     }
 }
 
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<ExitCode> {
+    init_logging(args.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
+    let default = |port| if args.dev { loopback(port) } else { any(port) };
+    let tls = match (args.tls_cert_file, args.tls_key_file) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: args.client_ca_file,
+        }),
+        _ => None,
+    };
+    let options = serve::Options {
+        addr: args.addr.unwrap_or_else(|| default(8443)),
+        metrics_addr: args.metrics_addr.unwrap_or_else(|| default(9090)),
+        tls,
+        sources: Sources {
+            config: args.rules.config,
+            policies_dir: args.rules.policies_dir,
+        },
+        namespaces_file: args.namespaces_file,
+        deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
+        drain: std::time::Duration::from_secs(args.drain_seconds),
+        dev: args.dev,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(serve::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(command: Command) -> Result<ExitCode> {
     match command {
+        Command::Serve(args) => serve(args),
         Command::Eval(args) => {
             let sources = Sources {
                 config: args.rules.config,

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::admission::{at, pod_spec_path, Decision, Operation, Request};
+use crate::admission::{at, pod_spec_path, Decision, Operation, PolicyResult, Request};
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
 use crate::policy::{input, PolicySet};
@@ -15,6 +15,7 @@ struct Findings {
     denials: Vec<(u16, String)>,
     warnings: Vec<String>,
     dryrun: Vec<String>,
+    evaluations: Vec<PolicyResult>,
 }
 
 /// Decides one validating request.
@@ -67,6 +68,7 @@ pub fn validate(
         patch: None,
         warnings: found.warnings,
         dryrun: found.dryrun,
+        policy_results: found.evaluations,
     }
 }
 
@@ -102,6 +104,12 @@ fn findings(
     let document = input::document(req.raw, object, spec, pool);
     for outcome in policies.evaluate(&document, pool, config) {
         let name = &outcome.policy;
+        found.evaluations.push(PolicyResult {
+            policy: name.clone(),
+            enforcement: outcome.enforcement,
+            infringements: outcome.result.as_ref().map_or(0, Vec::len),
+            error: outcome.result.is_err(),
+        });
         match (outcome.result, outcome.enforcement) {
             (Ok(messages), Enforcement::Deny) => found
                 .denials

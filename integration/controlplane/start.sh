@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a throwaway control plane on loopback for integration tests:
 # etcd + kube-apiserver (and, with POOLGUARD_CP_CONTROLLERS=1, also
-# kube-controller-manager + kube-scheduler).
+# kube-controller-manager + kube-scheduler; extra controller-manager flags
+# from POOLGUARD_CP_CONTROLLER_MANAGER_ARGS).
 #
 #   STATE=$(integration/controlplane/start.sh [STATE_DIR] | tail -1)
 #   export KUBECONFIG=$STATE/kubeconfig      # or: source "$STATE/env"
@@ -198,6 +199,10 @@ kubectl_cmd=("${bin}/kubectl" --kubeconfig="${kubeconfig}" --request-timeout=5s)
 wait_for kube-apiserver 180 "kube-apiserver on 127.0.0.1:${api_port}" "${kubectl_cmd[@]}" get --raw /readyz
 
 if [[ "${with_controllers}" == 1 ]]; then
+    # Extra kube-controller-manager flags, whitespace-separated (no quoting), e.g.
+    # POOLGUARD_CP_CONTROLLER_MANAGER_ARGS='--controllers=*,-node-lifecycle-controller'
+    # keeps fake Nodes without a kubelet from being tainted unreachable.
+    read -r -a kcm_extra <<< "${POOLGUARD_CP_CONTROLLER_MANAGER_ARGS:-}"
     launch kube-controller-manager \
         --kubeconfig="${kubeconfig}" \
         --authentication-kubeconfig="${kubeconfig}" \
@@ -209,7 +214,8 @@ if [[ "${with_controllers}" == 1 ]]; then
         --service-account-private-key-file="${pki}/sa.key" \
         --root-ca-file="${pki}/ca.crt" \
         --cluster-signing-cert-file="${pki}/ca.crt" \
-        --cluster-signing-key-file="${pki}/ca.key"
+        --cluster-signing-key-file="${pki}/ca.key" \
+        "${kcm_extra[@]}"
     launch kube-scheduler \
         --kubeconfig="${kubeconfig}" \
         --authentication-kubeconfig="${kubeconfig}" \

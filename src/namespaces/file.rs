@@ -1,4 +1,4 @@
-//! Where namespace labels come from. Here: a file of Namespace objects (no cluster needed).
+//! Namespace labels from a file of Namespace objects (no cluster needed).
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,0 +1,163 @@
+//! The Prometheus metrics poolguard publishes on the operations port.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub webhook: String,
+    pub operation: String,
+    pub kind: String,
+    /// allowed | patched | denied | warned | invalid
+    pub decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub webhook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+    pub enforcement: String,
+    /// pass | infringement | error
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InfringementLabels {
+    pub policy: String,
+    pub enforcement: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// tls | config | policies
+    pub what: String,
+    /// success | failure
+    pub result: String,
+}
+
+/// Every metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub latency: Family<WebhookLabels, Histogram>,
+    pub policy_evaluations: Family<PolicyLabels, Counter>,
+    pub infringements: Family<InfringementLabels, Counter>,
+    pub reloads: Family<ReloadLabels, Counter>,
+    pub namespace_cache_size: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("poolguard");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission requests answered, by webhook, operation, kind and decision",
+            requests.clone(),
+        );
+        let latency = Family::<WebhookLabels, Histogram>::new_with_constructor(|| {
+            // 50 µs .. ~3.3 s
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                0.00005, 2.0, 17,
+            ))
+        });
+        registry.register(
+            "admission_request_duration_seconds",
+            "Time from request body received to response ready",
+            latency.clone(),
+        );
+        let policy_evaluations = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "policy_evaluations",
+            "Policy evaluations by policy, enforcement action and result",
+            policy_evaluations.clone(),
+        );
+        let infringements = Family::<InfringementLabels, Counter>::default();
+        registry.register(
+            "policy_infringements",
+            "Infringement messages by policy and enforcement action",
+            infringements.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "reloads",
+            "Reloads of TLS files, config and policies, by result",
+            reloads.clone(),
+        );
+        let namespace_cache_size = Gauge::default();
+        registry.register(
+            "namespace_cache_size",
+            "Namespaces known to the namespace cache",
+            namespace_cache_size.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+            policy_evaluations,
+            infringements,
+            reloads,
+            namespace_cache_size,
+        }
+    }
+
+    /// Counts one reload attempt.
+    pub fn reload(&self, what: &str, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads
+            .get_or_create(&ReloadLabels {
+                what: what.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_show_in_the_text_format() {
+        let m = Metrics::new();
+        m.reload("policies", false);
+        m.requests
+            .get_or_create(&RequestLabels {
+                webhook: "mutate".into(),
+                operation: "CREATE".into(),
+                kind: "Pod".into(),
+                decision: "patched".into(),
+            })
+            .inc();
+        m.namespace_cache_size.set(3);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"poolguard_reloads_total{what="policies",result="failure"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
+        assert!(text.contains("poolguard_namespace_cache_size 3"), "{text}");
+    }
+}

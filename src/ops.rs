@@ -1,0 +1,45 @@
+//! The operations port (plain HTTP): liveness, readiness and Prometheus metrics.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::server::App;
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(app)
+}
+
+/// Ready once the namespace cache has synced (TLS, config and policies are loaded before the
+/// server starts listening, and reloads never leave them unloaded).
+async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
+    if app.namespaces.ready() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the namespace cache has not synced yet\n".to_string(),
+        )
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    app.metrics
+        .namespace_cache_size
+        .set(app.namespaces.len() as i64);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+}

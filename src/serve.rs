@@ -1,0 +1,220 @@
+//! `poolguard serve`: loads everything, starts the HTTPS and operations servers, the namespace
+//! source and the file watches, and shuts down gracefully on SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::namespaces::{self, cluster::ClusterNamespaces, Namespaces};
+use crate::ruleset::Sources;
+use crate::server::{self, App};
+use crate::tls::TlsFiles;
+use crate::{certs, reload};
+
+/// The namespaces used by `--dev` when no cluster is configured: the ones in testdata/.
+const EMBEDDED_NAMESPACES: &str = include_str!("../testdata/namespaces.yaml");
+/// Where `--dev` writes its certificates when none are given.
+const DEV_CERT_DIR: &str = "certs";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    /// Required unless `dev`.
+    pub tls: Option<TlsFiles>,
+    pub sources: Sources,
+    pub namespaces_file: Option<PathBuf>,
+    pub deadline: Duration,
+    /// How long in-flight requests get after SIGTERM.
+    pub drain: Duration,
+    /// Generate certificates and fall back to the embedded namespaces when no cluster is configured.
+    pub dev: bool,
+}
+
+/// A started server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub app: Arc<App>,
+    task: JoinHandle<Result<()>>,
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl Running {
+    /// Waits until the server has stopped (after `shutdown` is cancelled and connections drained).
+    pub async fn wait(self) -> Result<()> {
+        let _watcher = self._watcher;
+        self.task.await.context("the server task failed")?
+    }
+}
+
+/// Loads everything and starts listening; errors here are configuration errors.
+pub async fn start(opts: Options) -> Result<Running> {
+    let metrics = Arc::new(Metrics::new());
+    let tls_files = match (&opts.tls, opts.dev) {
+        (Some(files), _) => files.clone(),
+        (None, true) => dev_certificates(Path::new(DEV_CERT_DIR))?,
+        (None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --dev for generated local certificates)"),
+    };
+    let tls = Arc::new(ArcSwap::new(tls_files.server_config()?));
+    let rules = opts.sources.load()?;
+    tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
+    let namespaces = namespace_source(&opts).await?;
+    let app = Arc::new(App {
+        rules: ArcSwap::from_pointee(rules),
+        namespaces,
+        metrics: metrics.clone(),
+        deadline: opts.deadline,
+    });
+    let watcher = reload::watch(reload_targets(&opts, &tls_files, &tls, &app), metrics)?;
+
+    let listener = TcpListener::bind(opts.addr)
+        .await
+        .with_context(|| format!("listening on {}", opts.addr))?;
+    let ops_listener = TcpListener::bind(opts.metrics_addr)
+        .await
+        .with_context(|| format!("listening on {}", opts.metrics_addr))?;
+    let addr = listener.local_addr()?;
+    let metrics_addr = ops_listener.local_addr()?;
+    tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
+
+    let shutdown = CancellationToken::new();
+    let ops_router = crate::ops::router(app.clone());
+    let router = server::router(app.clone());
+    let stop = shutdown.clone();
+    let drain = opts.drain;
+    let task = tokio::spawn(async move {
+        let ops_stop = CancellationToken::new();
+        let ops_done = ops_stop.clone();
+        let ops = tokio::spawn(async move {
+            axum::serve(ops_listener, ops_router)
+                .with_graceful_shutdown(async move { ops_done.cancelled().await })
+                .await
+        });
+        let served = server::serve_tls(listener, tls, router, stop, drain).await;
+        ops_stop.cancel();
+        ops.await
+            .context("the operations server task failed")?
+            .context("operations server")?;
+        served
+    });
+    Ok(Running {
+        addr,
+        metrics_addr,
+        shutdown,
+        app,
+        task,
+        _watcher: watcher,
+    })
+}
+
+/// Starts, then runs until SIGTERM or Ctrl-C, then drains and returns.
+pub async fn run(opts: Options) -> Result<()> {
+    let running = start(opts).await?;
+    let shutdown = running.shutdown.clone();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: no new connections; finishing in-flight requests"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: no new connections; finishing in-flight requests"),
+    }
+    shutdown.cancel();
+    running.wait().await
+}
+
+/// Certificates for local runs in `dir` (made once, reused while present).
+fn dev_certificates(dir: &Path) -> Result<TlsFiles> {
+    let files = TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+        client_ca: None,
+    };
+    if !(files.cert.exists() && files.key.exists()) {
+        certs::serving_bundle(
+            &["localhost".to_string()],
+            &["127.0.0.1".parse()?, "::1".parse()?],
+            30,
+        )?
+        .write(dir)?;
+        tracing::info!(dir = %dir.display(), "generated development certificates (ca.crt, tls.crt, tls.key)");
+    }
+    Ok(files)
+}
+
+/// A namespaces file; else the cluster (in-cluster config or KUBECONFIG); else, with --dev, the
+/// embedded testdata namespaces.
+async fn namespace_source(opts: &Options) -> Result<Namespaces> {
+    if let Some(path) = &opts.namespaces_file {
+        let labels = namespaces::load_file(path)?;
+        tracing::info!(file = %path.display(), namespaces = labels.len(), "namespace labels from a file");
+        return Ok(Namespaces::fixed(labels));
+    }
+    match kube::Config::infer().await {
+        Ok(config) => {
+            let client = kube::Client::try_from(config).context("creating the Kubernetes client")?;
+            tracing::info!("namespace labels from the cluster (watch cache, GET on a miss)");
+            Ok(Namespaces::new(Arc::new(ClusterNamespaces::start(client))))
+        }
+        Err(e) if opts.dev => {
+            tracing::warn!(reason = %e, "no cluster configured: using the embedded testdata namespaces");
+            Ok(Namespaces::fixed(namespaces::parse_file_text(EMBEDDED_NAMESPACES, "embedded testdata/namespaces.yaml")?))
+        }
+        Err(e) => bail!("no cluster configured ({e}); give --namespaces-file, or --dev for the embedded testdata namespaces"),
+    }
+}
+
+fn reload_targets(
+    opts: &Options,
+    tls_files: &TlsFiles,
+    tls: &Arc<ArcSwap<rustls::ServerConfig>>,
+    app: &Arc<App>,
+) -> Vec<reload::Target> {
+    let mut targets = Vec::new();
+    let (files, swap) = (tls_files.clone(), tls.clone());
+    targets.push(reload::Target {
+        what: "tls",
+        dirs: dedup(files.paths().into_iter().map(reload::dir_of)),
+        reload: Box::new(move || {
+            swap.store(files.server_config()?);
+            Ok(())
+        }),
+    });
+    let rule_dirs = dedup(
+        opts.sources
+            .config
+            .iter()
+            .map(|c| reload::dir_of(c))
+            .chain(opts.sources.policies_dir().map(|d| reload::dir_of(&d))),
+    );
+    if !rule_dirs.is_empty() {
+        let (sources, app) = (opts.sources.clone(), app.clone());
+        targets.push(reload::Target {
+            what: "rules",
+            dirs: rule_dirs,
+            reload: Box::new(move || {
+                app.rules.store(Arc::new(sources.load()?));
+                Ok(())
+            }),
+        });
+    }
+    targets
+}
+
+fn dedup(paths: impl Iterator<Item = PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}

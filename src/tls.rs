@@ -1,0 +1,118 @@
+//! The rustls server configuration, built from PEM files (and rebuilt when they change).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+/// The files a TLS configuration is read from.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    pub fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.cert.as_path(), self.key.as_path()];
+        paths.extend(self.client_ca.as_deref());
+        paths
+    }
+
+    /// TLS 1.3 preferred, 1.2 accepted; HTTP/2 and HTTP/1.1 offered through ALPN.
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certs = read_certs(&self.cert)?;
+        let key = read_key(&self.key)?;
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .context("choosing TLS versions")?;
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = RootCertStore::empty();
+                for cert in read_certs(ca)? {
+                    roots.add(cert).with_context(|| {
+                        format!("{}: not a usable CA certificate", ca.display())
+                    })?;
+                }
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                        .build()
+                        .with_context(|| {
+                            format!("{}: building the client verifier", ca.display())
+                        })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(certs, key).with_context(|| {
+            format!(
+                "{} and {} do not make a usable certificate",
+                self.cert.display(),
+                self.key.display()
+            )
+        })?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+fn read_certs(path: &Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: not PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no certificate found", path.display());
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    rustls_pemfile::private_key(&mut pem.as_slice())
+        .with_context(|| format!("{}: not a PEM private key", path.display()))?
+        .with_context(|| format!("{}: no private key found", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_and_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::certs::serving_bundle(&["localhost".into()], &[], 1)
+            .unwrap()
+            .write(dir.path())
+            .unwrap();
+        let files = |cert: &str, key: &str, ca: Option<&str>| TlsFiles {
+            cert: dir.path().join(cert),
+            key: dir.path().join(key),
+            client_ca: ca.map(|c| dir.path().join(c)),
+        };
+        let config = files("tls.crt", "tls.key", Some("ca.crt"))
+            .server_config()
+            .unwrap();
+        assert_eq!(
+            config.alpn_protocols,
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+        for (f, want) in [
+            (files("missing.crt", "tls.key", None), "reading"),
+            (files("tls.key", "tls.key", None), "no certificate"),
+            (files("tls.crt", "tls.crt", None), "no private key"),
+            (
+                files("ca.crt", "tls.key", None),
+                "do not make a usable certificate",
+            ),
+        ] {
+            let err = format!("{:#}", f.server_config().err().unwrap());
+            assert!(err.contains(want), "{err}");
+        }
+    }
+}
