@@ -21,6 +21,9 @@ pub trait Source: Send + Sync {
     fn synced(&self) -> bool;
     /// Namespaces in the cache.
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The namespace lookups the server makes.
@@ -59,7 +62,7 @@ impl Namespaces {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.source.is_empty()
     }
 }
 
