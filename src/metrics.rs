@@ -37,7 +37,7 @@ pub struct InfringementLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
-    /// tls | config | policies
+    /// tls | rules (config and policies, loaded together)
     pub what: String,
     /// success | failure
     pub result: String,
