@@ -5,10 +5,12 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
 };
-use time::{Duration, OffsetDateTime};
+use time::OffsetDateTime;
+
+const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// A certificate and its private key, PEM encoded.
 #[derive(Debug, Clone)]
@@ -19,7 +21,8 @@ pub struct Issued {
 
 /// A CA able to sign further certificates.
 pub struct Authority {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
     key_pem: String,
 }
 
@@ -33,6 +36,15 @@ pub enum Usage {
 impl Authority {
     /// A new self-signed CA valid for `days`.
     pub fn generate(common_name: &str, days: u32) -> Result<Authority> {
+        Authority::generate_for(common_name, OffsetDateTime::now_utc(), DAY * days)
+    }
+
+    /// A new self-signed CA valid for `valid_for` from `start`.
+    pub fn generate_for(
+        common_name: &str,
+        start: OffsetDateTime,
+        valid_for: std::time::Duration,
+    ) -> Result<Authority> {
         let mut params = CertificateParams::default();
         params
             .distinguished_name
@@ -43,24 +55,42 @@ impl Authority {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        set_validity(&mut params, days);
+        set_validity(&mut params, start, valid_for);
         let key = KeyPair::generate().context("generating the CA key")?;
         let key_pem = key.serialize_pem();
+        let cert_pem = params
+            .self_signed(&key)
+            .context("signing the CA certificate")?
+            .pem();
+        Ok(Authority {
+            issuer: Issuer::new(params, key),
+            cert_pem,
+            key_pem,
+        })
+    }
+
+    /// A CA from its PEM certificate and key (as stored in a Secret).
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Authority> {
+        let key = KeyPair::from_pem(key_pem).context("reading the CA key")?;
         let issuer =
-            CertifiedIssuer::self_signed(params, key).context("signing the CA certificate")?;
-        Ok(Authority { issuer, key_pem })
+            Issuer::from_ca_cert_pem(cert_pem, key).context("reading the CA certificate")?;
+        Ok(Authority {
+            issuer,
+            cert_pem: cert_pem.to_string(),
+            key_pem: key_pem.to_string(),
+        })
     }
 
     pub fn cert_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
     }
 
     pub fn key_pem(&self) -> &str {
         &self.key_pem
     }
 
-    /// A certificate for `usage`, with `dns_names` and `ips` as subject alternative names (the
-    /// first DNS name, or the common name for clients, as the subject's common name).
+    /// A certificate for `usage` valid for `days`, with `dns_names` and `ips` as subject
+    /// alternative names.
     pub fn issue(
         &self,
         common_name: &str,
@@ -68,6 +98,20 @@ impl Authority {
         ips: &[IpAddr],
         usage: Usage,
         days: u32,
+    ) -> Result<Issued> {
+        let start = OffsetDateTime::now_utc();
+        self.issue_for(common_name, dns_names, ips, usage, start, DAY * days)
+    }
+
+    /// Like [`Authority::issue`], valid for `valid_for` from `start`.
+    pub fn issue_for(
+        &self,
+        common_name: &str,
+        dns_names: &[String],
+        ips: &[IpAddr],
+        usage: Usage,
+        start: OffsetDateTime,
+        valid_for: std::time::Duration,
     ) -> Result<Issued> {
         let mut params = CertificateParams::default();
         params
@@ -94,7 +138,7 @@ impl Authority {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
         }];
-        set_validity(&mut params, days);
+        set_validity(&mut params, start, valid_for);
         let key = KeyPair::generate().context("generating a key")?;
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -121,11 +165,14 @@ fn valid_dns_name(name: &str) -> bool {
         })
 }
 
-fn set_validity(params: &mut CertificateParams, days: u32) {
-    let now = OffsetDateTime::now_utc();
+fn set_validity(
+    params: &mut CertificateParams,
+    start: OffsetDateTime,
+    valid_for: std::time::Duration,
+) {
     // A little slack for clocks that are slightly behind.
-    params.not_before = now - Duration::minutes(5);
-    params.not_after = now + Duration::days(i64::from(days));
+    params.not_before = start - time::Duration::minutes(5);
+    params.not_after = start + valid_for;
 }
 
 /// What `poolguard certs` writes: `ca.crt`, `tls.crt`, `tls.key`.

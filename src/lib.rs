@@ -17,6 +17,7 @@ pub mod placement;
 pub mod policy;
 pub mod reload;
 pub mod ruleset;
+pub mod selfcert;
 pub mod serve;
 pub mod server;
 pub mod tls;

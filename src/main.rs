@@ -32,7 +32,7 @@ enum Command {
     /// KUBECONFIG) through a watch cache. Certificate, config and policy files are reloaded when
     /// they change; a change that does not load keeps the last good version. SIGTERM stops
     /// accepting connections, finishes in-flight requests and exits 0.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Decide one AdmissionReview or manifest from files, without a cluster.
     ///
     /// An AdmissionReview v1 (JSON or YAML) prints the AdmissionReview response. A plain Pod or
@@ -87,7 +87,7 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     tls_key_file: Option<PathBuf>,
     /// Require client certificates signed by this CA (mTLS).
-    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    #[arg(long, value_name = "FILE")]
     client_ca_file: Option<PathBuf>,
     #[command(flatten)]
     rules: RuleArgs,
@@ -107,6 +107,38 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Keep the serving certificate in a Secret: create a CA and certificate when missing,
+    /// renew them before expiry and inject the CA bundle into --webhook-configs. Replaces
+    /// --tls-cert-file/--tls-key-file.
+    #[arg(long, requires_all = ["cert_secret", "webhook_configs"], conflicts_with = "tls_cert_file")]
+    manage_certs: bool,
+    /// With --manage-certs: the Secret, as NAMESPACE/NAME.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    cert_secret: Option<String>,
+    /// With --manage-certs: webhook configurations (mutating or validating) to inject the CA
+    /// bundle into, comma-separated.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    webhook_configs: Vec<String>,
+    /// With --manage-certs: DNS name of the serving certificate (repeatable), e.g.
+    /// poolguard.poolguard.svc.
+    #[arg(long = "cert-dns-name", value_name = "NAME")]
+    cert_dns_names: Vec<String>,
+    /// With --manage-certs: IP address of the serving certificate (repeatable).
+    #[arg(long = "cert-ip", value_name = "ADDR")]
+    cert_ips: Vec<IpAddr>,
+    /// With --manage-certs: CA lifetime (renewed with a third left).
+    #[arg(long, default_value = "5y", value_parser = humantime::parse_duration)]
+    ca_validity: std::time::Duration,
+    /// With --manage-certs: serving certificate lifetime (renewed with a third left).
+    #[arg(long, default_value = "90days", value_parser = humantime::parse_duration)]
+    cert_validity: std::time::Duration,
+    /// With --manage-certs: how often the Secret and webhook configurations are checked.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    cert_check_interval: std::time::Duration,
+    /// With --manage-certs: how long a new CA bundle is published before certificates from the
+    /// new CA are served (time for every API server to see it).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ca_publish_grace: std::time::Duration,
     /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
     /// given, and use the embedded testdata namespaces when no cluster is configured.
     #[arg(long)]
@@ -178,9 +210,37 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert,
             key,
-            client_ca: args.client_ca_file,
+            client_ca: args.client_ca_file.clone(),
         }),
         _ => None,
+    };
+    let manage_certs = if args.manage_certs {
+        let secret = args.cert_secret.unwrap_or_default();
+        let Some((namespace, name)) = secret
+            .split_once('/')
+            .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+        else {
+            anyhow::bail!("--cert-secret must be NAMESPACE/NAME, got {secret:?}");
+        };
+        if args.cert_dns_names.is_empty() && args.cert_ips.is_empty() {
+            anyhow::bail!("--manage-certs needs at least one --cert-dns-name or --cert-ip");
+        }
+        Some(serve::ManagedCerts {
+            secret_namespace: namespace.to_string(),
+            secret_name: name.to_string(),
+            webhook_configs: args.webhook_configs,
+            settings: poolguard::selfcert::plan::Settings {
+                ca_validity: args.ca_validity,
+                serving_validity: args.cert_validity,
+                publish_grace: args.ca_publish_grace,
+                dns_names: args.cert_dns_names,
+                ips: args.cert_ips,
+            },
+            check_interval: args.cert_check_interval,
+            client_ca: args.client_ca_file.clone(),
+        })
+    } else {
+        None
     };
     let options = serve::Options {
         addr: args.addr.unwrap_or_else(|| default(8443)),
@@ -194,6 +254,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         dev: args.dev,
+        manage_certs,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(serve::run(options))?;
@@ -202,7 +263,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Eval(args) => {
             let sources = Sources {
                 config: args.rules.config,

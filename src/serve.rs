@@ -15,9 +15,10 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::namespaces::{self, cluster::ClusterNamespaces, Namespaces};
 use crate::ruleset::Sources;
+use crate::selfcert::{plan::Stored, SelfCert};
 use crate::server::{self, App};
 use crate::tls::TlsFiles;
-use crate::{certs, reload};
+use crate::{certs, reload, tls};
 
 /// The namespaces used by `--dev` when no cluster is configured: the ones in testdata/.
 const EMBEDDED_NAMESPACES: &str = include_str!("../testdata/namespaces.yaml");
@@ -37,6 +38,20 @@ pub struct Options {
     pub drain: Duration,
     /// Generate certificates and fall back to the embedded namespaces when no cluster is configured.
     pub dev: bool,
+    /// Keep the serving certificate in a Secret instead of reading `tls` files.
+    pub manage_certs: Option<ManagedCerts>,
+}
+
+/// `--manage-certs`: where the certificate lives and who must trust it.
+#[derive(Debug, Clone)]
+pub struct ManagedCerts {
+    pub secret_namespace: String,
+    pub secret_name: String,
+    pub webhook_configs: Vec<String>,
+    pub settings: crate::selfcert::plan::Settings,
+    pub check_interval: Duration,
+    /// Client CA (mTLS), read once.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A started server.
@@ -60,12 +75,15 @@ impl Running {
 /// Loads everything and starts listening; errors here are configuration errors.
 pub async fn start(opts: Options) -> Result<Running> {
     let metrics = Arc::new(Metrics::new());
-    let tls_files = match (&opts.tls, opts.dev) {
-        (Some(files), _) => files.clone(),
-        (None, true) => dev_certificates(Path::new(DEV_CERT_DIR))?,
-        (None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --dev for generated local certificates)"),
+    let (tls, tls_files) = match (&opts.manage_certs, &opts.tls, opts.dev) {
+        (Some(managed), _, _) => (managed_tls(managed, metrics.clone()).await?, None),
+        (None, Some(files), _) => (Arc::new(ArcSwap::new(files.server_config()?)), Some(files.clone())),
+        (None, None, true) => {
+            let files = dev_certificates(Path::new(DEV_CERT_DIR))?;
+            (Arc::new(ArcSwap::new(files.server_config()?)), Some(files))
+        }
+        (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
     };
-    let tls = Arc::new(ArcSwap::new(tls_files.server_config()?));
     let rules = opts.sources.load()?;
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
     let namespaces = namespace_source(&opts).await?;
@@ -75,7 +93,10 @@ pub async fn start(opts: Options) -> Result<Running> {
         metrics: metrics.clone(),
         deadline: opts.deadline,
     });
-    let watcher = reload::watch(reload_targets(&opts, &tls_files, &tls, &app), metrics)?;
+    let watcher = reload::watch(
+        reload_targets(&opts, tls_files.as_ref(), &tls, &app),
+        metrics,
+    )?;
 
     let listener = TcpListener::bind(opts.addr)
         .await
@@ -131,6 +152,80 @@ pub async fn run(opts: Options) -> Result<()> {
     running.wait().await
 }
 
+/// Gets the first certificate from the Secret (making it if needed), then keeps it renewed and
+/// serves each new one to new connections.
+async fn managed_tls(
+    managed: &ManagedCerts,
+    metrics: Arc<Metrics>,
+) -> Result<Arc<ArcSwap<rustls::ServerConfig>>> {
+    let client = kube::Client::try_default()
+        .await
+        .context("--manage-certs needs the Kubernetes API")?;
+    let selfcert = SelfCert::new(
+        client,
+        &managed.secret_namespace,
+        &managed.secret_name,
+        managed.webhook_configs.clone(),
+        managed.settings.clone(),
+    );
+    let client_ca = match &managed.client_ca {
+        Some(path) => Some(tls::Pem {
+            bytes: std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+            origin: path.display().to_string(),
+        }),
+        None => None,
+    };
+    let build = move |stored: &Stored| {
+        let pem = |text: &str, origin: &str| tls::Pem {
+            bytes: text.as_bytes().to_vec(),
+            origin: origin.to_string(),
+        };
+        tls::server_config(
+            &pem(&stored.tls_crt, "tls.crt"),
+            &pem(&stored.tls_key, "tls.key"),
+            client_ca.as_ref(),
+        )
+    };
+    let first = selfcert.first_certificate().await;
+    let swap = Arc::new(ArcSwap::new(build(&first)?));
+    tracing::info!(secret = %managed.secret_name, "serving the certificate from the Secret");
+    let (tls, interval) = (swap.clone(), managed.check_interval);
+    tokio::spawn(async move {
+        let mut serving = first.tls_crt;
+        loop {
+            let again = match selfcert.step().await {
+                Ok((stored, again)) => {
+                    if let Some(stored) =
+                        stored.filter(|s| !s.tls_crt.is_empty() && s.tls_crt != serving)
+                    {
+                        match build(&stored) {
+                            Ok(config) => {
+                                tls.store(config);
+                                serving = stored.tls_crt;
+                                metrics.reload("tls", true);
+                                tracing::info!("serving a renewed certificate");
+                            }
+                            Err(e) => {
+                                metrics.reload("tls", false);
+                                tracing::error!(error = %format!("{e:#}"), "the stored certificate is unusable");
+                            }
+                        }
+                    }
+                    again
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "certificate check failed; retrying");
+                    false
+                }
+            };
+            if !again {
+                tokio::time::sleep(interval).await;
+            }
+        }
+    });
+    Ok(swap)
+}
+
 /// Certificates for local runs in `dir` (made once, reused while present).
 fn dev_certificates(dir: &Path) -> Result<TlsFiles> {
     let files = TlsFiles {
@@ -174,20 +269,22 @@ async fn namespace_source(opts: &Options) -> Result<Namespaces> {
 
 fn reload_targets(
     opts: &Options,
-    tls_files: &TlsFiles,
+    tls_files: Option<&TlsFiles>,
     tls: &Arc<ArcSwap<rustls::ServerConfig>>,
     app: &Arc<App>,
 ) -> Vec<reload::Target> {
     let mut targets = Vec::new();
-    let (files, swap) = (tls_files.clone(), tls.clone());
-    targets.push(reload::Target {
-        what: "tls",
-        dirs: dedup(files.paths().into_iter().map(reload::dir_of)),
-        reload: Box::new(move || {
-            swap.store(files.server_config()?);
-            Ok(())
-        }),
-    });
+    if let Some(files) = tls_files {
+        let (files, swap) = (files.clone(), tls.clone());
+        targets.push(reload::Target {
+            what: "tls",
+            dirs: dedup(files.paths().into_iter().map(reload::dir_of)),
+            reload: Box::new(move || {
+                swap.store(files.server_config()?);
+                Ok(())
+            }),
+        });
+    }
     let rule_dirs = dedup(
         opts.sources
             .config

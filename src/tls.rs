@@ -23,60 +23,82 @@ impl TlsFiles {
         paths
     }
 
-    /// TLS 1.3 preferred, 1.2 accepted; HTTP/2 and HTTP/1.1 offered through ALPN.
+    /// Reads the files and builds the configuration.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let certs = read_certs(&self.cert)?;
-        let key = read_key(&self.key)?;
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .context("choosing TLS versions")?;
-        let builder = match &self.client_ca {
-            None => builder.with_no_client_auth(),
-            Some(ca) => {
-                let mut roots = RootCertStore::empty();
-                for cert in read_certs(ca)? {
-                    roots.add(cert).with_context(|| {
-                        format!("{}: not a usable CA certificate", ca.display())
-                    })?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()
-                        .with_context(|| {
-                            format!("{}: building the client verifier", ca.display())
-                        })?;
-                builder.with_client_cert_verifier(verifier)
-            }
+        let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+        let client_ca = match &self.client_ca {
+            Some(path) => Some(Pem {
+                bytes: read(path)?,
+                origin: path.display().to_string(),
+            }),
+            None => None,
         };
-        let mut config = builder.with_single_cert(certs, key).with_context(|| {
+        server_config(
+            &Pem {
+                bytes: read(&self.cert)?,
+                origin: self.cert.display().to_string(),
+            },
+            &Pem {
+                bytes: read(&self.key)?,
+                origin: self.key.display().to_string(),
+            },
+            client_ca.as_ref(),
+        )
+    }
+}
+
+/// PEM text and where it came from (for errors).
+pub struct Pem {
+    pub bytes: Vec<u8>,
+    pub origin: String,
+}
+
+/// TLS 1.3 preferred, 1.2 accepted; HTTP/2 and HTTP/1.1 offered through ALPN. With `client_ca`,
+/// clients must present a certificate it signed.
+pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<Arc<ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = read_certs(cert)?;
+    let private_key = rustls_pemfile::private_key(&mut key.bytes.as_slice())
+        .with_context(|| format!("{}: not a PEM private key", key.origin))?
+        .with_context(|| format!("{}: no private key found", key.origin))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("choosing TLS versions")?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in read_certs(ca)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("{}: not a usable CA certificate", ca.origin))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .with_context(|| format!("{}: building the client verifier", ca.origin))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, private_key)
+        .with_context(|| {
             format!(
                 "{} and {} do not make a usable certificate",
-                self.cert.display(),
-                self.key.display()
+                cert.origin, key.origin
             )
         })?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
-    }
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
-fn read_certs(path: &Path) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+fn read_certs(pem: &Pem) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    let certs = rustls_pemfile::certs(&mut pem.bytes.as_slice())
         .collect::<std::result::Result<Vec<_>, _>>()
-        .with_context(|| format!("{}: not PEM certificates", path.display()))?;
+        .with_context(|| format!("{}: not PEM certificates", pem.origin))?;
     if certs.is_empty() {
-        bail!("{}: no certificate found", path.display());
+        bail!("{}: no certificate found", pem.origin);
     }
     Ok(certs)
-}
-
-fn read_key(path: &Path) -> Result<rustls::pki_types::PrivateKeyDer<'static>> {
-    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    rustls_pemfile::private_key(&mut pem.as_slice())
-        .with_context(|| format!("{}: not a PEM private key", path.display()))?
-        .with_context(|| format!("{}: no private key found", path.display()))
 }
 
 #[cfg(test)]

@@ -144,6 +144,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         deadline: Duration::from_secs(4),
         drain: Duration::from_secs(5),
         dev: false,
+        manage_certs: None,
     }
 }
 

@@ -1,0 +1,358 @@
+//! What to do next with self-managed certificates, given what is stored and published (pure).
+//!
+//! The CA bundle that the API server trusts must always include the CA of the certificate being
+//! served, so a CA rotation goes in steps, one per call:
+//! 1. a new CA joins the bundle (the old one stays, the old serving certificate keeps serving);
+//! 2. the bundle is published into the webhook configurations;
+//! 3. once published for the grace time, a serving certificate from the new CA is stored, which
+//!    every replica then serves;
+//! 4. CAs that have expired leave the bundle.
+//!
+//! A serving certificate alone is renewed from the current CA without touching the bundle.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::certs::{Authority, Usage};
+
+/// The Secret's contents.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stored {
+    /// PEM certificates of the trusted CAs, newest first (`ca.crt`).
+    pub bundle: String,
+    /// Key of the newest CA (`ca.key`).
+    pub ca_key: String,
+    /// Serving certificate and key (`tls.crt`, `tls.key`).
+    pub tls_crt: String,
+    pub tls_key: String,
+    /// Unix time at which `bundle` was seen in every webhook configuration.
+    pub published_at: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub ca_validity: Duration,
+    pub serving_validity: Duration,
+    /// How long a new bundle must have been published before a certificate from its new CA is served.
+    pub publish_grace: Duration,
+    pub dns_names: Vec<String>,
+    pub ips: Vec<IpAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Write this into the Secret.
+    Store(Stored),
+    /// Put the stored bundle into the webhook configurations, then record when.
+    Publish,
+    /// Nothing to do until something changes or time passes.
+    Idle,
+}
+
+/// A certificate's facts that the plan needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFacts {
+    pub subject: String,
+    pub issuer: String,
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+impl CertFacts {
+    /// Renewal is due once less than a third of the lifetime is left.
+    fn renewal_due(&self, now: i64) -> bool {
+        let lifetime = self.not_after - self.not_before;
+        self.not_after - now < lifetime / 3
+    }
+}
+
+/// Facts of every certificate in a PEM text, in order.
+pub fn facts(pem: &str) -> Result<Vec<CertFacts>> {
+    let mut out = Vec::new();
+    for der in rustls_pemfile::certs(&mut pem.as_bytes()) {
+        let der = der.context("reading PEM")?;
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(&der).context("parsing a certificate")?;
+        out.push(CertFacts {
+            subject: cert.subject().to_string(),
+            issuer: cert.issuer().to_string(),
+            not_before: cert.validity().not_before.timestamp(),
+            not_after: cert.validity().not_after.timestamp(),
+        });
+    }
+    Ok(out)
+}
+
+/// The next step. `published`: every webhook configuration carries exactly `stored.bundle`.
+pub fn plan(
+    stored: Option<&Stored>,
+    published: bool,
+    now: i64,
+    settings: &Settings,
+) -> Result<Step> {
+    let Some(stored) = stored else {
+        return fresh(now, settings).map(Step::Store);
+    };
+    let Ok(cas) = facts(&stored.bundle) else {
+        return fresh(now, settings).map(Step::Store);
+    };
+    let serving = facts(&stored.tls_crt)
+        .ok()
+        .and_then(|f| f.into_iter().next());
+    let Some(newest) = cas.first().filter(|ca| ca.not_after > now) else {
+        return fresh(now, settings).map(Step::Store);
+    };
+    let Some(serving) = serving else {
+        // No usable serving certificate: issue one (the newest CA is in the bundle, but only the
+        // published bundle is trusted, so wait for publication as for any new CA).
+        return serving_step(stored, published, now, settings);
+    };
+
+    // Expired CAs leave the bundle (never the one signing the served certificate).
+    let pems = split_pem(&stored.bundle);
+    let live: Vec<&str> = pems
+        .iter()
+        .zip(&cas)
+        .filter(|(_, ca)| ca.not_after > now || ca.subject == serving.issuer)
+        .map(|(pem, _)| pem.as_str())
+        .collect();
+    if live.len() < pems.len() {
+        return Ok(Step::Store(Stored {
+            bundle: live.concat(),
+            published_at: None,
+            ..stored.clone()
+        }));
+    }
+    if !published || stored.published_at.is_none() {
+        return Ok(Step::Publish);
+    }
+    if newest.renewal_due(now) {
+        let ca = new_ca(now, settings)?;
+        return Ok(Step::Store(Stored {
+            bundle: ca.cert_pem() + &stored.bundle,
+            ca_key: ca.key_pem().to_string(),
+            published_at: None,
+            ..stored.clone()
+        }));
+    }
+    if serving.issuer != newest.subject || serving.renewal_due(now) || serving.not_after <= now {
+        return serving_step(stored, published, now, settings);
+    }
+    Ok(Step::Idle)
+}
+
+/// A serving certificate from the newest CA, once its bundle has been published long enough.
+fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings) -> Result<Step> {
+    if !published {
+        return Ok(Step::Publish);
+    }
+    let grace = settings.publish_grace.as_secs() as i64;
+    if stored.published_at.is_none_or(|at| now - at < grace) {
+        return Ok(Step::Idle);
+    }
+    let newest_pem = split_pem(&stored.bundle)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let ca =
+        Authority::from_pem(&newest_pem, &stored.ca_key).context("the stored CA cannot sign")?;
+    let serving = issue(&ca, now, settings)?;
+    Ok(Step::Store(Stored {
+        tls_crt: serving.cert_pem,
+        tls_key: serving.key_pem,
+        ..stored.clone()
+    }))
+}
+
+/// A new CA and serving certificate: nothing is trusted or served yet, so there is nothing to
+/// keep in step.
+fn fresh(now: i64, settings: &Settings) -> Result<Stored> {
+    let ca = new_ca(now, settings)?;
+    let serving = issue(&ca, now, settings)?;
+    Ok(Stored {
+        bundle: ca.cert_pem(),
+        ca_key: ca.key_pem().to_string(),
+        tls_crt: serving.cert_pem,
+        tls_key: serving.key_pem,
+        published_at: None,
+    })
+}
+
+fn new_ca(now: i64, settings: &Settings) -> Result<Authority> {
+    // The time in the name tells CAs apart: the served certificate's issuer names its CA.
+    Authority::generate_for(
+        &format!("poolguard-ca-{now}"),
+        start(now)?,
+        settings.ca_validity,
+    )
+}
+
+fn start(now: i64) -> Result<time::OffsetDateTime> {
+    time::OffsetDateTime::from_unix_timestamp(now).context("the clock is out of range")
+}
+
+fn issue(ca: &Authority, now: i64, settings: &Settings) -> Result<crate::certs::Issued> {
+    let common_name = settings
+        .dns_names
+        .first()
+        .cloned()
+        .or_else(|| settings.ips.first().map(ToString::to_string))
+        .unwrap_or_else(|| "poolguard".to_string());
+    ca.issue_for(
+        &common_name,
+        &settings.dns_names,
+        &settings.ips,
+        Usage::Server,
+        start(now)?,
+        settings.serving_validity,
+    )
+}
+
+/// Each PEM block of `text`, with its trailing newline.
+fn split_pem(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        current.push_str(line);
+        current.push('\n');
+        if line.starts_with("-----END") {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            ca_validity: Duration::from_secs(3000),
+            serving_validity: Duration::from_secs(900),
+            publish_grace: Duration::from_secs(10),
+            dns_names: vec!["poolguard.ns.svc".into()],
+            ips: vec![],
+        }
+    }
+
+    fn now() -> i64 {
+        time::OffsetDateTime::now_utc().unix_timestamp()
+    }
+
+    fn store(step: Step) -> Stored {
+        match step {
+            Step::Store(s) => s,
+            other => panic!("expected Store, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_stored_makes_a_fresh_pair_then_publishes() {
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let cas = facts(&first.bundle).unwrap();
+        let serving = &facts(&first.tls_crt).unwrap()[0];
+        assert_eq!(cas.len(), 1);
+        assert_eq!(serving.issuer, cas[0].subject);
+        assert_eq!(plan(Some(&first), false, t, &s).unwrap(), Step::Publish);
+        let published = Stored {
+            published_at: Some(t),
+            ..first
+        };
+        assert_eq!(plan(Some(&published), true, t, &s).unwrap(), Step::Idle);
+        // Unparsable contents start over.
+        let junk = Stored {
+            bundle: "junk".into(),
+            ..Stored::default()
+        };
+        assert!(matches!(
+            plan(Some(&junk), true, t, &s).unwrap(),
+            Step::Store(_)
+        ));
+    }
+
+    #[test]
+    fn serving_certificate_renews_from_the_same_ca_without_a_new_bundle() {
+        let s = settings();
+        let t = now();
+        let first = Stored {
+            published_at: Some(t),
+            ..store(plan(None, false, t, &s).unwrap())
+        };
+        // 700 s later, under a third of the 900 s serving lifetime is left; the CA (3000 s) is fine.
+        let later = t + 700;
+        let renewed = store(plan(Some(&first), true, later, &s).unwrap());
+        assert_eq!(renewed.bundle, first.bundle);
+        assert_ne!(renewed.tls_crt, first.tls_crt);
+        assert_eq!(
+            facts(&renewed.tls_crt).unwrap()[0].issuer,
+            facts(&first.bundle).unwrap()[0].subject
+        );
+    }
+
+    #[test]
+    fn ca_rotation_publishes_the_new_ca_before_serving_from_it() {
+        let s = settings();
+        let t = now();
+        let first = Stored {
+            published_at: Some(t),
+            ..store(plan(None, false, t, &s).unwrap())
+        };
+        // 2100 s later the CA has under a third of its 3000 s left.
+        let later = t + 2100;
+        // (The serving certificate would also be due; the CA comes first.)
+        let step1 = store(plan(Some(&first), true, later, &s).unwrap());
+        let cas = facts(&step1.bundle).unwrap();
+        assert_eq!(cas.len(), 2, "new CA joins, old stays");
+        assert_eq!(
+            step1.tls_crt, first.tls_crt,
+            "still serving the old certificate"
+        );
+        assert_eq!(step1.published_at, None);
+        // Not yet published: publish; published but within the grace: wait.
+        assert_eq!(plan(Some(&step1), false, later, &s).unwrap(), Step::Publish);
+        let published = Stored {
+            published_at: Some(later),
+            ..step1
+        };
+        assert_eq!(
+            plan(Some(&published), true, later + 5, &s).unwrap(),
+            Step::Idle
+        );
+        // After the grace: serve from the new CA.
+        let step3 = store(plan(Some(&published), true, later + 10, &s).unwrap());
+        assert_eq!(facts(&step3.tls_crt).unwrap()[0].issuer, cas[0].subject);
+        assert_eq!(step3.bundle, published.bundle);
+        // Once the old CA has expired it leaves the bundle, which must then be published again.
+        let expired = t + 3001;
+        let step4 = store(plan(Some(&step3), true, expired, &s).unwrap());
+        assert_eq!(facts(&step4.bundle).unwrap().len(), 1);
+        assert_eq!(
+            plan(Some(&step4), false, expired, &s).unwrap(),
+            Step::Publish
+        );
+    }
+
+    #[test]
+    fn a_bundle_changed_behind_our_back_is_published_again() {
+        let s = settings();
+        let t = now();
+        let first = Stored {
+            published_at: Some(t),
+            ..store(plan(None, false, t, &s).unwrap())
+        };
+        assert_eq!(plan(Some(&first), false, t, &s).unwrap(), Step::Publish);
+    }
+
+    #[test]
+    fn split_pem_keeps_each_block() {
+        let text = "-----BEGIN A-----\nx\n-----END A-----\n-----BEGIN B-----\ny\n-----END B-----\n";
+        let parts = split_pem(text);
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts.concat(), text);
+    }
+}
