@@ -1,0 +1,132 @@
+{{/* Chart name, truncated to 63 characters (DNS label). */}}
+{{- define "poolguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name. Truncated to 52 characters so that suffixes added by this chart
+(-validating, -selfsigned, ...) stay within the 63 characters of a label value / DNS label.
+*/}}
+{{- define "poolguard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "poolguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "poolguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "poolguard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "poolguard.labels" -}}
+helm.sh/chart: {{ include "poolguard.chart" . }}
+{{ include "poolguard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "poolguard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "poolguard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Names of the two webhook configurations (cluster-scoped, so they include the release). */}}
+{{- define "poolguard.mutatingName" -}}
+{{- printf "%s-mutating" (include "poolguard.fullname" .) }}
+{{- end }}
+
+{{- define "poolguard.validatingName" -}}
+{{- printf "%s-validating" (include "poolguard.fullname" .) }}
+{{- end }}
+
+{{/* DNS name the API server uses to reach the webhook Service. */}}
+{{- define "poolguard.serviceDNS" -}}
+{{- printf "%s.%s.svc" (include "poolguard.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* Secret with tls.crt and tls.key. */}}
+{{- define "poolguard.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "provided" }}
+{{- required "certificates.secretName is required when certificates.mode is provided" .Values.certificates.secretName }}
+{{- else }}
+{{- default (printf "%s-tls" (include "poolguard.fullname" .)) .Values.certificates.secretName }}
+{{- end }}
+{{- end }}
+
+{{- define "poolguard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* poolguard's per-request deadline: one second below the webhooks' timeoutSeconds. */}}
+{{- define "poolguard.deadlineMs" -}}
+{{- sub (mul (int .Values.webhook.timeoutSeconds) 1000) 1000 }}
+{{- end }}
+
+{{/*
+caBundle for the webhook configurations in mode provided: base64 of the PEM. A PEM value is
+encoded here; anything else is taken as already base64-encoded.
+*/}}
+{{- define "poolguard.caBundle" -}}
+{{- $ca := required "certificates.caBundle is required when certificates.mode is provided" .Values.certificates.caBundle | trim }}
+{{- if hasPrefix "-----BEGIN" $ca }}
+{{- $ca | b64enc }}
+{{- else }}
+{{- $ca | nospace }}
+{{- end }}
+{{- end }}
+
+{{/*
+clientConfig of a webhook; the argument is a dict with "root" (the chart context) and "path".
+In mode self the caBundle field is deliberately absent: poolguard injects it at run time and a
+field helm never rendered is one helm never owns, so `helm upgrade` leaves the injected value
+alone. In mode certManager cert-manager's cainjector owns it (inject-ca-from annotation).
+*/}}
+{{- define "poolguard.clientConfig" -}}
+{{- $root := .root -}}
+clientConfig:
+  service:
+    name: {{ include "poolguard.fullname" $root }}
+    namespace: {{ $root.Release.Namespace }}
+    path: {{ .path }}
+    port: {{ $root.Values.service.port }}
+  {{- if eq $root.Values.certificates.mode "provided" }}
+  caBundle: {{ include "poolguard.caBundle" $root }}
+  {{- end }}
+{{- end }}
+
+{{/* Namespaces neither webhook is ever called for. */}}
+{{- define "poolguard.excludedNamespaces" -}}
+{{- $excluded := list .Release.Namespace "kube-system" }}
+{{- range .Values.webhook.excludedNamespaces }}
+{{- if not (has . $excluded) }}
+{{- $excluded = append $excluded . }}
+{{- end }}
+{{- end }}
+{{- toJson $excluded }}
+{{- end }}
+
+{{/* Annotations of both webhook configurations. */}}
+{{- define "poolguard.webhookAnnotations" -}}
+{{- if eq .Values.certificates.mode "certManager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s-tls" .Release.Namespace (include "poolguard.fullname" .) }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Lint charts/poolguard and render it in every supported mode with a real helm binary
+# (integration/helm/helm.sh provides one). Fails on any lint message, render error or rendered
+# document that is not YAML.
+#
+#   bash integration/helm/lint.sh            # HELM=/path/to/helm to skip helm.sh
+#
+# Rendered manifests are left in ${POOLGUARD_HELM_OUT:-target/helm}/<case>.yaml for inspection.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+chart=charts/poolguard
+out="${POOLGUARD_HELM_OUT:-target/helm}"
+helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+release=poolguard
+namespace="poolguard-system"
+
+log() { printf '[helm-lint] %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+log "helm: ${helm} ($("$helm" version --short 2>/dev/null || true))"
+mkdir -p "$out"
+
+# The chart ships a copy of the repository's policies (helm reads no file outside the chart).
+for f in policies/*.yaml policies/*.rego; do
+    [[ -e "$f" ]] || continue
+    case "$f" in *_test.rego) continue ;; esac
+    cmp -s "$f" "${chart}/$f" || die "${chart}/$f differs from $f (copy it: cp $f ${chart}/$f)"
+done
+for f in "${chart}"/policies/*; do
+    [[ -e "policies/$(basename "$f")" ]] || die "$f is not in policies/ (stale copy?)"
+done
+
+# A PEM CA for mode provided (any syntactically valid certificate will do for rendering).
+ca_pem="-----BEGIN CERTIFICATE-----
+MIIBdzCCAR2gAwIBAgIUQ0FDQUNBQ0FDQUNBQ0FDQUNBQ0FDQUMwCgYIKoZIzj0E
+-----END CERTIFICATE-----"
+
+# name | helm arguments (one per line is not needed: plain words, no spaces inside values)
+cases=(
+    "default|"
+    "certmanager|--set certificates.mode=certManager"
+    "provided|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-string certificates.caBundle=$(printf '%s' "$ca_pem" | base64 -w0)"
+    "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
+    "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
+    "policies|-f ${chart}/ci/policies-values.yaml"
+    "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
+)
+printf '%s\n' "$ca_pem" >"${out}/ca.pem"
+
+failures=0
+passed=0
+lint() {
+    local name="$1"; shift
+    local output
+    if output="$("$helm" lint --strict "$chart" --namespace "$namespace" "$@" 2>&1)"; then
+        log "lint ${name}: ok"
+        passed=$((passed + 1))
+    else
+        printf '%s\n' "$output" >&2
+        log "lint ${name}: FAILED"
+        failures=$((failures + 1))
+    fi
+}
+
+render() {
+    local name="$1"; shift
+    local file="${out}/${name}.yaml"
+    if ! "$helm" template "$release" "$chart" --namespace "$namespace" "$@" >"$file" 2>"${file}.err"; then
+        cat "${file}.err" >&2
+        log "template ${name}: FAILED"
+        failures=$((failures + 1))
+        return
+    fi
+    if [[ -s "${file}.err" ]]; then
+        cat "${file}.err" >&2
+        log "template ${name}: FAILED (helm wrote to stderr)"
+        failures=$((failures + 1))
+        return
+    fi
+    rm -f "${file}.err"
+    passed=$((passed + 1))
+    log "template ${name}: ok ($(grep -c '^kind:' "$file") objects: $(grep '^kind:' "$file" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}'))"
+}
+
+for c in "${cases[@]}"; do
+    name="${c%%|*}"
+    # shellcheck disable=SC2206 # word splitting of the arguments is intended (no spaces inside)
+    args=(${c#*|})
+    lint "$name" "${args[@]}"
+    render "$name" "${args[@]}"
+done
+
+# Values the chart must refuse (schema or template checks), each with the expected message.
+refuse() {
+    local name="$1" want="$2"; shift 2
+    local output
+    if output="$("$helm" template "$release" "$chart" --namespace "$namespace" "$@" 2>&1)"; then
+        log "refuse ${name}: FAILED (rendered without error)"
+        failures=$((failures + 1))
+    elif ! grep -q -- "$want" <<<"$output"; then
+        printf '%s\n' "$output" >&2
+        log "refuse ${name}: FAILED (error does not mention '${want}')"
+        failures=$((failures + 1))
+    else
+        log "refuse ${name}: ok"
+        passed=$((passed + 1))
+    fi
+}
+refuse "provided without secretName" "/certificates/secretName" --set certificates.mode=provided --set certificates.caBundle=Zm9v
+refuse "provided without caBundle" "/certificates/caBundle" --set certificates.mode=provided --set certificates.secretName=x
+refuse "unknown mode" "/certificates/mode" --set certificates.mode=manual
+refuse "unknown config key" "'namespaceLabels' not allowed" --set config.namespaceLabels=x
+refuse "bad enforcement" "/allowedrepositories/enforcement" --set config.policies.allowedrepositories.enforcement=block
+refuse "timeout too large" "/webhook/timeoutSeconds" --set webhook.timeoutSeconds=31
+refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failurePolicy=Retry
+refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
+
+# The chart README documents every value the schema knows (one table row per key).
+if command -v python3 >/dev/null; then
+    if python3 - "$chart" <<'PY'; then
+import json, sys
+chart = sys.argv[1]
+schema = json.load(open(f"{chart}/values.schema.json"))
+readme = open(f"{chart}/README.md").read()
+keys = []
+def walk(node, prefix):
+    props = node.get("properties")
+    if props and node.get("additionalProperties") is False and prefix != "resources":
+        for key, sub in props.items():
+            if key != "global":
+                walk(sub, f"{prefix}.{key}" if prefix else key)
+    else:
+        keys.append(prefix)
+walk(schema, "")
+missing = [k for k in keys if f"| `{k}` |" not in readme]
+for k in missing:
+    print(f"[helm-lint] FAIL: {chart}/README.md has no row for value `{k}`", file=sys.stderr)
+print(f"[helm-lint] README documents {len(keys) - len(missing)}/{len(keys)} values", file=sys.stderr)
+sys.exit(1 if missing else 0)
+PY
+        passed=$((passed + 1))
+    else
+        failures=$((failures + 1))
+    fi
+fi
+
+# Every rendered document parses as YAML, and the webhook safety properties hold.
+if python3 -c 'import yaml' 2>/dev/null; then
+    if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
+import base64, os, sys, yaml
+out, namespace, chart, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+errors = []
+for name in names:
+    path = f"{out}/{name}.yaml"
+    try:
+        docs = [d for d in yaml.safe_load_all(open(path)) if d is not None]
+    except yaml.YAMLError as e:
+        errors.append(f"{name}: {path}: not YAML: {e}")
+        continue
+    kinds = {}
+    for d in docs:
+        if not isinstance(d, dict) or "kind" not in d or "apiVersion" not in d:
+            errors.append(f"{name}: document without kind/apiVersion: {str(d)[:80]}")
+            continue
+        kinds.setdefault(d["kind"], []).append(d)
+    def check(cond, msg):
+        if not cond:
+            errors.append(f"{name}: {msg}")
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for cfg in kinds.get(kind, []):
+            ann = (cfg["metadata"].get("annotations") or {})
+            check("helm.sh/resource-policy" not in ann, f"{kind} must not be kept on uninstall")
+            for wh in cfg["webhooks"]:
+                cc = wh["clientConfig"]
+                check(cc["service"]["namespace"] == namespace, f"{kind} service namespace")
+                excluded = [e for e in wh["namespaceSelector"]["matchExpressions"]
+                            if e["key"] == "kubernetes.io/metadata.name"]
+                check(excluded and excluded[0]["operator"] == "NotIn"
+                      and {namespace, "kube-system"} <= set(excluded[0]["values"]),
+                      f"{kind} must exclude {namespace} and kube-system")
+                if name.startswith("provided"):
+                    pem = base64.b64decode(cc.get("caBundle") or "").decode()
+                    check(pem.startswith("-----BEGIN CERTIFICATE-----"),
+                          f"{kind} needs a caBundle (base64 of the PEM) in mode provided")
+                else:
+                    check("caBundle" not in cc, f"{kind} must not render caBundle in mode {name}")
+                if name == "certmanager":
+                    check(ann.get("cert-manager.io/inject-ca-from") == f"{namespace}/poolguard-tls",
+                          f"{kind} inject-ca-from annotation")
+    check(len(kinds.get("MutatingWebhookConfiguration", [])) == 1, "one MutatingWebhookConfiguration")
+    check(len(kinds.get("ValidatingWebhookConfiguration", [])) == 1, "one ValidatingWebhookConfiguration")
+    for dep in kinds.get("Deployment", []):
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")
+        timeout = kinds["MutatingWebhookConfiguration"][0]["webhooks"][0]["timeoutSeconds"]
+        check("--deadline-ms" in c["args"]
+              and c["args"][c["args"].index("--deadline-ms") + 1] == str(timeout * 1000 - 1000),
+              f"--deadline-ms one second below timeoutSeconds {timeout}")
+        check(("--manage-certs" in c["args"]) == (name in ("default", "servicemonitor", "policies", "options")),
+              "--manage-certs only in mode self")
+        has_sleep = "preStop" in (c.get("lifecycle") or {})
+        check(has_sleep == (name != "options"), "preStop sleep only from Kubernetes 1.30 and when > 0")
+    check(bool(kinds.get("PodDisruptionBudget")) == (name != "options"), "PDB only with replicaCount > 1")
+    check(bool(kinds.get("ClusterRole")) == (name != "options"), "RBAC only with rbac.create")
+    check(bool(kinds.get("Role")) == (name in ("default", "servicemonitor", "policies")),
+          "the Secret Role only in mode self")
+    # The mounted files, as poolguard would see them (checked with the binary below).
+    for cm in kinds.get("ConfigMap", []):
+        if cm["metadata"]["name"].endswith("-config"):
+            yaml.safe_load(cm["data"]["config.yaml"])
+            os.makedirs(f"{out}/{name}.d/config", exist_ok=True)
+            open(f"{out}/{name}.d/config/config.yaml", "w").write(cm["data"]["config.yaml"])
+        if cm["metadata"]["name"].endswith("-policies"):
+            os.makedirs(f"{out}/{name}.d/policies", exist_ok=True)
+            for key, text in cm["data"].items():
+                open(f"{out}/{name}.d/policies/{key}", "w").write(text)
+                if key.endswith(".yaml"):
+                    check("policy" in yaml.safe_load(text), f"policy {key} is a template")
+                shipped = os.path.join(chart, "policies", key)
+                if os.path.exists(shipped):
+                    check(text == open(shipped).read(), f"policy {key} differs from {shipped}")
+    mine = [e for e in errors if e.startswith(f"{name}: ")]
+    status = "FAILED" if mine else "ok"
+    print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
+for e in errors:
+    print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+        passed=$((passed + 1))
+    else
+        failures=$((failures + 1))
+    fi
+
+    # The rendered config and policies load in poolguard itself (unknown keys, policy names,
+    # declared inputs, Rego compilation), when a poolguard binary is at hand; building one is the
+    # Rust test suite's job, not this script's.
+    poolguard="${POOLGUARD_BIN:-}"
+    if [[ -z "$poolguard" ]]; then
+        for candidate in target/release/poolguard target/debug/poolguard; do
+            [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
+        done
+    fi
+    if [[ -n "$poolguard" ]]; then
+        for c in "${cases[@]}"; do
+            name="${c%%|*}"
+            d="${out}/${name}.d"
+            if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
+                    --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+                    --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
+                log "poolguard loads ${name}: ok"
+                passed=$((passed + 1))
+            elif [[ $? -eq 1 ]]; then
+                log "poolguard loads ${name}: ok (the sample pod is denied by this case's policies)"
+                passed=$((passed + 1))
+            else
+                printf '%s\n' "$output" >&2
+                log "poolguard loads ${name}: FAILED (${poolguard})"
+                failures=$((failures + 1))
+            fi
+        done
+    else
+        log "note: no poolguard binary (POOLGUARD_BIN, target/{release,debug}/poolguard); skipping the config load check"
+    fi
+else
+    log "note: python3 with PyYAML not found; skipping the YAML parse check of the rendered output"
+fi
+
+echo "${passed} passed, ${failures} failed"
+if (( failures > 0 )); then
+    exit 1
+fi
+log "all checks passed (rendered manifests in ${out}/)"
