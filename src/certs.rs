@@ -170,8 +170,10 @@ fn set_validity(
     start: OffsetDateTime,
     valid_for: std::time::Duration,
 ) {
-    // A little slack for clocks that are slightly behind.
-    params.not_before = start - time::Duration::minutes(5);
+    // A little slack for clocks that are slightly behind: five minutes, or a tenth of a short
+    // lifetime (so that renewal "with a third left" stays a third of the useful lifetime).
+    let slack = std::cmp::min(std::time::Duration::from_secs(300), valid_for / 10);
+    params.not_before = start - slack;
     params.not_after = start + valid_for;
 }
 
