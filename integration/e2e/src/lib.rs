@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,6 +37,9 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long cleanup waits for a test's namespaces to disappear.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(45);
 const POLL: Duration = Duration::from_millis(250);
+/// Extra time given to poolguard after a watch of ours has seen a namespace change: poolguard's
+/// own watch gets the same event from the API server at about the same moment.
+pub const WATCH_SETTLE: Duration = Duration::from_millis(250);
 
 /// One test's connection, settings and the objects it must clean up.
 pub struct Env {
@@ -223,6 +226,60 @@ impl Env {
             .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .with_context(|| format!("relabelling namespace {ns}"))
+    }
+
+    /// Relabels `ns` to `pool` and returns once a watch on the namespace (opened before the
+    /// change, so it sees the MODIFIED event like poolguard's namespace cache does) has delivered
+    /// the new label, plus [`WATCH_SETTLE`]. Returns the label as read back and the time the
+    /// watch took.
+    pub async fn relabel_and_await_watch(
+        &self,
+        ns: &str,
+        pool: &str,
+    ) -> Result<(Option<String>, Duration)> {
+        let opened = Arc::new(AtomicBool::new(false));
+        let condition = {
+            let (opened, label, want) = (opened.clone(), self.label.clone(), pool.to_string());
+            move |obj: Option<&Namespace>| {
+                opened.store(true, Ordering::SeqCst);
+                obj.and_then(|n| n.metadata.labels.as_ref())
+                    .and_then(|l| l.get(&label))
+                    == Some(&want)
+            }
+        };
+        let (api, name) = (self.namespaces_api(), ns.to_string());
+        let watch = tokio::spawn(async move {
+            kube::runtime::wait::await_condition(api, &name, condition).await
+        });
+        let start = Instant::now();
+        while !opened.load(Ordering::SeqCst) {
+            if start.elapsed() > Duration::from_secs(10) {
+                watch.abort();
+                bail!("the namespace watch did not list {ns} within 10s");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let updated = self.set_pool(ns, Some(pool)).await?;
+        let t = Instant::now();
+        let label = updated
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&self.label))
+            .cloned();
+        let abort = watch.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(10), watch).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(e))) => return Err(e).context("watching the namespace"),
+            Ok(Err(e)) => return Err(e).context("namespace watch task"),
+            Err(_) => {
+                abort.abort();
+                bail!("the namespace watch did not deliver the relabel of {ns} within 10s");
+            }
+        }
+        let lag = t.elapsed();
+        tokio::time::sleep(WATCH_SETTLE).await;
+        Ok((label, lag))
     }
 
     /// Records a pod outside the test's own namespaces (e.g. in kube-system) for cleanup.

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# End-to-end test of poolguard against a real control plane on loopback (no containers):
+#
+#   integration/e2e.sh
+#
+# 1. builds (or reuses) etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+#    (integration/controlplane/build.sh; honours KUBEBUILDER_ASSETS), poolguard and the tests;
+# 2. starts the control plane with controllers, registers fake Ready nodes for two pools;
+# 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
+#    registers its webhooks (integration/e2e/manifests/webhooks.yaml);
+# 4. runs `cargo test -p poolguard-e2e --test e2e`, then the fail-closed test, which stops
+#    poolguard (and starts it again at its end).
+# Everything started is stopped on exit; on failure the work directory (logs) is kept and the
+# tails of the poolguard and kube-apiserver logs are printed. See integration/README.md.
+#
+# Environment (all optional):
+#   KUBEBUILDER_ASSETS    prebuilt etcd/kube-apiserver/... instead of building them (build.sh)
+#   POOLGUARD_CP_CACHE    where build.sh keeps the control-plane binaries
+#   CARGO_TARGET_DIR      as for cargo; poolguard is taken from its debug/ directory
+#   POOLGUARD_E2E_BIN     use this poolguard binary instead of building one
+#   POOLGUARD_E2E_POOLS   two or more pools, default "pool1,gpu" (first: 2 nodes, others: 1);
+#                         the second must be the one POOLGUARD_E2E_CONFIG only warns for
+#   POOLGUARD_E2E_CONFIG  poolguard config, default integration/e2e/manifests/poolguard-config.yaml
+#   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
+#   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+log() { printf '[e2e] %s\n' "$*"; }
+die() { printf '[e2e] error: %s\n' "$*" >&2; exit 1; }
+
+pools_csv="${POOLGUARD_E2E_POOLS:-pool1,gpu}"
+IFS=',' read -r -a pools <<< "${pools_csv}"
+((${#pools[@]} >= 2)) || die "POOLGUARD_E2E_POOLS must name at least two pools (got '${pools_csv}')"
+label=agentpool # namespaceLabel and nodeSelectorKey of integration/e2e/manifests/poolguard-config.yaml
+config="${POOLGUARD_E2E_CONFIG:-integration/e2e/manifests/poolguard-config.yaml}"
+for cmd in curl openssl base64 sed ss; do
+    command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
+done
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/poolguard-e2e.XXXXXX")"
+cp_state="${work}/controlplane"
+ctl="${root}/integration/e2e/poolguard-ctl.sh"
+cp_started=0
+pg_env_written=0
+
+teardown() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    # Log tails first, while they still end with the failure rather than the shutdown.
+    if ((rc != 0)); then
+        if [[ -f "${work}/poolguard.log" ]]; then
+            printf '\n[e2e] ---- tail of the poolguard log (%s)\n' "${work}/poolguard.log"
+            tail -n 60 "${work}/poolguard.log"
+        fi
+        if [[ -f "${cp_state}/logs/kube-apiserver.log" ]]; then
+            printf '\n[e2e] ---- tail of the kube-apiserver log (%s)\n' "${cp_state}/logs/kube-apiserver.log"
+            tail -n 40 "${cp_state}/logs/kube-apiserver.log"
+        fi
+    fi
+    if ((pg_env_written)); then
+        "${ctl}" stop "${work}"
+    fi
+    if ((cp_started)); then
+        integration/controlplane/stop.sh "${cp_state}"
+    fi
+    if ((rc != 0)); then
+        printf '\n[e2e] FAILED (exit %s); logs kept in %s\n' "${rc}" "${work}"
+    else
+        rm -rf -- "${work}"
+        log "PASSED"
+    fi
+    exit "${rc}"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- free loopback ports -------------------------------------------------------
+picked=" "
+pick_port() {
+    local p i
+    for ((i = 0; i < 200; i++)); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        [[ "${picked}" == *" ${p} "* ]] && continue
+        ss -Htan 2>/dev/null | awk '{ print $4 }' | grep -qE "[:.]${p}\$" && continue
+        picked+="${p} "
+        printf '%s\n' "${p}"
+        return 0
+    done
+    die "no free port found"
+}
+
+# --- 1. build ------------------------------------------------------------------
+t_build="$(now)"
+log "building the control plane (integration/controlplane/build.sh)"
+cp_bin="$(integration/controlplane/build.sh | tail -n1)"
+log "Kubernetes: $("${cp_bin}/kube-apiserver" --version)"
+log "etcd: $("${cp_bin}/etcd" --version | head -n1)"
+
+if [[ -n "${POOLGUARD_E2E_BIN:-}" ]]; then
+    poolguard="$(cd "$(dirname "${POOLGUARD_E2E_BIN}")" && pwd)/$(basename "${POOLGUARD_E2E_BIN}")"
+    [[ -x "${poolguard}" ]] || die "POOLGUARD_E2E_BIN=${POOLGUARD_E2E_BIN} is not executable"
+    log "building the e2e tests (poolguard: ${poolguard})"
+else
+    log "building poolguard and the e2e tests"
+    cargo build --locked --bin poolguard
+    target_dir="${CARGO_TARGET_DIR:-${root}/target}"
+    [[ "${target_dir}" == /* ]] || target_dir="${root}/${target_dir}"
+    poolguard="${target_dir}/debug/poolguard"
+    [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
+fi
+cargo test --locked -p poolguard-e2e --test e2e --test fail_closed --no-run
+log "poolguard: $("${poolguard}" --version)"
+"${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
+log "build: $(since "${t_build}")s"
+
+# --- 2. control plane and nodes ----------------------------------------------------
+t_cluster="$(now)"
+# No kubelet heartbeats: without the node lifecycle controller the fake nodes stay Ready and
+# untainted.
+POOLGUARD_CP_BIN="${cp_bin}" POOLGUARD_CP_CONTROLLERS=1 \
+    POOLGUARD_CP_CONTROLLER_MANAGER_ARGS='--controllers=*,-node-lifecycle-controller' \
+    integration/controlplane/start.sh "${cp_state}" >/dev/null
+cp_started=1
+export KUBECONFIG="${cp_state}/kubeconfig"
+kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
+
+register_node() { # name pool
+    local name="$1" pool="$2" ts
+    kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: ${name}
+  labels:
+    ${label}: "${pool}"
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    kubernetes.io/hostname: ${name}
+EOF
+    ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    kubectl patch node "${name}" --subresource=status --type=merge -p "{\"status\": {
+        \"capacity\": {\"cpu\": \"8\", \"memory\": \"32Gi\", \"pods\": \"110\"},
+        \"allocatable\": {\"cpu\": \"8\", \"memory\": \"32Gi\", \"pods\": \"110\"},
+        \"conditions\": [{\"type\": \"Ready\", \"status\": \"True\", \"reason\": \"KubeletReady\",
+            \"message\": \"fake node for poolguard e2e\",
+            \"lastHeartbeatTime\": \"${ts}\", \"lastTransitionTime\": \"${ts}\"}]}}" >/dev/null
+    # The API server taints new nodes not-ready; the (disabled) node lifecycle controller would
+    # remove that taint once the node is Ready.
+    kubectl patch node "${name}" --type=merge -p '{"spec": {"taints": null}}' >/dev/null
+    log "node ${name}: ${label}=${pool}, Ready"
+}
+register_node "${pools[0]}-node-1" "${pools[0]}"
+register_node "${pools[0]}-node-2" "${pools[0]}"
+for pool in "${pools[@]:1}"; do
+    register_node "${pool}-node-1" "${pool}"
+done
+deadline=$((SECONDS + 30))
+until kubectl -n kube-system get serviceaccount default >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "the ServiceAccount controller did not create kube-system/default"
+    sleep 0.5
+done
+kubectl get nodes -L "${label}"
+log "cluster: $(since "${t_cluster}")s"
+
+# --- 3. poolguard and its webhooks --------------------------------------------------
+t_pg="$(now)"
+"${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost
+pg_port="$(pick_port)"
+metrics_port="$(pick_port)"
+{
+    printf 'PG_BIN=%q\n' "${poolguard}"
+    printf 'PG_ADDR=%q\n' "127.0.0.1:${pg_port}"
+    printf 'PG_METRICS_ADDR=%q\n' "127.0.0.1:${metrics_port}"
+    printf 'PG_CERT_DIR=%q\n' "${work}/certs"
+    printf 'PG_CONFIG=%q\n' "$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")"
+    printf 'PG_POLICIES_DIR=%q\n' "${root}/policies"
+    printf 'PG_KUBECONFIG=%q\n' "${KUBECONFIG}"
+} > "${work}/poolguard.env"
+pg_env_written=1
+"${ctl}" start "${work}"
+
+ca_bundle="$(base64 < "${work}/certs/ca.crt" | tr -d '\n')"
+sed -e "s|@MUTATE_ENDPOINT@|url: \"https://127.0.0.1:${pg_port}/mutate\"|" \
+    -e "s|@VALIDATE_ENDPOINT@|url: \"https://127.0.0.1:${pg_port}/validate\"|" \
+    -e "s|@CA_BUNDLE@|${ca_bundle}|" \
+    -e "s|@NAMESPACE_LABEL@|${label}|" \
+    integration/e2e/manifests/webhooks.yaml > "${work}/webhooks.yaml"
+if grep -n '@[A-Z_]*@' "${work}/webhooks.yaml" | grep -v '^[0-9]*:#'; then
+    die "unsubstituted placeholder in ${work}/webhooks.yaml"
+fi
+kubectl apply -f "${work}/webhooks.yaml"
+
+# The API server picks webhook configurations up asynchronously: probe with server-side dry
+# runs in a labelled namespace until both webhooks answer.
+probe_ns="pg-e2e-probe"
+kubectl create namespace "${probe_ns}" >/dev/null
+kubectl label namespace "${probe_ns}" "${label}=${pools[0]}" >/dev/null
+probe_pod="{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
+  \"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}"
+probe_deploy="{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
+  \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"probe\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"probe\"}},
+  \"spec\": {\"nodeSelector\": {\"${label}\": \"${pools[1]}\"}, \"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}}}"
+deadline=$((SECONDS + 30))
+until out="$(kubectl create --dry-run=server -o jsonpath='{.spec.nodeSelector}' -f - <<< "${probe_pod}" 2>&1)" &&
+    [[ "${out}" == *"${pools[0]}"* ]]; do
+    ((SECONDS < deadline)) || die "the mutating webhook did not become active within 30s: ${out}"
+    sleep 0.5
+done
+# Expected to fail: the template asks for the other pool.
+until ! out="$(kubectl create --dry-run=server -f - <<< "${probe_deploy}" 2>&1)" &&
+    [[ "${out}" == *"${label}=\"${pools[1]}\""* ]]; do
+    ((SECONDS < deadline)) || die "the validating webhook did not become active within 30s: ${out}"
+    sleep 0.5
+done
+kubectl delete namespace "${probe_ns}" --wait=false >/dev/null
+log "webhooks active; poolguard set up in $(since "${t_pg}")s"
+
+# --- 4. the tests ------------------------------------------------------------------
+export POOLGUARD_E2E_POOLS="${pools_csv}"
+export POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
+printf -v POOLGUARD_E2E_STOP_CMD '%q stop %q' "${ctl}" "${work}"
+printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
+export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
+read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
+repeat="${POOLGUARD_E2E_REPEAT:-1}"
+t_e2e="$(now)"
+for ((run = 1; run <= repeat; run++)); do
+    log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
+    cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
+done
+log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
+cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
+log "e2e phase: $(since "${t_e2e}")s"
