@@ -116,7 +116,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test fail_closed --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test fail_closed --test cert_renewal --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -236,6 +236,8 @@ for ((run = 1; run <= repeat; run++)); do
     log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
     cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
 done
+log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
+POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
 log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
 cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
 log "e2e phase: $(since "${t_e2e}")s"

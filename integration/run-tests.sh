@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, table and CLI tests, then the shipped Rego policies' own tests.
+# The whole test suite:
+#   1. unit, table, CLI and HTTPS server tests (cargo test);
+#   2. the shipped Rego policies' own tests (poolguard policy test);
+#   3. the helm chart: lint and render every mode, then install into a throwaway API server
+#      (a real helm, built from its Go module when none is installed);
+#   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh).
+# Steps 3 and 4 build and cache what they need on the first run (see integration/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== cargo test"
 cargo test --locked
+echo "== policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
+echo "== helm chart"
+bash integration/helm/lint.sh
+bash integration/helm/install-test.sh
+echo "== end to end"
+bash integration/e2e.sh
