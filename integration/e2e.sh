@@ -133,29 +133,8 @@ export KUBECONFIG="${cp_state}/kubeconfig"
 kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
 
 register_node() { # name pool
-    local name="$1" pool="$2" ts
-    kubectl apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Node
-metadata:
-  name: ${name}
-  labels:
-    ${label}: "${pool}"
-    kubernetes.io/os: linux
-    kubernetes.io/arch: amd64
-    kubernetes.io/hostname: ${name}
-EOF
-    ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    kubectl patch node "${name}" --subresource=status --type=merge -p "{\"status\": {
-        \"capacity\": {\"cpu\": \"8\", \"memory\": \"32Gi\", \"pods\": \"110\"},
-        \"allocatable\": {\"cpu\": \"8\", \"memory\": \"32Gi\", \"pods\": \"110\"},
-        \"conditions\": [{\"type\": \"Ready\", \"status\": \"True\", \"reason\": \"KubeletReady\",
-            \"message\": \"fake node for poolguard e2e\",
-            \"lastHeartbeatTime\": \"${ts}\", \"lastTransitionTime\": \"${ts}\"}]}}" >/dev/null
-    # The API server taints new nodes not-ready; the (disabled) node lifecycle controller would
-    # remove that taint once the node is Ready.
-    kubectl patch node "${name}" --type=merge -p '{"spec": {"taints": null}}' >/dev/null
-    log "node ${name}: ${label}=${pool}, Ready"
+    KUBECTL="${cp_bin}/kubectl" integration/controlplane/fake-node.sh "$1" "${label}" "$2"
+    log "node $1: ${label}=$2, Ready"
 }
 register_node "${pools[0]}-node-1" "${pools[0]}"
 register_node "${pools[0]}-node-2" "${pools[0]}"

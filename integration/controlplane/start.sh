@@ -4,6 +4,15 @@
 # kube-controller-manager + kube-scheduler; extra controller-manager flags
 # from POOLGUARD_CP_CONTROLLER_MANAGER_ARGS).
 #
+# Optional, for tests that reach the API server from outside loopback (e.g. a
+# network namespace, integration/chart-path/test.sh); unset, nothing changes:
+#   POOLGUARD_CP_APISERVER_ARGS  extra kube-apiserver flags, whitespace-separated
+#                                (no quoting), appended after the defaults, so
+#                                they win (e.g. --bind-address=0.0.0.0)
+#   POOLGUARD_CP_APISERVER_SANS  extra subjectAltName entries of the API
+#                                server's serving certificate, comma-separated
+#                                (e.g. IP:10.250.7.1)
+#
 #   STATE=$(integration/controlplane/start.sh [STATE_DIR] | tail -1)
 #   export KUBECONFIG=$STATE/kubeconfig      # or: source "$STATE/env"
 #   ...
@@ -110,7 +119,7 @@ ossl req -x509 -new -key "${pki}/ca.key" -subj "/CN=poolguard-test-ca" -days 7 -
 sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc${POOLGUARD_CP_APISERVER_SANS:+,${POOLGUARD_CP_APISERVER_SANS}}"
 sign admin "/O=system:masters/CN=poolguard-admin" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
@@ -179,6 +188,7 @@ launch etcd \
     --log-level=warn
 wait_for etcd 60 "etcd on 127.0.0.1:${etcd_port}" tcp_open "${etcd_port}"
 
+read -r -a apiserver_extra <<< "${POOLGUARD_CP_APISERVER_ARGS:-}"
 launch kube-apiserver \
     --bind-address=127.0.0.1 \
     --advertise-address=127.0.0.1 \
@@ -194,7 +204,8 @@ launch kube-apiserver \
     --service-account-key-file="${pki}/sa.pub" \
     --service-account-signing-key-file="${pki}/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --allow-privileged=true
+    --allow-privileged=true \
+    "${apiserver_extra[@]}"
 kubectl_cmd=("${bin}/kubectl" --kubeconfig="${kubeconfig}" --request-timeout=5s)
 wait_for kube-apiserver 180 "kube-apiserver on 127.0.0.1:${api_port}" "${kubectl_cmd[@]}" get --raw /readyz
 
