@@ -1,4 +1,5 @@
-//! The mutating webhook: give a new Pod its namespace's pool as a nodeSelector.
+//! The mutating webhook: give a new Pod its namespace's pool as a nodeSelector, and record the
+//! pool in the pod's `poolguard.io/pool` annotation.
 
 use crate::admission::{at, Decision, Operation, Request};
 use crate::config::Config;
@@ -17,20 +18,23 @@ pub fn mutate(req: &Request, labels: Option<&Labels>, config: &Config) -> Decisi
     let Some(pool) = placement::pool_of(labels, &config.namespace_label) else {
         return Decision::allow();
     };
-    let spec = req.object.and_then(|o| at(o, &["spec"]));
-    match placement::place(
+    let pod = req.object.unwrap_or(&serde_json::Value::Null);
+    let spec = at(pod, &["spec"]);
+    let mut patch = match placement::place(
         spec,
         &["spec"],
         req.namespace,
         pool,
         &config.placement_rules(),
     ) {
-        Placement::Satisfied => Decision::allow(),
-        Placement::Patch(patch) => Decision {
-            patch: Some(patch),
-            ..Decision::allow()
-        },
-        Placement::Conflict(message) => Decision::deny(403, message),
-        Placement::Invalid(message) => Decision::deny(400, message),
+        Placement::Satisfied => json_patch::Patch(Vec::new()),
+        Placement::Patch(patch) => patch,
+        Placement::Conflict(message) => return Decision::deny(403, message),
+        Placement::Invalid(message) => return Decision::deny(400, message),
+    };
+    patch.0.extend(placement::annotate(pod, pool));
+    Decision {
+        patch: Some(patch).filter(|p| !p.0.is_empty()),
+        ..Decision::allow()
     }
 }

@@ -7,6 +7,11 @@ use serde_json::{Map, Value};
 
 use crate::config::{Config, SelectorPolicy};
 
+/// Pod annotation naming the pool the mutating webhook placed the pod on. The validating
+/// webhook accepts a selector for that pool even if the namespace was relabelled in the
+/// milliseconds between the two calls.
+pub const POOL_ANNOTATION: &str = "poolguard.io/pool";
+
 /// A namespace's labels.
 pub type Labels = std::collections::BTreeMap<String, String>;
 
@@ -118,6 +123,48 @@ pub fn place(
             Value::from(pool),
         )),
     }
+}
+
+/// The operation recording `pool` in the pod's [`POOL_ANNOTATION`], if it is not there yet.
+pub fn annotate(pod: &Value, pool: &str) -> Option<PatchOperation> {
+    let meta = pod.get("metadata");
+    let annotations = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object);
+    let value = Value::from(pool);
+    match (meta, annotations) {
+        (_, Some(a)) if a.get(POOL_ANNOTATION) == Some(&value) => None,
+        (_, Some(_)) => Some(
+            add(["metadata", "annotations", POOL_ANNOTATION], value)
+                .0
+                .remove(0),
+        ),
+        (Some(Value::Object(_)), None) => Some(
+            add(
+                ["metadata", "annotations"],
+                Value::Object(Map::from_iter([(POOL_ANNOTATION.to_string(), value)])),
+            )
+            .0
+            .remove(0),
+        ),
+        _ => None,
+    }
+}
+
+/// The pool a pod's selector asks for under `key`, when the mutating webhook recorded that same
+/// pool in [`POOL_ANNOTATION`]: the namespace named that pool when the pod was mutated.
+pub fn placed_by_mutation<'a>(
+    pod: &'a Value,
+    spec: Option<&'a Value>,
+    key: &str,
+) -> Option<&'a str> {
+    let requested = spec?.get("nodeSelector")?.get(key)?.as_str()?;
+    let recorded = pod
+        .get("metadata")?
+        .get("annotations")?
+        .get(POOL_ANNOTATION)?
+        .as_str()?;
+    (requested == recorded).then_some(requested)
 }
 
 /// One JSON Patch `add` at the pointer made of `tokens` (escaped as RFC 6901 requires).
@@ -332,6 +379,55 @@ mod tests {
                 want,
             );
         }
+    }
+
+    #[test]
+    fn annotate_table() {
+        let cases = [
+            (
+                json!({"metadata": {}}),
+                Some(
+                    json!({"op": "add", "path": "/metadata/annotations", "value": {"poolguard.io/pool": "p"}}),
+                ),
+            ),
+            (
+                json!({"metadata": {"annotations": {"a": "b"}}}),
+                Some(
+                    json!({"op": "add", "path": "/metadata/annotations/poolguard.io~1pool", "value": "p"}),
+                ),
+            ),
+            (
+                json!({"metadata": {"annotations": {"poolguard.io/pool": "old"}}}),
+                Some(
+                    json!({"op": "add", "path": "/metadata/annotations/poolguard.io~1pool", "value": "p"}),
+                ),
+            ),
+            (
+                json!({"metadata": {"annotations": {"poolguard.io/pool": "p"}}}),
+                None,
+            ),
+        ];
+        for (pod, want) in cases {
+            assert_eq!(
+                annotate(&pod, "p").map(|op| serde_json::to_value(op).unwrap()),
+                want,
+                "{pod}"
+            );
+        }
+    }
+
+    #[test]
+    fn placed_by_mutation_table() {
+        let pod = |sel: &str, ann: &str| json!({"metadata": {"annotations": {"poolguard.io/pool": ann}}, "spec": {"nodeSelector": {"agentpool": sel}}});
+        let p = pod("old", "old");
+        assert_eq!(
+            placed_by_mutation(&p, p.get("spec"), "agentpool"),
+            Some("old")
+        );
+        let p = pod("other", "old");
+        assert_eq!(placed_by_mutation(&p, p.get("spec"), "agentpool"), None);
+        let p = json!({"spec": {"nodeSelector": {"agentpool": "old"}}});
+        assert_eq!(placed_by_mutation(&p, p.get("spec"), "agentpool"), None);
     }
 
     #[test]

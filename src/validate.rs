@@ -94,6 +94,11 @@ fn findings(
                     req.namespace, config.node_selector_key
                 ),
             )),
+            // The namespace was relabelled between the mutating call and this one: the pod
+            // carries the pool the mutating webhook gave it, as it would had it come a moment earlier.
+            Placement::Conflict(_)
+                if path.len() == 1
+                    && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push((403, message)),
             Placement::Invalid(message) => found.denials.push((400, message)),
         }

@@ -79,7 +79,10 @@ fn check(file: &str, webhook: Webhook, config: Option<&str>, want: Want) {
 
 #[test]
 fn opa_sample_behaviours_hold() {
-    let set = json!([{"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}}]);
+    let set = json!([
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}},
+        {"op": "add", "path": "/metadata/annotations", "value": {"poolguard.io/pool": "pool1"}},
+    ]);
     // A mapped namespace gets the selector; kube-system and unmapped namespaces are untouched.
     check(
         "pod-create-mapped.json",
@@ -116,8 +119,11 @@ fn opa_sample_behaviours_hold() {
 
 #[test]
 fn mutate_table() {
-    let add_key = json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}]);
-    let aks_add_key = json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}]);
+    let annotate = json!({"op": "add", "path": "/metadata/annotations", "value": {"poolguard.io/pool": "pool1"}});
+    let add_key =
+        json!([{"op": "add", "path": "/spec/nodeSelector/agentpool", "value": "pool1"}, annotate]);
+    let aks_add_key = json!([{"op": "add", "path": "/spec/nodeSelector/kubernetes.azure.com~1agentpool", "value": "pool1"}, annotate]);
+    let annotate_only = json!([annotate]);
     let cases = [
         ("pod-create-os-selector.json", None, Want::Patch(add_key)),
         (
@@ -130,8 +136,17 @@ fn mutate_table() {
             Some("strict.yaml"),
             Want::Deny(403, &["strict", "kubernetes.io/os"]),
         ),
-        ("pod-create-placed.json", None, Want::Allow),
-        ("pod-create-placed.json", Some("strict.yaml"), Want::Allow),
+        // Already placed: only the pool annotation is added.
+        (
+            "pod-create-placed.json",
+            None,
+            Want::Patch(annotate_only.clone()),
+        ),
+        (
+            "pod-create-placed.json",
+            Some("strict.yaml"),
+            Want::Patch(annotate_only.clone()),
+        ),
         // Updates and subresources are never patched, nor denied: the selector is immutable.
         ("pod-update-mapped.json", None, Want::Allow),
         ("pod-ephemeral-update.json", None, Want::Allow),
@@ -142,7 +157,7 @@ fn mutate_table() {
         (
             "pod-create-bad-image.json",
             Some("example.yaml"),
-            Want::Allow,
+            Want::Patch(annotate_only),
         ),
     ];
     for (file, config, want) in cases {
@@ -294,6 +309,33 @@ fn update_denies_only_what_is_new() {
     // A namespace relabelled after the pod was created: the old selector is not a new conflict.
     let stale = pod(&["registry.example.com/a"], "pool2");
     assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "").allowed);
+}
+
+#[test]
+fn relabel_between_mutation_and_validation_is_not_a_conflict() {
+    // The mutating webhook saw pool1 and recorded it; by validation the namespace says gpu.
+    let review = |annotation: Option<&str>| {
+        let mut pod = pod(&["registry.example.com/a"], "pool1");
+        if let Some(a) = annotation {
+            pod["metadata"]["annotations"] = json!({"poolguard.io/pool": a});
+        }
+        json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "gpu-team",
+               "operation": "CREATE", "object": pod})
+    };
+    let rules = rules(None);
+    let ns = namespaces();
+    for (annotation, allowed) in [(Some("pool1"), true), (None, false), (Some("gpu"), false)] {
+        let request = review(annotation);
+        let req = Request::from_value(&request).unwrap();
+        let d = decide(
+            Webhook::Validate,
+            &req,
+            ns.get("gpu-team"),
+            &rules.config,
+            &rules.policies,
+        );
+        assert_eq!(d.allowed, allowed, "annotation {annotation:?}: {d:?}");
+    }
 }
 
 #[test]

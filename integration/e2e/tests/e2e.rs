@@ -319,9 +319,8 @@ async fn relabelled_namespace() {
 
         // One create per relabel, no retries. poolguard reads labels from a watch cache (a
         // direct GET only on a cache miss), so the pod is created once a watch of ours has
-        // delivered the relabel (plus WATCH_SETTLE). Created within a few ms of the relabel, a
-        // pod can be refused: the mutating call may still see the old pool and the validating
-        // call already the new one (see integration/README.md).
+        // delivered the relabel (plus WATCH_SETTLE); `relabel_race_never_refuses` covers pods
+        // created at the same moment as the relabel.
         for (step, pool) in [("after", pool2), ("back", pool1)] {
             env.say(format!(
                 "check: relabel {ns} to {}={pool}, the next pod gets {key}={pool}",
@@ -347,6 +346,44 @@ async fn relabelled_namespace() {
             );
             env.say(format!("  ok: nodeSelector {sel:?}"));
         }
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn relabel_race_never_refuses() {
+    run("relabel_race_never_refuses", |env| async move {
+        let (pool1, pool2, key) = (env.pool1(), env.pool2(), env.selector_key.as_str());
+        let ns = env.namespace("race", Some(pool1)).await?;
+        env.say(format!(
+            "check: pods created right after each of 10 relabels of {ns} are all admitted, each with the pool poolguard recorded"
+        ));
+        let (mut old, mut new) = (0, 0);
+        for i in 0..10 {
+            let pool = if i % 2 == 0 { pool2 } else { pool1 };
+            let previous = if i % 2 == 0 { pool1 } else { pool2 };
+            env.set_pool(&ns, Some(pool)).await?;
+            let pod = env
+                .create_pod(&ns, &env.pod(&format!("race-{i}"), &env.allowed_image, None)?)
+                .await
+                .with_context(|| format!("pod {i}, created right after relabelling {ns} to {pool}"))?;
+            let sel = node_selector(&pod);
+            let got = sel.get(key).map(String::as_str);
+            let recorded = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("poolguard.io/pool"))
+                .map(String::as_str);
+            ensure!(got == recorded, "pod {i}: nodeSelector {sel:?} but poolguard.io/pool {recorded:?}");
+            match got {
+                Some(p) if p == pool => new += 1,
+                Some(p) if p == previous => old += 1,
+                other => bail!("pod {i}: expected {key}={pool} (or {previous} within the relabel), got {other:?}"),
+            }
+        }
+        env.say(format!("  ok: 10 admitted; {new} with the new pool, {old} with the pool of a moment before"));
         Ok(())
     })
     .await;
