@@ -177,29 +177,8 @@ if grep -n '@[A-Z_]*@' "${work}/webhooks.yaml" | grep -v '^[0-9]*:#'; then
 fi
 kubectl apply -f "${work}/webhooks.yaml"
 
-# The API server picks webhook configurations up asynchronously: probe with server-side dry
-# runs in a labelled namespace until both webhooks answer.
-probe_ns="pg-e2e-probe"
-kubectl create namespace "${probe_ns}" >/dev/null
-kubectl label namespace "${probe_ns}" "${label}=${pools[0]}" >/dev/null
-probe_pod="{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
-  \"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}"
-probe_deploy="{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
-  \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"probe\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"probe\"}},
-  \"spec\": {\"nodeSelector\": {\"${label}\": \"${pools[1]}\"}, \"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}}}"
-deadline=$((SECONDS + 30))
-until out="$(kubectl create --dry-run=server -o jsonpath='{.spec.nodeSelector}' -f - <<< "${probe_pod}" 2>&1)" &&
-    [[ "${out}" == *"${pools[0]}"* ]]; do
-    ((SECONDS < deadline)) || die "the mutating webhook did not become active within 30s: ${out}"
-    sleep 0.5
-done
-# Expected to fail: the template asks for the other pool.
-until ! out="$(kubectl create --dry-run=server -f - <<< "${probe_deploy}" 2>&1)" &&
-    [[ "${out}" == *"${label}=\"${pools[1]}\""* ]]; do
-    ((SECONDS < deadline)) || die "the validating webhook did not become active within 30s: ${out}"
-    sleep 0.5
-done
-kubectl delete namespace "${probe_ns}" --wait=false >/dev/null
+KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 30 >&2 ||
+    die "poolguard's webhooks did not become active"
 log "webhooks active; poolguard set up in $(since "${t_pg}")s"
 
 # --- 4. the tests ------------------------------------------------------------------

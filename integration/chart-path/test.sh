@@ -593,30 +593,11 @@ whoami="$(ip netns exec "${netns}" env KUBECONFIG=/dev/null "${cp_bin}/kubectl" 
     && ok "poolguard's token (from inside ${netns}) authenticates as ${whoami}: everything it did ran under the chart's RBAC" \
     || bad "poolguard's token authenticates as '${whoami}'"
 
-# The API server picks up webhook configuration changes asynchronously; probe with server-side
-# dry runs in a labelled namespace until both webhooks answer through the Service.
-probe_ns="pg-chart-probe"
-kubectl create namespace "${probe_ns}" >/dev/null
-kubectl label namespace "${probe_ns}" "${label}=${pools[0]}" >/dev/null
-probe_pod="{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
-  \"spec\": {\"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}"
-probe_deploy="{\"apiVersion\": \"apps/v1\", \"kind\": \"Deployment\", \"metadata\": {\"name\": \"probe\", \"namespace\": \"${probe_ns}\"},
-  \"spec\": {\"selector\": {\"matchLabels\": {\"app\": \"probe\"}}, \"template\": {\"metadata\": {\"labels\": {\"app\": \"probe\"}},
-  \"spec\": {\"nodeSelector\": {\"${label}\": \"${pools[1]}\"}, \"containers\": [{\"name\": \"c\", \"image\": \"registry.k8s.io/pause:3.10\"}]}}}}"
-deadline=$((SECONDS + 60))
-until out="$(kubectl create --dry-run=server -o jsonpath='{.spec.nodeSelector}' -f - <<<"${probe_pod}" 2>&1)" &&
-    [[ "${out}" == *"${pools[0]}"* ]]; do
-    ((SECONDS < deadline)) || die "the mutating webhook did not become active through the Service within 60s: ${out}"
-    sleep 0.5
-done
-ok "mutating webhook in effect through the Service: dry-run pod got nodeSelector ${out}"
-until ! out="$(kubectl create --dry-run=server -f - <<<"${probe_deploy}" 2>&1)" &&
-    [[ "${out}" == *"${label}=\"${pools[1]}\""* ]]; do
-    ((SECONDS < deadline)) || die "the validating webhook did not become active through the Service within 60s: ${out}"
-    sleep 0.5
-done
-ok "validating webhook in effect through the Service: conflicting Deployment refused"
-kubectl delete namespace "${probe_ns}" --wait=false >/dev/null
+if out="$(KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 60 2>&1)"; then
+    ok "both webhooks in effect through the Service: ${out//$'\n'/; }"
+else
+    die "the webhooks did not become active through the Service: ${out}"
+fi
 
 admission_total() { # sum of poolguard_admission_requests_total, read at the pod IP
     { curl -s --noproxy '*' --max-time 5 "http://${pod_ip}:9090/metrics" || true; } |
@@ -690,8 +671,10 @@ left="$(kubectl -n "${ns}" get deployment,replicaset,service,pods -o name 2>/dev
 kubectl create namespace pg-chart-after >/dev/null
 kubectl label namespace pg-chart-after "${label}=${pools[0]}" >/dev/null
 deadline=$((SECONDS + 30))
+after_pod='{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "pg-chart-after"},
+  "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}'
 until out="$(kubectl create --dry-run=server -o jsonpath='{.spec.nodeSelector}' -f - \
-    <<<"${probe_pod//${probe_ns}/pg-chart-after}" 2>&1)" && [[ -z "${out}" ]]; do
+    <<<"${after_pod}" 2>&1)" && [[ -z "${out}" ]]; do
     ((SECONDS < deadline)) || break
     sleep 0.5
 done
