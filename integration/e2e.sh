@@ -198,4 +198,40 @@ log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and s
 POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
 log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
 cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
+
+# --- 5. API server gone: poolguard answers from its namespace cache ------------------------------
+log "API server down: poolguard must keep answering from its namespace cache, and fail closed on the unknown"
+kubectl create namespace pg-e2e-cached >/dev/null
+kubectl label namespace pg-e2e-cached "${label}=${pools[0]}" >/dev/null
+review() { # namespace -> AdmissionReview response from poolguard's /mutate
+    jq --arg ns "$1" '.request.namespace = $ns' testdata/reviews/pod-create-mapped.json |
+        curl -sS --max-time 10 --cacert "${work}/certs/ca.crt" --data-binary @- "https://127.0.0.1:${pg_port}/mutate"
+}
+patched_pool() { # response -> the pool in its nodeSelector patch, if any
+    jq -r '.response.patch // empty' | base64 -d 2>/dev/null |
+        jq -r --arg k "${label}" '.[] | select(.path == "/spec/nodeSelector") | .value[$k]'
+}
+deadline=$((SECONDS + 15))
+until [[ "$(review pg-e2e-cached | patched_pool)" == "${pools[0]}" ]]; do
+    ((SECONDS < deadline)) || die "poolguard did not see namespace pg-e2e-cached within 15s"
+    sleep 0.2
+done
+apiserver_pid="$(awk '$2 == "kube-apiserver" { print $1 }' "${cp_state}/pids")"
+kill -TERM "${apiserver_pid}"
+deadline=$((SECONDS + 30))
+while kill -0 "${apiserver_pid}" 2>/dev/null; do
+    ((SECONDS < deadline)) || { kill -KILL "${apiserver_pid}" 2>/dev/null || true; break; }
+    sleep 0.2
+done
+log "kube-apiserver stopped"
+got="$(review pg-e2e-cached | patched_pool)"
+[[ "${got}" == "${pools[0]}" ]] || die "with the API server down, a pod in a cached namespace got ${got:-no patch}"
+log "  ok: a pod in a cached namespace still gets ${label}=${got}"
+answer="$(review pg-e2e-never-seen)"
+[[ "$(jq -r '.response.allowed' <<< "${answer}")" == false && "$(jq -r '.response.status.code' <<< "${answer}")" == 500 ]] ||
+    die "with the API server down, a pod in an unknown namespace was not refused: ${answer}"
+log "  ok: a pod in a namespace it cannot read is refused: $(jq -r '.response.status.message' <<< "${answer}")"
+ready="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${metrics_port}/readyz")"
+[[ "${ready}" == 200 ]] || die "/readyz answered ${ready} with the API server down"
+log "  ok: /readyz stays 200 (the cache has synced; it keeps serving)"
 log "e2e phase: $(since "${t_e2e}")s"

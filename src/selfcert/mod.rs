@@ -67,7 +67,15 @@ impl SelfCert {
             Step::Idle => Ok((stored, false)),
             Step::Publish => {
                 let mut s = stored.context("nothing stored to publish")?;
-                self.publish(&s.bundle).await?;
+                if let Err(e) = self.publish(&s.bundle).await {
+                    if is_conflict(&e) {
+                        tracing::info!(
+                            "another replica changed a webhook configuration first; reading again"
+                        );
+                        return Ok((None, true));
+                    }
+                    return Err(e);
+                }
                 s.published_at = Some(now);
                 tracing::info!(secret = %self.secret_name, "CA bundle published into the webhook configurations");
                 self.write(&s, secret).await
@@ -219,6 +227,11 @@ impl SelfCert {
             }
         }
     }
+}
+
+/// A write lost to a concurrent one (HTTP 409): read again and re-plan.
+fn is_conflict(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(status)) if status.code == 409)
 }
 
 fn stored_of(secret: &Secret) -> Stored {
