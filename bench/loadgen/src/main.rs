@@ -1,0 +1,323 @@
+//! HTTPS (TLS + HTTP/1.1 keep-alive) load generator for the poolguard vs OPA benchmark.
+//!
+//! Closed loop (`--mode closed`): N connections each send the next request as soon as the previous
+//! response is read, until `--duration` or `--max-requests`: saturation throughput.
+//!
+//! Open loop (`--mode open --rate R`): request i is scheduled at start + i/R and sent on one of N
+//! connections. Latency is measured from the scheduled time when the sender is behind schedule
+//! (so queueing behind a slow server is counted: no coordinated omission), and from the actual
+//! send time when the sender had to wait for its slot (so tokio's ~1 ms timer granularity is not
+//! counted as server latency).
+//!
+//! Bodies (`--body FILE`, repeatable) are sent round-robin. Prints one JSON object on stdout.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Closed,
+    Open,
+}
+
+struct Args {
+    url: String,
+    ca: String,
+    bodies: Vec<String>,
+    mode: Mode,
+    rate: f64,
+    connections: usize,
+    duration: Duration,
+    max_requests: u64,
+    warmup: u64,
+    threads: usize,
+    label: String,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        url: String::new(),
+        ca: String::new(),
+        bodies: vec![],
+        mode: Mode::Closed,
+        rate: 0.0,
+        connections: 8,
+        duration: Duration::from_secs(10),
+        max_requests: 5_000_000,
+        warmup: 50,
+        threads: 2,
+        label: String::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or_else(|| anyhow!("{flag} needs a value"));
+        match flag.as_str() {
+            "--url" => a.url = val()?,
+            "--ca" => a.ca = val()?,
+            "--body" => a.bodies.push(val()?),
+            "--mode" => {
+                a.mode = match val()?.as_str() {
+                    "closed" => Mode::Closed,
+                    "open" => Mode::Open,
+                    m => bail!("unknown mode {m}"),
+                }
+            }
+            "--rate" => a.rate = val()?.parse()?,
+            "--connections" => a.connections = val()?.parse()?,
+            "--duration" => a.duration = Duration::from_secs_f64(val()?.parse()?),
+            "--max-requests" => a.max_requests = val()?.parse()?,
+            "--warmup" => a.warmup = val()?.parse()?,
+            "--threads" => a.threads = val()?.parse()?,
+            "--label" => a.label = val()?,
+            f => bail!("unknown flag {f}"),
+        }
+    }
+    if a.url.is_empty() || a.ca.is_empty() || a.bodies.is_empty() {
+        bail!("usage: poolguard-loadgen --url https://127.0.0.1:PORT/PATH --ca CA.crt --body FILE [--body FILE]... [--mode closed|open] [--rate R] [--connections N] [--duration S] [--max-requests M] [--warmup W] [--threads T] [--label L]");
+    }
+    if a.mode == Mode::Open && a.rate <= 0.0 {
+        bail!("--mode open needs --rate > 0");
+    }
+    Ok(a)
+}
+
+struct Target {
+    addr: String,
+    host: String,
+    path: String,
+    connector: TlsConnector,
+}
+
+fn target(args: &Args) -> Result<Target> {
+    let rest = args
+        .url
+        .strip_prefix("https://")
+        .ok_or_else(|| anyhow!("--url must be https://"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca))?;
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(cert?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Target {
+        addr: authority.to_string(),
+        host: host.to_string(),
+        path: path.to_string(),
+        connector: TlsConnector::from(Arc::new(config)),
+    })
+}
+
+async fn connect(t: &Target) -> Result<SendRequest<Full<Bytes>>> {
+    let tcp = TcpStream::connect(&t.addr).await?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::try_from(t.host.clone())?;
+    let tls = t.connector.connect(name, tcp).await?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Sends one request and reads the whole response; Ok(status).
+async fn send(sender: &mut SendRequest<Full<Bytes>>, t: &Target, body: &Bytes) -> Result<u16> {
+    sender.ready().await?;
+    let req = hyper::Request::post(&t.path)
+        .header("host", &t.host)
+        .header("content-type", "application/json")
+        .body(Full::new(body.clone()))?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let _ = resp.into_body().collect().await?;
+    Ok(status)
+}
+
+#[derive(Default)]
+struct Counts {
+    ok: AtomicU64,
+    non_2xx: AtomicU64,
+    errors: AtomicU64,
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let t = Arc::new(target(&args)?);
+    let bodies: Arc<Vec<Bytes>> = Arc::new(
+        args.bodies
+            .iter()
+            .map(|p| std::fs::read(p).map(Bytes::from).with_context(|| format!("reading {p}")))
+            .collect::<Result<_>>()?,
+    );
+    let counts = Arc::new(Counts::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let n = args.connections.max(1);
+    let total = match args.mode {
+        Mode::Closed => args.max_requests,
+        Mode::Open => ((args.rate * args.duration.as_secs_f64()) as u64).min(args.max_requests),
+    };
+    let interval_ns = if args.mode == Mode::Open { 1e9 / args.rate } else { 0.0 };
+    let (start_tx, start_rx) = tokio::sync::watch::channel(None::<Instant>);
+    let ready = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut handles = vec![];
+    for w in 0..n {
+        let (t, bodies, counts, next, ready, mut start_rx) = (
+            t.clone(),
+            bodies.clone(),
+            counts.clone(),
+            next.clone(),
+            ready.clone(),
+            start_rx.clone(),
+        );
+        let (mode, duration, warmup) = (args.mode, args.duration, args.warmup);
+        handles.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+            let mut sender = match connect(&t).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    eprintln!("connection {w}: {e:#}");
+                    None
+                }
+            };
+            // Warm-up on this connection (not measured).
+            for i in 0..warmup {
+                if let Some(s) = sender.as_mut() {
+                    let _ = send(s, &t, &bodies[(w + i as usize) % bodies.len()]).await;
+                }
+            }
+            ready.wait().await;
+            let start = loop {
+                if let Some(s) = *start_rx.borrow() {
+                    break s;
+                }
+                if start_rx.changed().await.is_err() {
+                    return hist;
+                }
+            };
+            let deadline = start + duration;
+            // Open loop: stop sending 2 s past the schedule's end even when behind.
+            let hard_deadline = deadline + Duration::from_secs(2);
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let t0 = match mode {
+                    Mode::Closed => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            break;
+                        }
+                        now
+                    }
+                    Mode::Open => {
+                        let intended = start + Duration::from_nanos((i as f64 * interval_ns) as u64);
+                        let now = Instant::now();
+                        if now >= hard_deadline {
+                            break;
+                        }
+                        if now >= intended {
+                            intended
+                        } else {
+                            tokio::time::sleep_until(intended.into()).await;
+                            Instant::now()
+                        }
+                    }
+                };
+                if sender.is_none() {
+                    sender = connect(&t).await.ok();
+                }
+                let Some(s) = sender.as_mut() else {
+                    counts.errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                match send(s, &t, &bodies[i as usize % bodies.len()]).await {
+                    Ok(status) => {
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        hist.saturating_record(ns.max(1));
+                        if (200..300).contains(&status) {
+                            counts.ok.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            counts.non_2xx.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        if counts.errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                            eprintln!("request error: {e:#}");
+                        }
+                        sender = None;
+                    }
+                }
+            }
+            hist
+        }));
+    }
+    ready.wait().await;
+    let start = Instant::now() + Duration::from_millis(20);
+    start_tx.send(Some(start))?;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    for h in handles {
+        hist.add(h.await?)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let ok = counts.ok.load(Ordering::Relaxed);
+    let non_2xx = counts.non_2xx.load(Ordering::Relaxed);
+    let errors = counts.errors.load(Ordering::Relaxed);
+    // Open loop: requests of the schedule never sent (the 2 s cut-off past the end when behind).
+    let unsent = match args.mode {
+        Mode::Closed => 0,
+        Mode::Open => total.saturating_sub(hist.len() + errors),
+    };
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let out = serde_json::json!({
+        "label": args.label,
+        "url": args.url,
+        "mode": if args.mode == Mode::Closed { "closed" } else { "open" },
+        "target_rate": if args.mode == Mode::Open { Some(args.rate) } else { None },
+        "connections": n,
+        "threads": args.threads,
+        "duration_s": elapsed,
+        "requests": hist.len(),
+        "ok": ok,
+        "non_2xx": non_2xx,
+        "errors": errors,
+        "scheduled": if args.mode == Mode::Open { Some(total) } else { None },
+        "unsent": unsent,
+        "throughput_rps": hist.len() as f64 / elapsed,
+        "latency_us": {
+            "mean": hist.mean() / 1000.0,
+            "p50": us(0.50), "p90": us(0.90), "p99": us(0.99), "p999": us(0.999),
+            "max": hist.max() as f64 / 1000.0,
+        },
+    });
+    println!("{out}");
+    Ok(())
+}
