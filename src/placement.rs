@@ -113,15 +113,15 @@ pub fn place(
         (Some(_), _) => Placement::Satisfied,
         (None, true) => {
             let value = Value::Object(Map::from_iter([(key.to_string(), Value::from(pool))]));
-            Placement::Patch(add(
+            Placement::Patch(Patch(vec![add(
                 spec_path.iter().copied().chain(["nodeSelector"]),
                 value,
-            ))
+            )]))
         }
-        (None, false) => Placement::Patch(add(
+        (None, false) => Placement::Patch(Patch(vec![add(
             spec_path.iter().copied().chain(["nodeSelector", key]),
             Value::from(pool),
-        )),
+        )])),
     }
 }
 
@@ -134,19 +134,11 @@ pub fn annotate(pod: &Value, pool: &str) -> Option<PatchOperation> {
     let value = Value::from(pool);
     match (meta, annotations) {
         (_, Some(a)) if a.get(POOL_ANNOTATION) == Some(&value) => None,
-        (_, Some(_)) => Some(
-            add(["metadata", "annotations", POOL_ANNOTATION], value)
-                .0
-                .remove(0),
-        ),
-        (Some(Value::Object(_)), None) => Some(
-            add(
-                ["metadata", "annotations"],
-                Value::Object(Map::from_iter([(POOL_ANNOTATION.to_string(), value)])),
-            )
-            .0
-            .remove(0),
-        ),
+        (_, Some(_)) => Some(add(["metadata", "annotations", POOL_ANNOTATION], value)),
+        (Some(Value::Object(_)), None) => Some(add(
+            ["metadata", "annotations"],
+            Value::Object(Map::from_iter([(POOL_ANNOTATION.to_string(), value)])),
+        )),
         _ => None,
     }
 }
@@ -168,11 +160,11 @@ pub fn placed_by_mutation<'a>(
 }
 
 /// One JSON Patch `add` at the pointer made of `tokens` (escaped as RFC 6901 requires).
-fn add<'t>(tokens: impl IntoIterator<Item = &'t str>, value: Value) -> Patch {
-    Patch(vec![PatchOperation::Add(AddOperation {
+fn add<'t>(tokens: impl IntoIterator<Item = &'t str>, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
         path: PointerBuf::from_tokens(tokens),
         value,
-    })])
+    })
 }
 
 fn dotted(path: &[&str]) -> String {

@@ -41,10 +41,10 @@ pub fn validate(
         return Decision::allow();
     };
     let pool = placement::pool_of(labels, &config.namespace_label);
-    let mut found = findings(req, object, path, pool, config, policies);
+    let mut found = findings(req, object, path, is_pod, pool, config, policies);
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
-            let before = findings(req, old, path, pool, config, policies);
+            let before = findings(req, old, path, is_pod, pool, config, policies);
             found
                 .denials
                 .retain(|d| !before.denials.iter().any(|b| b.1 == d.1));
@@ -76,6 +76,7 @@ fn findings(
     req: &Request,
     object: &Value,
     path: &[&str],
+    is_pod: bool,
     pool: Option<&str>,
     config: &Config,
     policies: &PolicySet,
@@ -86,7 +87,7 @@ fn findings(
         match placement::place(spec, path, req.namespace, pool, &config.placement_rules()) {
             Placement::Satisfied => {}
             // A template's pods get the selector from the mutating webhook when they are created.
-            Placement::Patch(_) if path.len() > 1 => {}
+            Placement::Patch(_) if !is_pod => {}
             Placement::Patch(_) => found.denials.push((
                 403,
                 format!(
@@ -97,7 +98,7 @@ fn findings(
             // The namespace was relabelled between the mutating call and this one: the pod
             // carries the pool the mutating webhook gave it, as it would had it come a moment earlier.
             Placement::Conflict(_)
-                if path.len() == 1
+                if is_pod
                     && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push((403, message)),
             Placement::Invalid(message) => found.denials.push((400, message)),

@@ -137,7 +137,7 @@ pub fn plan(
             ..stored.clone()
         }));
     }
-    if serving.issuer != newest.subject || serving.renewal_due(now) || serving.not_after <= now {
+    if serving.issuer != newest.subject || serving.renewal_due(now) {
         return serving_step(stored, published, now, settings);
     }
     Ok(Step::Idle)
