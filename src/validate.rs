@@ -107,8 +107,8 @@ fn findings(
     if policies.is_empty() {
         return found;
     }
-    let document = input::document(req.raw, object, spec, pool);
-    for outcome in policies.evaluate(&document, pool, config) {
+    let document = input::document(object, spec, pool);
+    for outcome in policies.evaluate(&document, Some(req.raw), pool, config) {
         let name = &outcome.policy;
         found.evaluations.push(PolicyResult {
             policy: name.clone(),

@@ -70,9 +70,14 @@ fn stackl_template_runs_unchanged() {
     )
     .unwrap();
     let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
-    let ok = policies.evaluate(&input("repo.example.com/postgres:latest"), None, &config);
+    let ok = policies.evaluate(
+        &input("repo.example.com/postgres:latest"),
+        None,
+        None,
+        &config,
+    );
     assert_eq!(ok[0].result, Ok(vec![]));
-    let bad = policies.evaluate(&input("repository.example.com"), None, &config);
+    let bad = policies.evaluate(&input("repository.example.com"), None, None, &config);
     assert_eq!(
         bad[0].result,
         Ok(vec![

@@ -1,6 +1,7 @@
 //! The input document a SIT policy sees, in StackL's shape so StackL templates run unchanged:
 //! `parameters`, `services.<name>.functional_requirements.<container>.image`, `target`, plus the
-//! whole AdmissionRequest under `review`.
+//! whole AdmissionRequest under `review` for the policies that read it (see
+//! [`super::Policy::reads_review`]).
 
 use serde_json::{json, Map, Value};
 
@@ -11,18 +12,12 @@ const CONTAINER_LISTS: [(&str, &str); 3] = [
     ("ephemeralContainers", "ephemeralContainer"),
 ];
 
-/// The input without `parameters` (added per policy). `object` is the object under review and
-/// `spec` its pod spec; `request` is the AdmissionRequest it came in.
-pub fn document(
-    request: &Value,
-    object: &Value,
-    spec: Option<&Value>,
-    pool: Option<&str>,
-) -> Value {
+/// The input without `parameters` and `review` (both added per policy). `object` is the object
+/// under review and `spec` its pod spec.
+pub fn document(object: &Value, spec: Option<&Value>, pool: Option<&str>) -> Value {
     json!({
         "services": { service_name(object): { "functional_requirements": functional_requirements(spec) } },
         "target": pool,
-        "review": request,
     })
 }
 
@@ -80,16 +75,15 @@ mod tests {
 
     #[test]
     fn document_shape() {
-        let request = json!({"uid": "1", "namespace": "ns"});
         let object = json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let doc = document(&request, &object, object.get("spec"), Some("gpu"));
+        let doc = document(&object, object.get("spec"), Some("gpu"));
         assert_eq!(
             doc["services"]["web-"]["functional_requirements"]["c"]["image"],
             "i"
         );
         assert_eq!(doc["target"], "gpu");
-        assert_eq!(doc["review"], request);
-        let no_pool = document(&request, &json!({}), None, None);
+        assert!(doc.get("review").is_none());
+        let no_pool = document(&json!({}), None, None);
         assert_eq!(no_pool["target"], Value::Null);
         assert_eq!(
             no_pool["services"]["unnamed"]["functional_requirements"],

@@ -28,6 +28,8 @@ pub struct Policy {
     pub path: PathBuf,
     engine: Engine,
     rule: String,
+    /// Whether the policy may read `input.review` (see [`reads_review`]).
+    reads_review: bool,
 }
 
 /// All loaded policies, sorted by name.
@@ -94,6 +96,7 @@ impl Policy {
             path: template.path.clone(),
             rule,
             engine,
+            reads_review: reads_review(&template.rego),
         })
     }
 
@@ -110,6 +113,30 @@ impl Policy {
             .map_err(|e| format!("{e:#}"))?;
         messages(&value)
     }
+}
+
+/// Whether a policy's Rego may read `input.review`. Handing every policy the whole
+/// AdmissionRequest costs a conversion per request, so it is left out for policies that cannot
+/// reach it: those that never spell `review` and use `input` only to read a named field
+/// (`input.services`). Anything else — `review` anywhere (comments and strings included),
+/// `input[...]`, `input` on its own, `import input as i` — counts as reading it.
+pub fn reads_review(rego: &str) -> bool {
+    if rego.contains("review") {
+        return true;
+    }
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    rego.match_indices("input").any(|(at, _)| {
+        let before = rego[..at].chars().next_back();
+        let after = &rego[at + "input".len()..];
+        if before.is_some_and(|c| word(c) || c == '.') || after.starts_with(word) {
+            return false; // part of another name, or a field called `input`
+        }
+        let mut rest = after.chars();
+        !(rest.next() == Some('.')
+            && rest
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_'))
+    })
 }
 
 /// The `msg` of every element of an `infringement` set (undefined means none).
@@ -177,15 +204,19 @@ impl PolicySet {
     }
 
     /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
-    /// (an [`input::document`]).
+    /// (an [`input::document`]), adding `review` for the policies that read it.
     pub fn evaluate(
         &self,
         input: &serde_json::Value,
+        review: Option<&serde_json::Value>,
         pool: Option<&str>,
         config: &Config,
     ) -> Vec<Outcome> {
         let limit = Duration::from_millis(config.evaluation.timeout_millis);
+        // Converted once per request, when the first policy needs them; regorus values share
+        // their contents, so the per-policy copies below are shallow.
         let mut base: Option<Value> = None;
+        let mut review_value: Option<Value> = None;
         let mut outcomes = Vec::new();
         for policy in &self.policies {
             let Some(settings) = config.effective_policy(&policy.name, pool) else {
@@ -198,6 +229,12 @@ impl PolicySet {
             let result = match doc.as_object_mut() {
                 Ok(map) => {
                     map.insert(Value::from("parameters"), parameters);
+                    if let Some(review) = review.filter(|_| policy.reads_review) {
+                        let review = review_value
+                            .get_or_insert_with(|| Value::from(review.clone()))
+                            .clone();
+                        map.insert(Value::from("review"), review);
+                    }
                     policy.infringements(doc, limit)
                 }
                 Err(_) => Err("the input document is not an object".to_string()),
@@ -275,6 +312,80 @@ mod tests {
             err.to_lowercase().contains("time") || err.contains("limit"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn reads_review_table() {
+        let cases = [
+            ("x := input.services[_]", false),
+            ("x := input.target\ny := input.parameters.repos", false),
+            ("x := data.input_config", false),
+            ("x := my_input.review_free", true), // spells review
+            ("x := input.review.object", true),
+            ("# uses the review\nx := 1", true),
+            ("x := input[\"rev\"]", true),
+            ("x := input", true),
+            ("import input as i\nx := i.services", true),
+            ("x := object.get(input, \"services\", {})", true),
+            ("x := walk(input)", true),
+            ("x := input .services", true), // spacing we do not try to read
+            ("x := foo.input", false),
+            ("x := inputs.services", false),
+            ("x := input.\"services\"", true),
+        ];
+        for (rego, want) in cases {
+            assert_eq!(reads_review(rego), want, "{rego}");
+        }
+    }
+
+    #[test]
+    fn review_reaches_only_the_policies_that_read_it() {
+        let policies = PolicySet::compile(&[
+            template(
+                "sees",
+                "package sees\ninfringement[{\"msg\": m}] { m := sprintf(\"uid %v\", [input.review.uid]) }\n",
+            ),
+            template(
+                "blind",
+                "package blind\ninfringement[{\"msg\": m}] { m := sprintf(\"keys %v\", [object.keys(input)]) }\n",
+            ),
+            template(
+                "fields",
+                "package fields\ninfringement[{\"msg\": \"has target\"}] { input.target }\n",
+            ),
+        ])
+        .unwrap();
+        let config: Config = serde_json::from_value(json!({"policies": {
+            "sees": {"parameters": {}}, "blind": {"parameters": {}}, "fields": {"parameters": {}}
+        }}))
+        .unwrap();
+        let document = json!({"services": {}, "target": "gpu"});
+        let review = json!({"uid": "u-1"});
+        let outcomes = policies.evaluate(&document, Some(&review), None, &config);
+        let by_name = |n: &str| {
+            outcomes
+                .iter()
+                .find(|o| o.policy == n)
+                .unwrap()
+                .result
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(by_name("sees"), vec!["uid u-1".to_string()]);
+        // `object.keys(input)` uses `input` whole, so it gets `review` too.
+        assert_eq!(
+            by_name("blind"),
+            vec![r#"keys {"parameters", "review", "services", "target"}"#.to_string()]
+        );
+        assert!(
+            !policies
+                .policies
+                .iter()
+                .find(|p| p.name == "fields")
+                .unwrap()
+                .reads_review
+        );
+        assert_eq!(by_name("fields"), vec!["has target".to_string()]);
     }
 
     #[test]
