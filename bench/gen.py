@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates the benchmark inputs into OUT_DIR (default bench/work):
 
-- namespaces.yaml : a v1 List of N Namespace objects (poolguard --namespaces-file); every even
-                    index is labelled agentpool=pool-<i % 50>, so half are mapped.
+- namespaces.json : a v1 List of N Namespace objects as `kubectl get namespaces -o json` prints
+                    it (poolguard --namespaces-file); every even index is labelled
+                    agentpool=pool-<i % 50>, so half are mapped.
 - opa-data.json   : the same namespaces as data.kubernetes.namespaces[name] plus the
                     allowedrepositories parameters (data.config), loaded by `opa run`.
 - reviews/pg/*.json and reviews/opa/*.json : the same AdmissionReviews (Pod CREATE with 1, 3 and
@@ -43,13 +44,9 @@ for i in range(count):
         meta["labels"]["agentpool"] = pool_of(i)
     namespaces.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
 
-# A v1 List in block YAML, as `--namespaces-file` accepts (names and labels need no quoting).
-with open(os.path.join(out, "namespaces.yaml"), "w") as f:
-    f.write("apiVersion: v1\nkind: List\nitems:\n")
-    for n in namespaces:
-        f.write(f"- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: {n['metadata']['name']}\n    labels:\n")
-        for k, v in n["metadata"]["labels"].items():
-            f.write(f"      {k}: {v}\n")
+# A v1 List in JSON, as `kubectl get namespaces -o json` writes it.
+with open(os.path.join(out, "namespaces.json"), "w") as f:
+    json.dump({"apiVersion": "v1", "kind": "List", "items": namespaces}, f)
 
 with open(os.path.join(out, "opa-data.json"), "w") as f:
     json.dump(

@@ -98,7 +98,7 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$SERVER_PID/status"; }
 # --- poolguard -----------------------------------------------------------------------------
 log "starting poolguard serve with $NAMESPACES namespaces"
 T0=$(date +%s%N)
-"$POOLGUARD" serve --namespaces-file "$W/namespaces.yaml" --config "$ROOT/testdata/config/example.yaml" \
+"$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROOT/testdata/config/example.yaml" \
   --policies-dir "$ROOT/policies" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key" \
   --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT" >"$W/poolguard.log" 2>&1 &
 SERVER_PID=$!

@@ -30,6 +30,7 @@ impl ClusterNamespaces {
         let synced = Arc::new(AtomicBool::new(false));
         let stream = watcher::watcher(api.clone(), watcher::Config::default())
             .default_backoff()
+            .modify(keep_name_and_labels)
             .reflect(writer);
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -52,6 +53,16 @@ impl ClusterNamespaces {
         });
         ClusterNamespaces { api, store, synced }
     }
+}
+
+/// What the cache keeps of a namespace. Annotations (a `kubectl apply` leaves the whole last
+/// applied object there) and managed fields would otherwise dominate the cache's memory.
+fn keep_name_and_labels(ns: &mut PartialObjectMeta<Namespace>) {
+    let meta = &mut ns.metadata;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
 }
 
 fn labels_of(meta: &PartialObjectMeta<Namespace>) -> Labels {
@@ -79,5 +90,32 @@ impl Source for ClusterNamespaces {
 
     fn len(&self) -> usize {
         self.store.state().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_name_and_labels_only() {
+        let mut ns: PartialObjectMeta<Namespace> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {
+                "name": "team-a", "resourceVersion": "42", "uid": "u",
+                "labels": {"agentpool": "gpu"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+                "finalizers": ["example.com/keep"]
+            }
+        }))
+        .unwrap();
+        keep_name_and_labels(&mut ns);
+        assert_eq!(ns.metadata.name.as_deref(), Some("team-a"));
+        assert_eq!(ns.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(labels_of(&ns)["agentpool"], "gpu");
+        assert!(ns.metadata.annotations.is_none());
+        assert!(ns.metadata.managed_fields.is_none());
+        assert!(ns.metadata.finalizers.is_none());
     }
 }

@@ -4,33 +4,67 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::documents;
 use crate::placement::Labels;
 
 /// Labels by namespace name.
 pub type NamespaceLabels = BTreeMap<String, Labels>;
 
-/// Namespace objects as YAML or JSON: a `v1 List`, several documents, or both.
+/// The parts of a Namespace, or of a List of them, that count; everything else in the file
+/// (annotations, spec, status, …) is skipped while parsing, never held in memory.
+#[derive(Deserialize)]
+struct Document {
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: Metadata,
+    items: Option<Vec<Document>>,
+}
+
+#[derive(Deserialize, Default)]
+struct Metadata {
+    name: Option<String>,
+    /// Checked to be strings below, for an error that names the namespace.
+    labels: Option<BTreeMap<String, Value>>,
+}
+
+/// Namespace objects as YAML or JSON: a `v1 List`, several documents, or both. JSON (what
+/// `kubectl get namespaces -o json` prints) is read as a stream; the YAML reader holds a whole
+/// document's parse events at once, several times the size of its text.
 pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
+    let docs: Box<dyn Iterator<Item = Result<Option<Document>, String>>> =
+        if text.trim_start().starts_with('{') {
+            Box::new(
+                serde_json::Deserializer::from_str(text)
+                    .into_iter::<Document>()
+                    .map(|d| d.map(Some).map_err(|e| e.to_string())),
+            )
+        } else {
+            Box::new(
+                serde_yaml::Deserializer::from_str(text)
+                    .map(|d| Option::<Document>::deserialize(d).map_err(|e| e.to_string())),
+            )
+        };
     let mut out = NamespaceLabels::new();
-    for (i, doc) in documents::parse(text, origin)?.into_iter().enumerate() {
+    for (i, doc) in docs.enumerate() {
         let at = format!("{origin}: document {}", i + 1);
-        match doc["kind"].as_str() {
-            Some("Namespace") => add(&mut out, &doc, &at)?,
+        let doc = match doc {
+            Ok(Some(doc)) => doc,
+            Ok(None) => continue, // an empty document
+            Err(e) => bail!("{at}: {e}"),
+        };
+        match doc.kind.as_deref() {
+            Some("Namespace") => add(&mut out, doc.metadata, &at)?,
             Some("List" | "NamespaceList") => {
-                let Some(items) = doc["items"].as_array() else {
+                let Some(items) = doc.items else {
                     bail!("{at}: a List needs `items`");
                 };
-                for (j, item) in items.iter().enumerate() {
-                    if item["kind"].as_str().is_some_and(|k| k != "Namespace") {
-                        bail!(
-                            "{at}: items[{j}]: expected a Namespace, got kind {}",
-                            item["kind"]
-                        );
+                for (j, item) in items.into_iter().enumerate() {
+                    if let Some(kind) = item.kind.as_deref().filter(|k| *k != "Namespace") {
+                        bail!("{at}: items[{j}]: expected a Namespace, got kind {kind:?}");
                     }
-                    add(&mut out, item, &format!("{at}: items[{j}]"))?;
+                    add(&mut out, item.metadata, &format!("{at}: items[{j}]"))?;
                 }
             }
             other => bail!("{at}: expected a Namespace or a v1 List of them, got kind {other:?}"),
@@ -39,24 +73,23 @@ pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
     Ok(out)
 }
 
-fn add(out: &mut NamespaceLabels, ns: &Value, at: &str) -> Result<()> {
-    let Some(name) = ns["metadata"]["name"].as_str().filter(|n| !n.is_empty()) else {
+fn add(out: &mut NamespaceLabels, meta: Metadata, at: &str) -> Result<()> {
+    let Some(name) = meta.name.filter(|n| !n.is_empty()) else {
         bail!("{at}: the Namespace has no metadata.name");
     };
-    let labels = match &ns["metadata"]["labels"] {
-        Value::Null => Labels::new(),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| match v.as_str() {
-                Some(s) => Ok((k.clone(), s.to_string())),
-                None => bail!("{at}: label {k:?} of namespace {name:?} must be a string, got {v}"),
-            })
-            .collect::<Result<_>>()?,
-        other => bail!("{at}: metadata.labels of namespace {name:?} must be a map, got {other}"),
-    };
-    if out.insert(name.to_string(), labels).is_some() {
+    let labels = meta
+        .labels
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k, s)),
+            other => bail!("{at}: label {k:?} of namespace {name:?} must be a string, got {other}"),
+        })
+        .collect::<Result<Labels>>()?;
+    if out.contains_key(&name) {
         bail!("{at}: namespace {name:?} appears twice");
     }
+    out.insert(name, labels);
     Ok(())
 }
 
@@ -91,6 +124,25 @@ items:
     }
 
     #[test]
+    fn json_stream_as_kubectl_prints_it() {
+        let text = r#"{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "mapped", "labels": {"agentpool": "pool1"},
+   "annotations": {"big": "ignored"}, "managedFields": [{"manager": "kubectl"}]}, "spec": {"finalizers": ["kubernetes"]}},
+  {"metadata": {"name": "bare"}}
+]}
+{"kind": "Namespace", "metadata": {"name": "gpu", "labels": {"agentpool": "gpu"}}}
+"#;
+        let ns = parse_file_text(text, "ns.json").unwrap();
+        assert_eq!(
+            ns["mapped"],
+            Labels::from([("agentpool".into(), "pool1".into())])
+        );
+        assert!(ns["bare"].is_empty());
+        assert_eq!(ns["gpu"]["agentpool"], "gpu");
+        assert_eq!(ns.len(), 3);
+    }
+
+    #[test]
     fn errors_table() {
         let cases = [
             ("kind: Pod\nmetadata: {name: x}\n", "expected a Namespace"),
@@ -104,6 +156,9 @@ items:
                 "appears twice",
             ),
             ("kind: List\nitems:\n- kind: Service\n", "items[0]"),
+            ("{\"kind\": \"Namespace\", \"metadata\": {}}", "no metadata.name"),
+            ("{\"kind\": \"List\", \"items\": []} {\"kind\": \"Namespace\", \"metadata\": {\"name\": 1}}", "document 2"),
+            ("{\"kind\": \"List\", \"items\": [}", "document 1"),
         ];
         for (text, want) in cases {
             let err = parse_file_text(text, "ns.yaml").unwrap_err().to_string();
