@@ -4,7 +4,7 @@ import rego.v1
 
 import data.allowedrepositories
 
-test_normalize_table if {
+test_image_repository_table if {
   cases := {
     "nginx": "docker.io/library/nginx",
     "nginx:1.27": "docker.io/library/nginx",
@@ -22,7 +22,7 @@ test_normalize_table if {
     "registry.example.com/team/app": "registry.example.com/team/app",
   }
   every image, want in cases {
-    allowedrepositories.normalize(image) == want
+    poolguard.image_repository(image) == want
   }
 }
 
@@ -44,6 +44,11 @@ test_allowed_registry_with_and_without_trailing_slash if {
 test_lookalike_registries_are_denied if {
   count(denied(["registry.example.com.evil.io/app"], ["registry.example.com"])) == 1
   count(denied(["registry.example.comx/app"], ["registry.example.com/"])) == 1
+}
+
+test_allowed_path_elsewhere_in_the_reference_is_denied if {
+  count(denied(["evil.example.org/registry.example.com/app"], ["registry.example.com"])) == 1
+  count(denied(["evil.example.org/team/app"], ["team"])) == 1
 }
 
 test_other_port_is_another_registry if {
