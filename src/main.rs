@@ -97,8 +97,8 @@ struct ServeArgs {
     /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
-    /// Per-request deadline in milliseconds; past it `evaluation.onError` decides. Keep it below
-    /// the webhook configuration's timeoutSeconds.
+    /// Deadline of a validating decision in milliseconds; past it `evaluation.onError` decides.
+    /// Keep it below the webhook configuration's timeoutSeconds.
     #[arg(long, default_value_t = 4000, value_name = "MS")]
     deadline_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM.

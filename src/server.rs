@@ -109,19 +109,14 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
                 subject.namespace
             ),
         ),
+        // Placement alone is decided right here; a thread hand-off would cost more than it.
+        Ok(labels) if !webhook.runs_policies() => decide_review(webhook, &review, labels, &rules),
+        // Policies run on the blocking pool, so that a slow one holds up no other request and
+        // the deadline can answer for it.
         Ok(labels) => {
             let task_rules = rules.clone();
             let task = tokio::task::spawn_blocking(move || {
-                match Request::from_value(&review["request"]) {
-                    Ok(req) => decide(
-                        webhook,
-                        &req,
-                        labels.as_ref(),
-                        &task_rules.config,
-                        &task_rules.policies,
-                    ),
-                    Err(e) => Decision::deny(400, e.0),
-                }
+                decide_review(webhook, &review, labels, &task_rules)
             });
             match tokio::time::timeout(app.deadline, task).await {
                 Ok(Ok(decision)) => decision,
@@ -132,6 +127,24 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
     };
     record(&app, webhook, &subject, &decision, started);
     Json(admission::respond(&subject.uid, &decision)).into_response()
+}
+
+fn decide_review(
+    webhook: Webhook,
+    review: &serde_json::Value,
+    labels: Option<crate::placement::Labels>,
+    rules: &RuleSet,
+) -> Decision {
+    match Request::from_value(&review["request"]) {
+        Ok(req) => decide(
+            webhook,
+            &req,
+            labels.as_ref(),
+            &rules.config,
+            &rules.policies,
+        ),
+        Err(e) => Decision::deny(400, e.0),
+    }
 }
 
 async fn lookup(app: &App, namespace: &str) -> Result<Option<crate::placement::Labels>, String> {

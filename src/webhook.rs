@@ -19,6 +19,12 @@ impl Webhook {
             Webhook::Validate => "validate",
         }
     }
+
+    /// Whether deciding may run Rego, whose time only the policy time limit bounds. The mutating
+    /// webhook does placement only: microseconds, linear in the (size-limited) request.
+    pub fn runs_policies(self) -> bool {
+        self == Webhook::Validate
+    }
 }
 
 /// Decides `req` for `webhook`, given the labels of the request's namespace.
