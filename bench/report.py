@@ -75,6 +75,11 @@ summary = {
         for s in ("poolguard", "opa")
     },
 }
+sizes = sorted({r["label"].split("@", 1)[1] for r in runs if "@" in r["label"]}, key=lambda z: int(z.rstrip("c")))
+summary["saturation_rps_by_size"] = {
+    size: {s: (pick(f"{s}@{size}", "closed") or {}).get("throughput_rps") for s in ("poolguard", "opa")}
+    for size in sizes
+}
 s_pg, s_opa = summary["saturation_rps"]["poolguard"], summary["saturation_rps"]["opa"]
 p99_2000 = summary["latency_us"]["poolguard"].get("2000", {}).get("p99")
 targets = {
@@ -102,6 +107,11 @@ md.append(
     f"| saturation throughput, req/s (closed loop, {meta['conns']} conns, {meta['sat_seconds']} s) "
     f"| {f(s_pg)} | {f(s_opa)} | {f(ratio(s_pg, s_opa), 2)}× |"
 )
+for size, by in summary["saturation_rps_by_size"].items():
+    md.append(
+        f"| saturation, pods with {size.rstrip('c')} container(s) only, req/s ({meta.get('size_seconds', '?')} s) "
+        f"| {f(by['poolguard'])} | {f(by['opa'])} | {f(ratio(by['poolguard'], by['opa']), 2)}× |"
+    )
 for rate in rates:
     a = pick("poolguard", "open", rate)
     b = pick("opa", "open", rate)

@@ -19,6 +19,8 @@ mkdir -p "$W" "$R"
 SAT_SECONDS=${SAT_SECONDS:-10}
 RATE_SECONDS=${RATE_SECONDS:-10}
 RATES=${RATES:-"500 1000 2000 5000"}
+SIZES=${SIZES:-"1c 3c 10c"}
+SIZE_SECONDS=${SIZE_SECONDS:-5}
 FLOOR_RATE=${FLOOR_RATE:-2000}
 CONNS=${CONNS:-16}
 OPEN_CONNS=${OPEN_CONNS:-32}
@@ -85,6 +87,13 @@ load() {
   log "$server: closed loop, $CONNS connections, ${SAT_SECONDS}s (load $(loadavg))"
   "$LOADGEN" --label "$server" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode closed \
     --connections "$CONNS" --duration "$SAT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
+  for size in $SIZES; do
+    local sized=()
+    for f in "$3"/*-"$size"-*.json; do sized+=(--body "$f"); done
+    log "$server: closed loop, pods with $size only (mapped and unmapped), ${SIZE_SECONDS}s"
+    "$LOADGEN" --label "$server@$size" --url "$url" --ca "$W/certs/ca.crt" "${sized[@]}" --mode closed \
+      --connections "$CONNS" --duration "$SIZE_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
+  done
   for rate in $RATES; do
     log "$server: open loop $rate req/s, $OPEN_CONNS connections, ${RATE_SECONDS}s (load $(loadavg))"
     "$LOADGEN" --label "$server" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode open \
@@ -146,7 +155,7 @@ cat >"$META" <<EOF
  "opa_ready_ms": $OPA_READY_MS, "poolguard_vmhwm_kib": $PG_HWM, "opa_vmhwm_kib": $OPA_HWM,
  "poolguard_idle_rss_kib": $PG_IDLE_RSS, "opa_idle_rss_kib": $OPA_IDLE_RSS,
  "loadavg_start": "$LOAD_START", "loadavg_end": "$LOAD_END", "nproc": $(nproc),
- "sat_seconds": $SAT_SECONDS, "rate_seconds": $RATE_SECONDS, "conns": $CONNS, "open_conns": $OPEN_CONNS,
+ "sat_seconds": $SAT_SECONDS, "rate_seconds": $RATE_SECONDS, "size_seconds": $SIZE_SECONDS, "conns": $CONNS, "open_conns": $OPEN_CONNS,
  "loadgen_threads": $LOADGEN_THREADS, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
 EOF
 python3 "$B/report.py" "$W" "$R"
