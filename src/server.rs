@@ -251,6 +251,11 @@ pub async fn serve_tls(
             },
             () = shutdown.cancelled() => break,
         };
+        // Answers are small and written as a few TLS records (HTTP/2: headers, then data);
+        // with Nagle's algorithm on, the later ones wait for the client's delayed ACK.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
+        }
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load_full());
         let service = TowerToHyperService::new(router.clone());
         let watcher = graceful.watcher();
