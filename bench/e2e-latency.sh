@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# End-to-end pod CREATE latency through a real kube-apiserver, with and without poolguard:
+#
+#   bench/e2e-latency.sh                        # N=500 pods per side, ~35 s when nothing needs building
+#   N=200 SANITY_BLOCKS=0 bench/e2e-latency.sh  # quicker look, no sanity phase
+#   POOLGUARD_BIN=path/to/poolguard bench/e2e-latency.sh
+#
+# 1. builds or reuses the control plane (integration/controlplane/build.sh; honours
+#    KUBEBUILDER_ASSETS), poolguard (release; or POOLGUARD_BIN) and the measuring client
+#    (integration/e2e/src/bin/create_latency.rs, release);
+# 2. starts etcd + kube-apiserver on loopback (no controllers, no scheduler: pods stay unbound,
+#    and the client makes the ServiceAccounts pod admission needs), then `poolguard serve`
+#    against it, and registers bench/e2e/webhooks.yaml (as integration/e2e/manifests/webhooks.yaml,
+#    but only namespaces labelled poolguard-bench=on are sent to poolguard);
+# 3. the client creates pods one at a time, alternating between a namespace that goes through
+#    poolguard and one that does not (same pool label), then a sanity phase with the webhook
+#    configurations deleted and registered in turn;
+# 4. writes bench/results/e2e-latency.json and bench/results/e2e-latency.md (bench/e2e/report.py)
+#    and prints the table. The < 1 ms added median target is reported, never asserted.
+# Everything started is stopped on exit. Scratch (logs, certificates, control-plane state, the
+# client's raw output) goes to bench/work/e2e/ and is kept for inspection.
+#
+# Environment (all optional):
+#   N (500)              measured pods per side        WARMUP (50)        unmeasured pairs first
+#   SANITY_BLOCKS (10)   0 skips the sanity phase      SANITY_PAIRS (50)  pairs per sanity block
+#   PAUSE_MS (0)         idle time before each timed create (0: back to back)
+#   POOL (pool1)         pool label of both namespaces (the e2e config denies disallowed images there)
+#   POOLGUARD_BIN        poolguard binary to measure (copied first); default: cargo build --release
+#   CARGO_TARGET_DIR     as for cargo (default target/)
+#   KUBEBUILDER_ASSETS, POOLGUARD_CP_CACHE   where the control-plane binaries come from
+set -euo pipefail
+
+log() { printf '[e2e-latency %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+if [[ -n "${POOLGUARD_BIN:-}" ]]; then # relative to the caller's directory
+    [[ -f "${POOLGUARD_BIN}" && -x "${POOLGUARD_BIN}" ]] || die "POOLGUARD_BIN=${POOLGUARD_BIN} is not an executable file"
+    POOLGUARD_BIN="$(cd "$(dirname "${POOLGUARD_BIN}")" && pwd)/$(basename "${POOLGUARD_BIN}")"
+fi
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+n="${N:-500}"
+warmup="${WARMUP:-50}"
+sanity_blocks="${SANITY_BLOCKS:-10}"
+sanity_pairs="${SANITY_PAIRS:-50}"
+pause_ms="${PAUSE_MS:-0}"
+pool="${POOL:-pool1}"
+label=agentpool # namespaceLabel and nodeSelectorKey of the config below
+config=integration/e2e/manifests/poolguard-config.yaml
+target_dir="${CARGO_TARGET_DIR:-${root}/target}"
+[[ "${target_dir}" == /* ]] || target_dir="${root}/${target_dir}"
+export CARGO_TARGET_DIR="${target_dir}"
+work="${root}/bench/work/e2e"
+results="${root}/bench/results"
+for cmd in curl base64 sed ss python3 flock; do
+    command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
+done
+mkdir -p "${work}" "${results}"
+
+# One run at a time: the work directory holds the control plane's state.
+exec 9>"${work}/.lock"
+flock -n 9 || die "another bench/e2e-latency.sh is running (lock ${work}/.lock)"
+rm -f "${work}/poolguard.log" "${work}/client.json" "${work}/webhooks.yaml"
+
+cp_state="${work}/controlplane"
+pg_pid=
+teardown() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    if ((rc != 0)); then
+        [[ -f "${work}/poolguard.log" ]] && { log "tail of ${work}/poolguard.log:"; tail -n 30 "${work}/poolguard.log" >&2; }
+        [[ -f "${cp_state}/logs/kube-apiserver.log" ]] &&
+            { log "tail of ${cp_state}/logs/kube-apiserver.log:"; tail -n 20 "${cp_state}/logs/kube-apiserver.log" >&2; }
+    fi
+    if [[ -n "${pg_pid}" ]] && [[ "$(cat "/proc/${pg_pid}/comm" 2>/dev/null)" == poolguard ]]; then
+        kill -TERM "${pg_pid}" 2>/dev/null
+        wait "${pg_pid}" 2>/dev/null
+    fi
+    [[ -f "${cp_state}/pids" ]] && integration/controlplane/stop.sh "${cp_state}"
+    ((rc == 0)) || log "FAILED (exit ${rc}); logs in ${work}"
+    exit "${rc}"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# Free loopback ports, as integration/e2e.sh picks them.
+picked=" "
+pick_port() {
+    local p i
+    for ((i = 0; i < 200; i++)); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        [[ "${picked}" == *" ${p} "* ]] && continue
+        ss -Htan 2>/dev/null | awk '{ print $4 }' | grep -qE "[:.]${p}\$" && continue
+        picked+="${p} "
+        printf '%s\n' "${p}"
+        return 0
+    done
+    die "no free port found"
+}
+
+# --- 1. build ------------------------------------------------------------------------------
+t_start="$(now)"
+log "control plane (integration/controlplane/build.sh)"
+cp_bin="$(integration/controlplane/build.sh | tail -n1)"
+k8s_version="$("${cp_bin}/kube-apiserver" --version)"
+log "${k8s_version}"
+
+if [[ -n "${POOLGUARD_BIN:-}" ]]; then
+    pg_src="${POOLGUARD_BIN}"
+    pg_build="binary from POOLGUARD_BIN"
+else
+    log "poolguard (cargo build --release --locked --bin poolguard)"
+    nice cargo build --release --locked --bin poolguard
+    pg_src="${target_dir}/release/poolguard"
+    pg_build="release build"
+fi
+log "measuring client (cargo build --release --locked -p poolguard-e2e --bin create_latency)"
+nice cargo build --release --locked -p poolguard-e2e --bin create_latency
+# Copies: the originals may be rebuilt while this runs.
+cp -f "${pg_src}" "${work}/poolguard"
+cp -f "${target_dir}/release/create_latency" "${work}/create_latency"
+poolguard="${work}/poolguard"
+"${poolguard}" serve --help >/dev/null 2>&1 || die "${pg_src} has no 'serve' command"
+pg_version="$("${poolguard}" --version)"
+log "${pg_version} (from ${pg_src}); build step $(since "${t_start}")s"
+
+# --- 2. control plane, poolguard, webhooks --------------------------------------------------
+t_setup="$(now)"
+if [[ -d "${cp_state}" ]]; then
+    [[ -f "${cp_state}/pids" ]] && integration/controlplane/stop.sh "${cp_state}"
+    rm -rf -- "${cp_state}"
+fi
+POOLGUARD_CP_BIN="${cp_bin}" integration/controlplane/start.sh "${cp_state}" >/dev/null
+export KUBECONFIG="${cp_state}/kubeconfig"
+kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
+
+rm -rf -- "${work}/certs"
+"${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost >/dev/null
+pg_port="$(pick_port)"
+metrics_port="$(pick_port)"
+NO_COLOR=1 "${poolguard}" serve \
+    --addr "127.0.0.1:${pg_port}" \
+    --metrics-addr "127.0.0.1:${metrics_port}" \
+    --tls-cert-file "${work}/certs/tls.crt" \
+    --tls-key-file "${work}/certs/tls.key" \
+    --config "${config}" \
+    --policies-dir policies \
+    </dev/null >"${work}/poolguard.log" 2>&1 &
+pg_pid=$!
+deadline=$((SECONDS + 60))
+until curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${metrics_port}/readyz" 2>/dev/null; do
+    kill -0 "${pg_pid}" 2>/dev/null || die "poolguard exited during start-up"
+    ((SECONDS < deadline)) || die "poolguard not ready after 60s"
+    sleep 0.1
+done
+log "poolguard ready on https://127.0.0.1:${pg_port} (pid ${pg_pid})"
+
+ca_bundle="$(base64 < "${work}/certs/ca.crt" | tr -d '\n')"
+sed -e "s|@MUTATE_URL@|https://127.0.0.1:${pg_port}/mutate|" \
+    -e "s|@VALIDATE_URL@|https://127.0.0.1:${pg_port}/validate|" \
+    -e "s|@CA_BUNDLE@|${ca_bundle}|" \
+    -e "s|@NAMESPACE_LABEL@|${label}|" \
+    bench/e2e/webhooks.yaml > "${work}/webhooks.yaml"
+if grep -n '@[A-Z_]*@' "${work}/webhooks.yaml" | grep -v '^[0-9]*:#'; then
+    die "unsubstituted placeholder in ${work}/webhooks.yaml"
+fi
+kubectl apply -f "${work}/webhooks.yaml" >/dev/null
+log "webhooks registered; setup $(since "${t_setup}")s"
+
+# --- 3. measure ---------------------------------------------------------------------------
+load_start="$(loadavg)"
+t_measure="$(now)"
+"${work}/create_latency" --n "${n}" --warmup "${warmup}" \
+    --sanity-blocks "${sanity_blocks}" --sanity-pairs "${sanity_pairs}" --pause-ms "${pause_ms}" \
+    --pool "${pool}" --label "${label}" --bench-label poolguard-bench --webhook-configs poolguard-bench \
+    --poolguard-metrics "127.0.0.1:${metrics_port}" --json "${work}/client.json"
+measure_s="$(since "${t_measure}")"
+load_end="$(loadavg)"
+log "measured in ${measure_s}s (load ${load_start} -> ${load_end})"
+
+# --- 4. report ------------------------------------------------------------------------------
+python3 bench/e2e/report.py "${work}/client.json" "${results}/e2e-latency.json" "${results}/e2e-latency.md" \
+    --meta kubernetes="${k8s_version}" poolguard="${pg_version}" poolguard_build="${pg_build}" \
+    loadavg_start="${load_start}" loadavg_end="${load_end}" nproc="$(nproc)" \
+    date="$(date -u +%Y-%m-%dT%H:%M:%SZ)" measure_seconds="${measure_s}"
+log "total $(since "${t_start}")s"
