@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # poolguard vs OPA on the same admission decisions, over TLS with keep-alive, on 127.0.0.1.
 # Builds what it needs, runs both servers in turn, writes bench/results/latest.{md,json} and
-# bench/results/latency.png, and prints the Markdown table. See bench/README.md.
+# bench/results/latency.png, and prints the Markdown table; then, unless E2E=0, measures pod CREATE
+# latency through kube-apiserver with and without poolguard (bench/e2e-latency.sh, results in
+# bench/results/e2e-latency.{md,json}). See bench/README.md.
 #
 # Knobs (environment): SAT_SECONDS (10) RATE_SECONDS (10) RATES ("500 1000 2000 5000")
+#   SIZES ("1c 3c 10c") SIZE_SECONDS (5) E2E (1; 0 skips the kube-apiserver part)
 #   FLOOR_RATE (2000, poolguard /mutate open loop) CONNS (16, closed loop) OPEN_CONNS (32, open loop) LOADGEN_THREADS (2) NAMESPACES (10000)
 #   OPA_VERSION (v1.22.2) PG_PORT (18443) PG_METRICS_PORT (19090) OPA_PORT (18181)
 #   CARGO_TARGET_DIR (default: target/)
@@ -159,3 +162,8 @@ cat >"$META" <<EOF
  "loadgen_threads": $LOADGEN_THREADS, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
 EOF
 python3 "$B/report.py" "$W" "$R"
+
+if [ "${E2E:-1}" != 0 ]; then
+  log "pod CREATE latency through kube-apiserver (bench/e2e-latency.sh)"
+  POOLGUARD_BIN=$POOLGUARD bash "$B/e2e-latency.sh"
+fi
