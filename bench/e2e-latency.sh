@@ -24,6 +24,9 @@
 #   N (500)              measured pods per side        WARMUP (50)        unmeasured pairs first
 #   SANITY_BLOCKS (10)   0 skips the sanity phase      SANITY_PAIRS (50)  pairs per sanity block
 #   PAUSE_MS (0)         idle time before each timed create (0: back to back)
+#   CACHE_NAMESPACES (10000)  then create this many namespaces (annotated as `kubectl apply`
+#                        leaves them) and report poolguard's memory with them in its watch
+#                        cache, and a restart's start -> ready time; 0 skips this part
 #   POOL (pool1)         pool label of both namespaces (the e2e config denies disallowed images there)
 #   POOLGUARD_BIN        poolguard binary to measure (copied first); default: cargo build --release
 #   CARGO_TARGET_DIR     as for cargo (default target/)
@@ -190,4 +193,85 @@ python3 bench/e2e/report.py "${work}/client.json" "${results}/e2e-latency.json" 
     --meta kubernetes="${k8s_version}" poolguard="${pg_version}" poolguard_build="${pg_build}" \
     loadavg_start="${load_start}" loadavg_end="${load_end}" nproc="$(nproc)" \
     date="$(date -u +%Y-%m-%dT%H:%M:%SZ)" measure_seconds="${measure_s}"
+
+# --- 5. the watch cache with many namespaces --------------------------------------------------
+cache_ns="${CACHE_NAMESPACES:-10000}"
+status_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+cache_size() {
+    curl -fsS --max-time 2 "http://127.0.0.1:${metrics_port}/metrics" 2>/dev/null |
+        awk '$1 == "poolguard_namespace_cache_size" { print int($2) }'
+}
+start_poolguard() {
+    NO_COLOR=1 "${poolguard}" serve --addr "127.0.0.1:${pg_port}" --metrics-addr "127.0.0.1:${metrics_port}" \
+        --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key" \
+        --config "${config}" --policies-dir policies </dev/null >>"${work}/poolguard.log" 2>&1 &
+    pg_pid=$!
+}
+if ((cache_ns > 0)); then
+    log "creating ${cache_ns} namespaces (half with a pool, each with a last-applied annotation)"
+    t_ns="$(now)"
+    python3 - "${cache_ns}" "${work}/namespaces" <<'PY'
+import json, os, sys
+count, out = int(sys.argv[1]), sys.argv[2]
+os.makedirs(out, exist_ok=True)
+parts = 4
+for p in range(parts):
+    items = []
+    for i in range(p, count, parts):
+        labels = {"team": f"team-{i % 97}"}
+        if i % 2 == 0:
+            labels["agentpool"] = f"pool-{i % 50}"
+        meta = {"name": f"cache-{i:05d}", "labels": labels}
+        applied = {"apiVersion": "v1", "kind": "Namespace", "metadata": dict(meta)}
+        meta["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied)}
+        items.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+    with open(os.path.join(out, f"part-{p}.json"), "w") as f:
+        json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
+PY
+    pids=()
+    for f in "${work}"/namespaces/part-*.json; do
+        "${cp_bin}/kubectl" create -f "${f}" >/dev/null &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "${p}" || die "creating namespaces failed"; done
+    log "namespaces created in $(since "${t_ns}")s"
+    want=$((cache_ns + 2))
+    deadline=$((SECONDS + 120))
+    until (($(cache_size || echo 0) >= want)); do
+        ((SECONDS < deadline)) || die "poolguard's cache did not reach ${want} namespaces"
+        sleep 0.5
+    done
+    running_rss="$(status_kib "${pg_pid}" VmRSS)"
+    running_hwm="$(status_kib "${pg_pid}" VmHWM)"
+    log "poolguard with $(cache_size) namespaces cached (watched as they came): RSS ${running_rss} KiB, peak ${running_hwm} KiB"
+    kill -TERM "${pg_pid}"; wait "${pg_pid}" 2>/dev/null || true
+    t0=$(date +%s%N)
+    start_poolguard
+    until curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${metrics_port}/readyz" 2>/dev/null; do
+        kill -0 "${pg_pid}" 2>/dev/null || die "poolguard exited during start-up"
+        sleep 0.005
+    done
+    ready_ms=$((($(date +%s%N) - t0) / 1000000))
+    restart_rss="$(status_kib "${pg_pid}" VmRSS)"
+    restart_hwm="$(status_kib "${pg_pid}" VmHWM)"
+    log "restarted: ready in ${ready_ms} ms with $(cache_size) namespaces listed, RSS ${restart_rss} KiB, peak ${restart_hwm} KiB"
+    python3 - "${results}/watch-cache.json" "${results}/watch-cache.md" <<PY
+import json, sys
+d = {"namespaces_created": ${cache_ns}, "cached": $(cache_size), "running_rss_kib": ${running_rss},
+     "running_peak_kib": ${running_hwm}, "restart_ready_ms": ${ready_ms}, "restart_rss_kib": ${restart_rss},
+     "restart_peak_kib": ${restart_hwm}, "kubernetes": "${k8s_version}", "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
+json.dump(d, open(sys.argv[1], "w"), indent=2)
+mib = lambda k: f"{d[k] / 1024:.1f}"
+open(sys.argv[2], "w").write(
+    f"## poolguard's namespace watch cache with {d['cached']:,} namespaces — {d['date']}\n\n"
+    f"{d['kubernetes']} on 127.0.0.1; {d['namespaces_created']:,} namespaces created with \`kubectl create\` "
+    "(half labelled with a pool, each carrying a \`kubectl.kubernetes.io/last-applied-configuration\` annotation), "
+    "read by \`poolguard serve\` through its metadata watch (no --namespaces-file).\n\n"
+    "| | RSS, MiB | peak RSS (VmHWM), MiB | start → ready, ms |\n|---|---:|---:|---:|\n"
+    f"| running while they were created (watch events) | {mib('running_rss_kib')} | {mib('running_peak_kib')} | |\n"
+    f"| restarted (initial list of all of them) | {mib('restart_rss_kib')} | {mib('restart_peak_kib')} | {d['restart_ready_ms']:,} |\n"
+)
+print(open(sys.argv[2]).read())
+PY
+fi
 log "total $(since "${t_start}")s"
