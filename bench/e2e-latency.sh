@@ -93,20 +93,8 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# Free loopback ports, as integration/e2e.sh picks them.
-picked=" "
-pick_port() {
-    local p i
-    for ((i = 0; i < 200; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        [[ "${picked}" == *" ${p} "* ]] && continue
-        ss -Htan 2>/dev/null | awk '{ print $4 }' | grep -qE "[:.]${p}\$" && continue
-        picked+="${p} "
-        printf '%s\n' "${p}"
-        return 0
-    done
-    die "no free port found"
-}
+# shellcheck source=integration/controlplane/free-port.sh
+source integration/controlplane/free-port.sh
 
 # --- 1. build ------------------------------------------------------------------------------
 t_start="$(now)"
@@ -146,8 +134,8 @@ kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
 
 rm -rf -- "${work}/certs"
 "${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost >/dev/null
-pg_port="$(pick_port)"
-metrics_port="$(pick_port)"
+pick_port pg_port
+pick_port metrics_port
 NO_COLOR=1 "${poolguard}" serve \
     --addr "127.0.0.1:${pg_port}" \
     --metrics-addr "127.0.0.1:${metrics_port}" \

@@ -82,20 +82,8 @@ trap 'exit 143' TERM
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-# --- free loopback ports -------------------------------------------------------
-picked=" "
-pick_port() {
-    local p i
-    for ((i = 0; i < 200; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        [[ "${picked}" == *" ${p} "* ]] && continue
-        ss -Htan 2>/dev/null | awk '{ print $4 }' | grep -qE "[:.]${p}\$" && continue
-        picked+="${p} "
-        printf '%s\n' "${p}"
-        return 0
-    done
-    die "no free port found"
-}
+# shellcheck source=integration/controlplane/free-port.sh
+source integration/controlplane/free-port.sh
 
 # --- 1. build ------------------------------------------------------------------
 t_build="$(now)"
@@ -152,8 +140,8 @@ log "cluster: $(since "${t_cluster}")s"
 # --- 3. poolguard and its webhooks --------------------------------------------------
 t_pg="$(now)"
 "${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost
-pg_port="$(pick_port)"
-metrics_port="$(pick_port)"
+pick_port pg_port
+pick_port metrics_port
 {
     printf 'PG_BIN=%q\n' "${poolguard}"
     printf 'PG_ADDR=%q\n' "127.0.0.1:${pg_port}"

@@ -77,29 +77,13 @@ on_exit() {
 trap on_exit EXIT
 
 # --- free loopback ports ------------------------------------------------------
-picked=" "
-port_in_use() {
-    if command -v ss >/dev/null 2>&1; then
-        ss -Htan 2>/dev/null | awk '{ print $4 }' | grep -qE "[:.]$1\$"
-    else
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-    fi
-}
-pick_port() {
-    local p i
-    for ((i = 0; i < 200; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        [[ "${picked}" == *" ${p} "* ]] && continue
-        port_in_use "${p}" && continue
-        picked+="${p} "
-        printf '%s\n' "${p}"
-        return 0
-    done
-    die "no free port found"
-}
-etcd_port="$(pick_port)"
-etcd_peer_port="$(pick_port)"
-api_port="$(pick_port)"
+# shellcheck source=integration/controlplane/free-port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+pick_port etcd_port
+pick_port etcd_peer_port
+pick_port api_port
+pick_port kcm_port
+pick_port scheduler_port
 
 # --- throwaway PKI ------------------------------------------------------------
 ossl() { openssl "$@" >/dev/null 2>&1 || die "openssl $1 failed"; }
@@ -219,7 +203,7 @@ if [[ "${with_controllers}" == 1 ]]; then
         --authentication-kubeconfig="${kubeconfig}" \
         --authorization-kubeconfig="${kubeconfig}" \
         --bind-address=127.0.0.1 \
-        --secure-port="$(pick_port)" \
+        --secure-port="${kcm_port}" \
         --cert-dir="${pki}" \
         --leader-elect=false \
         --service-account-private-key-file="${pki}/sa.key" \
@@ -232,7 +216,7 @@ if [[ "${with_controllers}" == 1 ]]; then
         --authentication-kubeconfig="${kubeconfig}" \
         --authorization-kubeconfig="${kubeconfig}" \
         --bind-address=127.0.0.1 \
-        --secure-port="$(pick_port)" \
+        --secure-port="${scheduler_port}" \
         --cert-dir="${pki}" \
         --leader-elect=false
     # Both are ready once they have registered their informers; a short grace
