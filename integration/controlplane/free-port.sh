@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts that start servers on loopback (controlplane/start.sh, e2e.sh,
 # bench/e2e-latency.sh). The caller defines `die`.
 #
