@@ -74,31 +74,18 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
     let started = Instant::now();
     let review = match admission::parse_review(&body) {
         Ok(review) => review,
-        Err(e) => {
-            count(&app.metrics, webhook, "", "", "invalid");
-            tracing::warn!(webhook = webhook.as_str(), reason = %e, "refused a malformed AdmissionReview");
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("bad AdmissionReview: {e}\n"),
-            )
-                .into_response();
-        }
+        Err(e) => return refuse_malformed(&app, webhook, &e),
     };
-    let subject = match Request::from_value(&review["request"]) {
-        Ok(req) => Subject {
-            uid: req.uid.to_string(),
-            namespace: req.namespace.to_string(),
-            name: req.object_name(),
-            kind: req.kind.to_string(),
-            operation: req.operation.as_str(),
-        },
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("bad AdmissionReview: {e}\n"),
-            )
-                .into_response()
-        }
+    let req = match Request::from_value(&review["request"]) {
+        Ok(req) => req,
+        Err(e) => return refuse_malformed(&app, webhook, &e),
+    };
+    let subject = Subject {
+        uid: req.uid.to_string(),
+        namespace: req.namespace.to_string(),
+        name: req.object_name(),
+        kind: req.kind.to_string(),
+        operation: req.operation.as_str(),
     };
     let rules = app.rules.load_full();
     let decision = match lookup(&app, &subject.namespace).await {
@@ -110,7 +97,13 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
             ),
         ),
         // Placement alone is decided right here; a thread hand-off would cost more than it.
-        Ok(labels) if !webhook.runs_policies() => decide_review(webhook, &review, labels, &rules),
+        Ok(labels) if !webhook.runs_policies() => decide(
+            webhook,
+            &req,
+            labels.as_ref(),
+            &rules.config,
+            &rules.policies,
+        ),
         // Policies run on the blocking pool, so that a slow one holds up no other request and
         // the deadline can answer for it.
         Ok(labels) => {
@@ -129,6 +122,19 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
     Json(admission::respond(&subject.uid, &decision)).into_response()
 }
 
+/// 400 for a body that is not an AdmissionReview poolguard can read, counted and logged.
+fn refuse_malformed(app: &App, webhook: Webhook, reason: &dyn std::fmt::Display) -> Response {
+    count(&app.metrics, webhook, "", "", "invalid");
+    tracing::warn!(webhook = webhook.as_str(), reason = %reason, "refused a malformed AdmissionReview");
+    (
+        StatusCode::BAD_REQUEST,
+        format!("bad AdmissionReview: {reason}\n"),
+    )
+        .into_response()
+}
+
+/// Decides on the blocking pool, which needs the review owned: the request view is taken again
+/// there (it was checked before, so the error arm is not expected).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
