@@ -136,21 +136,28 @@ rm -rf -- "${work}/certs"
 "${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost >/dev/null
 pick_port pg_port
 pick_port metrics_port
-NO_COLOR=1 "${poolguard}" serve \
-    --addr "127.0.0.1:${pg_port}" \
-    --metrics-addr "127.0.0.1:${metrics_port}" \
-    --tls-cert-file "${work}/certs/tls.crt" \
-    --tls-key-file "${work}/certs/tls.key" \
-    --config "${config}" \
-    --policies-dir policies \
-    </dev/null >"${work}/poolguard.log" 2>&1 &
-pg_pid=$!
-deadline=$((SECONDS + 60))
-until curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${metrics_port}/readyz" 2>/dev/null; do
-    kill -0 "${pg_pid}" 2>/dev/null || die "poolguard exited during start-up"
-    ((SECONDS < deadline)) || die "poolguard not ready after 60s"
-    sleep 0.1
-done
+# Started twice: here, and again in step 5 to time a restart with many namespaces.
+start_poolguard() {
+    NO_COLOR=1 "${poolguard}" serve \
+        --addr "127.0.0.1:${pg_port}" \
+        --metrics-addr "127.0.0.1:${metrics_port}" \
+        --tls-cert-file "${work}/certs/tls.crt" \
+        --tls-key-file "${work}/certs/tls.key" \
+        --config "${config}" \
+        --policies-dir policies \
+        </dev/null >>"${work}/poolguard.log" 2>&1 &
+    pg_pid=$!
+}
+await_ready() {
+    local deadline=$((SECONDS + 60))
+    until curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${metrics_port}/readyz" 2>/dev/null; do
+        kill -0 "${pg_pid}" 2>/dev/null || die "poolguard exited during start-up"
+        ((SECONDS < deadline)) || die "poolguard not ready after 60s"
+        sleep 0.005
+    done
+}
+start_poolguard
+await_ready
 log "poolguard ready on https://127.0.0.1:${pg_port} (pid ${pg_pid})"
 
 ca_bundle="$(base64 < "${work}/certs/ca.crt" | tr -d '\n')"
@@ -188,12 +195,6 @@ status_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 cache_size() {
     curl -fsS --max-time 2 "http://127.0.0.1:${metrics_port}/metrics" 2>/dev/null |
         awk '$1 == "poolguard_namespace_cache_size" { print int($2) }'
-}
-start_poolguard() {
-    NO_COLOR=1 "${poolguard}" serve --addr "127.0.0.1:${pg_port}" --metrics-addr "127.0.0.1:${metrics_port}" \
-        --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key" \
-        --config "${config}" --policies-dir policies </dev/null >>"${work}/poolguard.log" 2>&1 &
-    pg_pid=$!
 }
 if ((cache_ns > 0)); then
     log "creating ${cache_ns} namespaces (half with a pool, each with a last-applied annotation)"
@@ -235,10 +236,7 @@ PY
     kill -TERM "${pg_pid}"; wait "${pg_pid}" 2>/dev/null || true
     t0=$(date +%s%N)
     start_poolguard
-    until curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:${metrics_port}/readyz" 2>/dev/null; do
-        kill -0 "${pg_pid}" 2>/dev/null || die "poolguard exited during start-up"
-        sleep 0.005
-    done
+    await_ready
     ready_ms=$((($(date +%s%N) - t0) / 1000000))
     restart_rss="$(status_kib "${pg_pid}" VmRSS)"
     restart_hwm="$(status_kib "${pg_pid}" VmHWM)"
