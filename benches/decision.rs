@@ -6,10 +6,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use poolguard::admission::{self, Request};
-use poolguard::namespaces;
-use poolguard::ruleset::Sources;
-use poolguard::webhook::{decide, Webhook};
+use poolguard::sources::load_namespaces;
+use poolguard::sources::Sources;
+use poolguard_core::admission::{self, Request};
+use poolguard_core::webhook::{decide, Webhook};
 use serde_json::json;
 
 fn review(containers: usize) -> Vec<u8> {
@@ -40,7 +40,7 @@ fn main() {
     }
     .load()
     .expect("loading testdata/config/example.yaml and policies/");
-    let namespaces = namespaces::load_file("testdata/namespaces.yaml".as_ref()).unwrap();
+    let namespaces = load_namespaces("testdata/namespaces.yaml".as_ref()).unwrap();
     println!("poolguard decision benchmark: {iterations} iterations each, allowedrepositories on");
     println!(
         "{:<10} {:>10} {:>14}",

@@ -4,10 +4,12 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use poolguard::admission::{self, Decision, Request};
-use poolguard::namespaces::{self, NamespaceLabels};
-use poolguard::ruleset::{RuleSet, Sources};
-use poolguard::webhook::{decide, Webhook};
+use poolguard::sources::load_namespaces;
+use poolguard::sources::Sources;
+use poolguard_core::admission::{self, Decision, Request};
+use poolguard_core::namespaces::NamespaceLabels;
+use poolguard_core::ruleset::RuleSet;
+use poolguard_core::webhook::{decide, Webhook};
 use serde_json::{json, Value};
 
 fn rules(config: Option<&str>) -> RuleSet {
@@ -20,7 +22,7 @@ fn rules(config: Option<&str>) -> RuleSet {
 }
 
 fn namespaces() -> NamespaceLabels {
-    namespaces::load_file(Path::new("testdata/namespaces.yaml")).unwrap()
+    load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap()
 }
 
 fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use poolguard::certs::{self, Authority, Usage};
-use poolguard::ruleset::Sources;
-use poolguard::serve::{self, Options, Running};
-use poolguard::tls::TlsFiles;
+use poolguard::certs::authority::{self as certs, Authority, Usage};
+use poolguard::server::tls::TlsFiles;
+use poolguard::server::{self as serve, Options, Running};
+use poolguard::sources::Sources;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -144,6 +144,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         deadline: Duration::from_secs(4),
         drain: Duration::from_secs(5),
         dev: false,
+        kubeconfig: None,
         manage_certs: None,
     }
 }

@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-use poolguard::admission::Request;
-use poolguard::config::Config;
-use poolguard::policy::{template, PolicySet};
-use poolguard::webhook::{decide, Webhook};
+use poolguard_core::admission::Request;
+use poolguard_core::config::Config;
+use poolguard_core::policy::{template, PolicySet};
+use poolguard_core::webhook::{decide, Webhook};
 use serde_json::json;
 
 fn reference() -> Option<String> {

@@ -181,7 +181,7 @@ pub fn pod_spec_path(group: &str, kind: &str) -> Option<&'static [&'static str]>
 }
 
 /// The value at `path` inside `object`.
-pub fn at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(object, |v, key| v.get(key))
 }
 

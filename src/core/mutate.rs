@@ -1,7 +1,7 @@
 //! The mutating webhook: give a new Pod its namespace's pool as a nodeSelector, and record the
 //! pool in the pod's `poolguard.io/pool` annotation.
 
-use crate::admission::{at, Decision, Operation, Request};
+use crate::admission::{value_at, Decision, Operation, Request};
 use crate::config::Config;
 use crate::placement::{self, Labels, Placement};
 
@@ -19,7 +19,7 @@ pub fn mutate(req: &Request, labels: Option<&Labels>, config: &Config) -> Decisi
         return Decision::allow();
     };
     let pod = req.object.unwrap_or(&serde_json::Value::Null);
-    let spec = at(pod, &["spec"]);
+    let spec = value_at(pod, &["spec"]);
     let mut patch = match placement::place(
         spec,
         &["spec"],

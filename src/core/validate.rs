@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::admission::{at, pod_spec_path, Decision, Operation, PolicyResult, Request};
+use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResult, Request};
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
 use crate::policy::{input, PolicySet};
@@ -82,7 +82,7 @@ fn findings(
     policies: &PolicySet,
 ) -> Findings {
     let mut found = Findings::default();
-    let spec = at(object, path);
+    let spec = value_at(object, path);
     if let Some(pool) = pool {
         match placement::place(spec, path, req.namespace, pool, &config.placement_rules()) {
             Placement::Satisfied => {}

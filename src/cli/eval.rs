@@ -6,12 +6,12 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use crate::admission::{self, Decision, Request};
-use crate::documents;
-use crate::namespaces::NamespaceLabels;
-use crate::placement;
-use crate::ruleset::RuleSet;
-use crate::webhook::{self, Webhook};
+use poolguard_core::admission::{self, Decision, Request};
+use poolguard_core::documents;
+use poolguard_core::namespaces::NamespaceLabels;
+use poolguard_core::placement;
+use poolguard_core::ruleset::RuleSet;
+use poolguard_core::webhook::{self, Webhook};
 
 /// Evaluates the documents in `text`; writes the result to `out`. True when all were allowed.
 pub fn run(

@@ -6,7 +6,7 @@ use crate::placement::Labels;
 use crate::policy::PolicySet;
 use crate::{mutate, validate};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
     Mutate,
     Validate,

@@ -1,10 +1,9 @@
-//! The HTTPS webhook endpoints: AdmissionReview in, decision out, with limits, deadline,
-//! metrics and logs. TLS through tokio-rustls; HTTP/1.1 and HTTP/2.
+//! The webhook endpoints: AdmissionReview in, decision out, with limits, deadline, metrics and
+//! logs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
 use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -12,27 +11,21 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use rustls::ServerConfig;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
-use crate::admission::{self, Decision, Request};
-use crate::config::OnError;
-use crate::metrics::{InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels};
+use poolguard_core::admission::{self, Decision, Request};
+use poolguard_core::config::OnError;
+use poolguard_core::placement::Labels;
+use poolguard_core::ruleset::RuleSet;
+use poolguard_core::webhook::{decide, Webhook};
+
+use super::metrics::{InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels};
 use crate::namespaces::Namespaces;
-use crate::ruleset::RuleSet;
-use crate::webhook::{decide, Webhook};
 
 /// Largest AdmissionReview accepted; larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-/// Time a client gets to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the handlers share.
-pub struct App {
+/// What the request handlers share.
+pub struct ServerState {
     /// Replaced whole on a config or policy reload.
     pub rules: ArcSwap<RuleSet>,
     pub namespaces: Namespaces,
@@ -41,15 +34,15 @@ pub struct App {
     pub deadline: Duration,
 }
 
-pub fn router(app: Arc<App>) -> Router {
+pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
         .route(
             "/mutate",
-            post(|s: State<Arc<App>>, b: Bytes| handle(s, Webhook::Mutate, b)),
+            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Mutate, b)),
         )
         .route(
             "/validate",
-            post(|s: State<Arc<App>>, b: Bytes| handle(s, Webhook::Validate, b)),
+            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Validate, b)),
         )
         .fallback(|| async {
             (
@@ -70,7 +63,7 @@ struct Subject {
     operation: &'static str,
 }
 
-async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> Response {
+async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Bytes) -> Response {
     let started = Instant::now();
     let review = match admission::parse_review(&body) {
         Ok(review) => review,
@@ -123,7 +116,11 @@ async fn handle(State(app): State<Arc<App>>, webhook: Webhook, body: Bytes) -> R
 }
 
 /// 400 for a body that is not an AdmissionReview poolguard can read, counted and logged.
-fn refuse_malformed(app: &App, webhook: Webhook, reason: &dyn std::fmt::Display) -> Response {
+fn refuse_malformed(
+    app: &ServerState,
+    webhook: Webhook,
+    reason: &dyn std::fmt::Display,
+) -> Response {
     count(&app.metrics, webhook, "", "", "invalid");
     tracing::warn!(webhook = webhook.as_str(), reason = %reason, "refused a malformed AdmissionReview");
     (
@@ -138,7 +135,7 @@ fn refuse_malformed(app: &App, webhook: Webhook, reason: &dyn std::fmt::Display)
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
-    labels: Option<crate::placement::Labels>,
+    labels: Option<Labels>,
     rules: &RuleSet,
 ) -> Decision {
     match Request::from_value(&review["request"]) {
@@ -153,7 +150,7 @@ fn decide_review(
     }
 }
 
-async fn lookup(app: &App, namespace: &str) -> Result<Option<crate::placement::Labels>, String> {
+async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
     if namespace.is_empty() {
         return Ok(None);
     }
@@ -184,7 +181,7 @@ fn count(metrics: &Metrics, webhook: Webhook, operation: &str, kind: &str, decis
 }
 
 /// Metrics and one log line per denial, warning or dry-run finding.
-fn record(app: &App, webhook: Webhook, s: &Subject, d: &Decision, started: Instant) {
+fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, started: Instant) {
     let outcome = match (d.allowed, &d.patch, d.warnings.is_empty()) {
         (false, _, _) => "denied",
         (true, Some(_), _) => "patched",
@@ -233,66 +230,4 @@ fn record(app: &App, webhook: Webhook, s: &Subject, d: &Decision, started: Insta
     for n in &d.dryrun {
         tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, reason = %n, "dryrun infringement");
     }
-}
-
-/// Accepts TLS connections on `listener` until `shutdown`, each with the TLS configuration current
-/// at its handshake; then waits up to `drain` for in-flight requests to finish.
-pub async fn serve_tls(
-    listener: TcpListener,
-    tls: Arc<ArcSwap<ServerConfig>>,
-    router: Router,
-    shutdown: CancellationToken,
-    drain: Duration,
-) -> Result<()> {
-    let graceful = GracefulShutdown::new();
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
-        // Answers are small and written as a few TLS records (HTTP/2: headers, then data);
-        // with Nagle's algorithm on, the later ones wait for the client's delayed ACK.
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
-        }
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.load_full());
-        let service = TowerToHyperService::new(router.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls_stream =
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30));
-            let conn = builder.serve_connection(TokioIo::new(tls_stream), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(drain) => tracing::warn!(seconds = drain.as_secs(), "connections still open after the drain time; exiting"),
-    }
-    Ok(())
 }

@@ -11,8 +11,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 
-use super::Source;
-use crate::placement::Labels;
+use crate::namespaces::Source;
+use poolguard_core::placement::Labels;
 
 pub struct ClusterNamespaces {
     api: Api<PartialObjectMeta<Namespace>>,

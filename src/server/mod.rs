@@ -12,16 +12,26 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::namespaces::{self, cluster::ClusterNamespaces, Namespaces};
-use crate::ruleset::Sources;
-use crate::selfcert::{plan::Stored, SelfCert};
-use crate::server::{self, App};
-use crate::tls::TlsFiles;
-use crate::{certs, reload, tls};
+use crate::certs::authority as certs;
+use crate::certs::rotation::{Settings, Stored};
+use crate::cluster::managed_certs::SelfCert;
+use crate::cluster::namespace_cache::ClusterNamespaces;
+use crate::namespaces::Namespaces;
+use crate::sources::{self, Sources};
+use endpoints::ServerState;
+use metrics::Metrics;
+use poolguard_core::namespaces::parse_file_text;
+use tls::TlsFiles;
+
+pub mod connections;
+pub mod endpoints;
+pub mod metrics;
+pub mod ops;
+pub mod reload;
+pub mod tls;
 
 /// The namespaces used by `--dev` when no cluster is configured: the ones in testdata/.
-const EMBEDDED_NAMESPACES: &str = include_str!("../testdata/namespaces.yaml");
+const EMBEDDED_NAMESPACES: &str = include_str!("../../testdata/namespaces.yaml");
 /// Where `--dev` writes its certificates when none are given.
 const DEV_CERT_DIR: &str = "certs";
 
@@ -36,8 +46,12 @@ pub struct Options {
     pub deadline: Duration,
     /// How long in-flight requests get after SIGTERM.
     pub drain: Duration,
-    /// Generate certificates and fall back to the embedded namespaces when no cluster is configured.
+    /// Generate certificates when none are given, and use the embedded namespaces unless a
+    /// namespaces file or `kubeconfig` is given.
     pub dev: bool,
+    /// The cluster to use (namespaces, managed certificates); `None`: in-cluster config, else
+    /// KUBECONFIG or ~/.kube/config (never consulted by `dev`).
+    pub kubeconfig: Option<PathBuf>,
     /// Keep the serving certificate in a Secret instead of reading `tls` files.
     pub manage_certs: Option<ManagedCerts>,
 }
@@ -48,7 +62,7 @@ pub struct ManagedCerts {
     pub secret_namespace: String,
     pub secret_name: String,
     pub webhook_configs: Vec<String>,
-    pub settings: crate::selfcert::plan::Settings,
+    pub settings: Settings,
     pub check_interval: Duration,
     /// Client CA (mTLS), read once.
     pub client_ca: Option<PathBuf>,
@@ -59,7 +73,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
     pub shutdown: CancellationToken,
-    pub app: Arc<App>,
+    pub app: Arc<ServerState>,
     task: JoinHandle<Result<()>>,
     _watcher: notify::RecommendedWatcher,
 }
@@ -76,7 +90,10 @@ impl Running {
 pub async fn start(opts: Options) -> Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let (tls, tls_files) = match (&opts.manage_certs, &opts.tls, opts.dev) {
-        (Some(managed), _, _) => (managed_tls(managed, metrics.clone()).await?, None),
+        (Some(managed), _, _) => (
+            managed_tls(managed, opts.kubeconfig.as_deref(), metrics.clone()).await?,
+            None,
+        ),
         (None, Some(files), _) => (Arc::new(ArcSwap::new(files.server_config()?)), Some(files.clone())),
         (None, None, true) => {
             let files = dev_certificates(Path::new(DEV_CERT_DIR))?;
@@ -87,7 +104,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     let rules = opts.sources.load()?;
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
     let namespaces = namespace_source(&opts).await?;
-    let app = Arc::new(App {
+    let app = Arc::new(ServerState {
         rules: ArcSwap::from_pointee(rules),
         namespaces,
         metrics: metrics.clone(),
@@ -109,8 +126,8 @@ pub async fn start(opts: Options) -> Result<Running> {
     tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
 
     let shutdown = CancellationToken::new();
-    let ops_router = crate::ops::router(app.clone());
-    let router = server::router(app.clone());
+    let ops_router = ops::router(app.clone());
+    let router = endpoints::router(app.clone());
     let stop = shutdown.clone();
     let drain = opts.drain;
     let task = tokio::spawn(async move {
@@ -121,7 +138,7 @@ pub async fn start(opts: Options) -> Result<Running> {
                 .with_graceful_shutdown(async move { ops_done.cancelled().await })
                 .await
         });
-        let served = server::serve_tls(listener, tls, router, stop, drain).await;
+        let served = connections::serve_tls(listener, tls, router, stop, drain).await;
         ops_stop.cancel();
         ops.await
             .context("the operations server task failed")?
@@ -156,9 +173,10 @@ pub async fn run(opts: Options) -> Result<()> {
 /// serves each new one to new connections.
 async fn managed_tls(
     managed: &ManagedCerts,
+    kubeconfig: Option<&Path>,
     metrics: Arc<Metrics>,
 ) -> Result<Arc<ArcSwap<rustls::ServerConfig>>> {
-    let client = kube::Client::try_default()
+    let client = kube_client(kubeconfig)
         .await
         .context("--manage-certs needs the Kubernetes API")?;
     let selfcert = SelfCert::new(
@@ -245,33 +263,56 @@ fn dev_certificates(dir: &Path) -> Result<TlsFiles> {
     Ok(files)
 }
 
-/// A namespaces file; else the cluster (in-cluster config or KUBECONFIG); else, with --dev, the
-/// embedded testdata namespaces.
+/// A namespaces file; else, with `--dev` and no `--kubeconfig`, the embedded testdata namespaces
+/// (a development run never attaches to whatever cluster the current kubeconfig context names);
+/// else the cluster: `--kubeconfig`, or in-cluster config, or KUBECONFIG / ~/.kube/config.
 async fn namespace_source(opts: &Options) -> Result<Namespaces> {
     if let Some(path) = &opts.namespaces_file {
-        let labels = namespaces::load_file(path)?;
-        tracing::info!(file = %path.display(), namespaces = labels.len(), "namespace labels from a file");
+        let labels = sources::load_namespaces(path)?;
+        tracing::info!(source = %path.display(), namespaces = labels.len(), "namespace labels from a file");
         return Ok(Namespaces::fixed(labels));
     }
-    match kube::Config::infer().await {
-        Ok(config) => {
-            let client = kube::Client::try_from(config).context("creating the Kubernetes client")?;
-            tracing::info!("namespace labels from the cluster (watch cache, GET on a miss)");
-            Ok(Namespaces::new(Arc::new(ClusterNamespaces::start(client))))
-        }
-        Err(e) if opts.dev => {
-            tracing::warn!(reason = %e, "no cluster configured: using the embedded testdata namespaces");
-            Ok(Namespaces::fixed(namespaces::parse_file_text(EMBEDDED_NAMESPACES, "embedded testdata/namespaces.yaml")?))
-        }
-        Err(e) => bail!("no cluster configured ({e}); give --namespaces-file, or --dev for the embedded testdata namespaces"),
+    if opts.dev && opts.kubeconfig.is_none() {
+        let origin = "embedded testdata/namespaces.yaml";
+        let labels = parse_file_text(EMBEDDED_NAMESPACES, origin)?;
+        tracing::info!(source = origin, namespaces = labels.len(), "namespace labels from the embedded testdata (--dev; give --kubeconfig to read a cluster)");
+        return Ok(Namespaces::fixed(labels));
     }
+    let client = kube_client(opts.kubeconfig.as_deref()).await?;
+    tracing::info!(source = %cluster_name(opts.kubeconfig.as_deref()), "namespace labels from the cluster (watch cache, GET on a miss)");
+    Ok(Namespaces::new(Arc::new(ClusterNamespaces::start(client))))
+}
+
+/// A client for `kubeconfig` when given, else the inferred configuration (in-cluster, then
+/// KUBECONFIG or ~/.kube/config).
+pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no cluster configured (no in-cluster config, KUBECONFIG or ~/.kube/config); give --namespaces-file, or --dev for the embedded testdata namespaces",
+        )?,
+    };
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+fn cluster_name(kubeconfig: Option<&Path>) -> String {
+    kubeconfig.map_or_else(
+        || "inferred kubeconfig or in-cluster config".to_string(),
+        |p| format!("kubeconfig {}", p.display()),
+    )
 }
 
 fn reload_targets(
     opts: &Options,
     tls_files: Option<&TlsFiles>,
     tls: &Arc<ArcSwap<rustls::ServerConfig>>,
-    app: &Arc<App>,
+    app: &Arc<ServerState>,
 ) -> Vec<reload::Target> {
     let mut targets = Vec::new();
     if let Some(files) = tls_files {

@@ -1,15 +1,12 @@
 //! Where namespace labels come from: a watch cache of the cluster's namespaces with a direct GET
 //! on a miss, or a file.
 
-pub mod cluster;
-pub mod file;
-
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::placement::Labels;
-pub use file::{load_file, parse_file_text, NamespaceLabels};
+use poolguard_core::namespaces::NamespaceLabels;
+use poolguard_core::placement::Labels;
 
 /// A source of namespace labels. `Ok(None)`: no such namespace.
 pub trait Source: Send + Sync {

@@ -1,9 +1,9 @@
-//! Namespace labels from a file of Namespace objects (no cluster needed).
+//! Namespace labels from the text of Namespace objects (a namespaces file, or `kubectl get
+//! namespaces -o yaml|json` output).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -91,12 +91,6 @@ fn add(out: &mut NamespaceLabels, meta: Metadata, at: &str) -> Result<()> {
     }
     out.insert(name, labels);
     Ok(())
-}
-
-pub fn load_file(path: &Path) -> Result<NamespaceLabels> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading namespaces file {}", path.display()))?;
-    parse_file_text(&text, &path.display().to_string())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ pub mod template;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -168,12 +168,6 @@ fn messages(value: &Value) -> Result<Vec<String>, String> {
 }
 
 impl PolicySet {
-    /// Loads and compiles every template in `dir` (`*_test.rego` files are not loaded).
-    pub fn load_dir(dir: &Path) -> Result<PolicySet> {
-        let (templates, _tests) = template::load_dir(dir)?;
-        PolicySet::compile(&templates)
-    }
-
     pub fn compile(templates: &[Template]) -> Result<PolicySet> {
         let mut policies = templates
             .iter()

@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn good_and_bad_files() {
         let dir = tempfile::tempdir().unwrap();
-        crate::certs::serving_bundle(&["localhost".into()], &[], 1)
+        crate::certs::authority::serving_bundle(&["localhost".into()], &[], 1)
             .unwrap()
             .write(dir.path())
             .unwrap();

@@ -8,9 +8,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use crate::server::App;
+use super::endpoints::ServerState;
 
-pub fn router(app: Arc<App>) -> Router {
+pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -20,7 +20,7 @@ pub fn router(app: Arc<App>) -> Router {
 
 /// Ready once the namespace cache has synced (TLS, config and policies are loaded before the
 /// server starts listening, and reloads never leave them unloaded).
-async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
+async fn readyz(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
     if app.namespaces.ready() {
         (StatusCode::OK, "ok\n".to_string())
     } else {
@@ -31,7 +31,7 @@ async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
     app.metrics
         .namespace_cache_size
         .set(app.namespaces.len() as i64);

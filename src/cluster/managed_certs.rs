@@ -3,8 +3,6 @@
 //! configurations. Safe with several replicas: every write carries the resourceVersion it was
 //! planned from, and a replica that loses a race reads again.
 
-pub mod plan;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -17,7 +15,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
 
-use plan::{Settings, Step, Stored};
+use crate::certs::rotation::{self as plan, Settings, Step, Stored};
 
 /// Where the Secret records when its bundle was seen in every webhook configuration.
 pub const PUBLISHED_ANNOTATION: &str = "poolguard.io/ca-bundle-published-at";

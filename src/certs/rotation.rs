@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::certs::{Authority, Usage};
+use super::authority::{Authority, Issued, Usage};
 
 /// The Secret's contents.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -193,7 +193,7 @@ fn start(now: i64) -> Result<time::OffsetDateTime> {
     time::OffsetDateTime::from_unix_timestamp(now).context("the clock is out of range")
 }
 
-fn issue(ca: &Authority, now: i64, settings: &Settings) -> Result<crate::certs::Issued> {
+fn issue(ca: &Authority, now: i64, settings: &Settings) -> Result<Issued> {
     let common_name = settings
         .dns_names
         .first()

@@ -1,8 +1,8 @@
 //! Policy templates on disk: StackL-format YAML (`name`, `inputs`, `policy`) or plain `.rego` files.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::Deserialize;
 
 /// One policy's source, as found in the policies directory.
@@ -41,61 +41,6 @@ struct TemplateDoc {
 }
 
 const TEMPLATE_TYPE: &str = "policy_template";
-
-/// Everything in a policies directory, sorted by file name. Other files are ignored.
-pub fn load_dir(dir: &Path) -> Result<(Vec<Template>, Vec<TestFile>)> {
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("reading policies directory {}", dir.display()))?;
-    let mut paths = Vec::new();
-    for entry in entries {
-        let path = entry
-            .with_context(|| format!("reading policies directory {}", dir.display()))?
-            .path();
-        // Kubernetes mounts ConfigMaps with hidden `..data` folders beside the files' symlinks.
-        let hidden = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_none_or(|n| n.starts_with('.'));
-        if !hidden && path.is_file() {
-            paths.push(path);
-        }
-    }
-    paths.sort();
-    let mut templates: Vec<Template> = Vec::new();
-    let mut tests = Vec::new();
-    for path in paths {
-        let file_name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        let text = || {
-            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
-        };
-        let template = if file_name.ends_with("_test.rego") {
-            tests.push(TestFile {
-                rego: text()?,
-                path,
-            });
-            continue;
-        } else if let Some(stem) = file_name.strip_suffix(".rego") {
-            from_rego(stem, text()?, path.clone())
-        } else if file_name.ends_with(".yaml") || file_name.ends_with(".yml") {
-            from_yaml(&text()?, path.clone())?
-        } else {
-            continue;
-        };
-        if let Some(other) = templates.iter().find(|t| t.name == template.name) {
-            bail!(
-                "{}: policy `{}` is already defined by {}",
-                path.display(),
-                template.name,
-                other.path.display()
-            );
-        }
-        templates.push(template);
-    }
-    Ok((templates, tests))
-}
 
 /// A plain Rego file: the policy is named by the file's stem.
 pub fn from_rego(stem: &str, rego: String, path: PathBuf) -> Template {
@@ -178,30 +123,5 @@ mod tests {
                 "{text:?}: {err}"
             );
         }
-    }
-
-    #[test]
-    fn load_dir_sorts_kinds_and_rejects_duplicates() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
-        write("b.rego", "package b\n");
-        write("a.yaml", "name: a\npolicy: |\n  package a\n");
-        write("a_test.rego", "package a_test\n");
-        write("README.md", "not a policy");
-        write(".hidden.rego", "package hidden\n");
-        let (templates, tests) = load_dir(dir.path()).unwrap();
-        let names: Vec<_> = templates.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-        assert_eq!(tests.len(), 1);
-
-        write("b.yaml", "name: b\npolicy: |\n  package b\n");
-        let err = load_dir(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("already defined"), "{err}");
-    }
-
-    #[test]
-    fn missing_dir_is_an_error() {
-        let err = load_dir(Path::new("/nonexistent/policies")).unwrap_err();
-        assert!(err.to_string().contains("policies directory"), "{err}");
     }
 }

@@ -1,7 +1,6 @@
 //! The config file: its types, defaults and validation. Errors name the offending path.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -145,12 +144,6 @@ impl Config {
         };
         config.validate().with_context(|| origin.to_string())?;
         Ok(config)
-    }
-
-    pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        Config::parse(&text, &path.display().to_string())
     }
 
     fn validate(&self) -> Result<()> {

@@ -18,19 +18,6 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<Value>> {
     Ok(out)
 }
 
-/// Reads `path`, or standard input for `-`.
-pub fn read(path: &str) -> Result<String> {
-    use anyhow::Context;
-    if path == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .context("reading standard input")?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,355 @@
+//! The `poolguard` command line: argument parsing and one function per command.
+
+pub mod eval;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use poolguard_core::policy::rego_tests;
+use poolguard_core::webhook::Webhook;
+
+use crate::certs::authority as certs;
+use crate::server::{self as serve, tls::TlsFiles};
+use crate::sources::{self, Sources, DEFAULT_POLICIES_DIR};
+
+/// Kubernetes admission webhook: puts pods on their namespace's node pool and enforces Rego
+/// (StackL SIT) policies such as allowed image repositories.
+#[derive(Parser)]
+#[command(name = "poolguard", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the webhook server: POST /mutate and /validate over HTTPS, and an operations port
+    /// with /healthz, /readyz and /metrics.
+    ///
+    /// Namespace labels come from --namespaces-file, else from the cluster (in-cluster config or
+    /// KUBECONFIG) through a watch cache. Certificate, config and policy files are reloaded when
+    /// they change; a change that does not load keeps the last good version. SIGTERM stops
+    /// accepting connections, finishes in-flight requests and exits 0.
+    Serve(Box<ServeArgs>),
+    /// Decide one AdmissionReview or manifest from files, without a cluster.
+    ///
+    /// An AdmissionReview v1 (JSON or YAML) prints the AdmissionReview response. A plain Pod or
+    /// workload manifest (one or more documents) prints a readable verdict as comments and, when
+    /// mutating, the patched object. Exit status: 0 allowed, 1 denied, 2 bad input.
+    Eval(EvalArgs),
+    /// Rego policy tools.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Write a new CA and a serving certificate as PEM: ca.crt, tls.crt, tls.key.
+    Certs(CertsArgs),
+}
+
+#[derive(Args)]
+struct RuleArgs {
+    /// Config file (YAML). Default: built-in defaults.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory of policy templates (*.yaml StackL templates, *.rego). Default: ./policies if it exists.
+    #[arg(long, value_name = "DIR")]
+    policies_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// Namespace objects (YAML or JSON, a v1 List or several documents). A namespace not in the
+    /// file has no labels.
+    #[arg(long, value_name = "FILE")]
+    namespaces_file: PathBuf,
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Which webhook decides.
+    #[arg(long, value_enum)]
+    webhook: WebhookArg,
+    /// For manifests: the namespace to create them in (default: metadata.namespace, else "default").
+    #[arg(long)]
+    namespace: Option<String>,
+    /// AdmissionReview or manifest file; `-` reads standard input.
+    #[arg(default_value = "-", value_name = "FILE|-")]
+    input: String,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// HTTPS address [default: 0.0.0.0:8443, or 127.0.0.1:8443 with --dev]
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Serving certificate (PEM), reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key of the serving certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mTLS).
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Namespace objects to take labels from instead of the cluster.
+    #[arg(long, value_name = "FILE")]
+    namespaces_file: Option<PathBuf>,
+    /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Deadline of a validating decision in milliseconds; past it `evaluation.onError` decides.
+    /// Keep it below the webhook configuration's timeoutSeconds.
+    #[arg(long, default_value_t = 4000, value_name = "MS")]
+    deadline_ms: u64,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 25, value_name = "SECONDS")]
+    drain_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Keep the serving certificate in a Secret: create a CA and certificate when missing,
+    /// renew them before expiry and inject the CA bundle into --webhook-configs. Replaces
+    /// --tls-cert-file/--tls-key-file.
+    #[arg(long, requires_all = ["cert_secret", "webhook_configs"], conflicts_with = "tls_cert_file")]
+    manage_certs: bool,
+    /// With --manage-certs: the Secret, as NAMESPACE/NAME.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    cert_secret: Option<String>,
+    /// With --manage-certs: webhook configurations (mutating or validating) to inject the CA
+    /// bundle into, comma-separated.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    webhook_configs: Vec<String>,
+    /// With --manage-certs: DNS name of the serving certificate (repeatable), e.g.
+    /// poolguard.poolguard.svc.
+    #[arg(long = "cert-dns-name", value_name = "NAME")]
+    cert_dns_names: Vec<String>,
+    /// With --manage-certs: IP address of the serving certificate (repeatable).
+    #[arg(long = "cert-ip", value_name = "ADDR")]
+    cert_ips: Vec<IpAddr>,
+    /// With --manage-certs: CA lifetime (renewed with a third left).
+    #[arg(long, default_value = "5y", value_parser = humantime::parse_duration)]
+    ca_validity: std::time::Duration,
+    /// With --manage-certs: serving certificate lifetime (renewed with a third left).
+    #[arg(long, default_value = "90days", value_parser = humantime::parse_duration)]
+    cert_validity: std::time::Duration,
+    /// With --manage-certs: how often the Secret and webhook configurations are checked.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    cert_check_interval: std::time::Duration,
+    /// With --manage-certs: how long a new CA bundle is published before certificates from the
+    /// new CA are served (time for every API server to see it).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    ca_publish_grace: std::time::Duration,
+    /// Kubeconfig file of the cluster to read namespaces from (and keep --manage-certs
+    /// certificates in). Default: in-cluster config, else KUBECONFIG or ~/.kube/config — except
+    /// with --dev, which never reads a cluster unless this is given.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
+    /// given, and take namespace labels from the embedded testdata namespaces unless
+    /// --namespaces-file or --kubeconfig is given.
+    #[arg(long)]
+    dev: bool,
+}
+
+/// The webhook to decide with, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WebhookArg {
+    Mutate,
+    Validate,
+}
+
+impl From<WebhookArg> for Webhook {
+    fn from(arg: WebhookArg) -> Webhook {
+        match arg {
+            WebhookArg::Mutate => Webhook::Mutate,
+            WebhookArg::Validate => Webhook::Validate,
+        }
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Run every `test_*` rule in the `*_test.rego` files; exits non-zero on any failure.
+    Test {
+        /// Directory of policies and their tests.
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_POLICIES_DIR)]
+        policies_dir: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct CertsArgs {
+    /// Directory to write ca.crt, tls.crt and tls.key into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+    /// DNS subject alternative name of the serving certificate (repeatable).
+    #[arg(long = "dns-name", value_name = "NAME")]
+    dns_names: Vec<String>,
+    /// IP subject alternative name of the serving certificate (repeatable).
+    #[arg(long = "ip", value_name = "ADDR")]
+    ips: Vec<IpAddr>,
+    /// Validity of the serving certificate in days (the CA gets ten times as long).
+    #[arg(long, default_value_t = 365)]
+    days: u32,
+}
+
+/// Parses the command line and runs the command; errors are one line on stderr and exit 2.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("poolguard: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<ExitCode> {
+    init_logging(args.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
+    let default = |port| if args.dev { loopback(port) } else { any(port) };
+    let tls = match (args.tls_cert_file, args.tls_key_file) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: args.client_ca_file.clone(),
+        }),
+        _ => None,
+    };
+    let manage_certs = if args.manage_certs {
+        let secret = args.cert_secret.unwrap_or_default();
+        let Some((namespace, name)) = secret
+            .split_once('/')
+            .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+        else {
+            anyhow::bail!("--cert-secret must be NAMESPACE/NAME, got {secret:?}");
+        };
+        if args.cert_dns_names.is_empty() && args.cert_ips.is_empty() {
+            anyhow::bail!("--manage-certs needs at least one --cert-dns-name or --cert-ip");
+        }
+        Some(serve::ManagedCerts {
+            secret_namespace: namespace.to_string(),
+            secret_name: name.to_string(),
+            webhook_configs: args.webhook_configs,
+            settings: crate::certs::rotation::Settings {
+                ca_validity: args.ca_validity,
+                serving_validity: args.cert_validity,
+                publish_grace: args.ca_publish_grace,
+                dns_names: args.cert_dns_names,
+                ips: args.cert_ips,
+            },
+            check_interval: args.cert_check_interval,
+            client_ca: args.client_ca_file.clone(),
+        })
+    } else {
+        None
+    };
+    let options = serve::Options {
+        addr: args.addr.unwrap_or_else(|| default(8443)),
+        metrics_addr: args.metrics_addr.unwrap_or_else(|| default(9090)),
+        tls,
+        sources: Sources {
+            config: args.rules.config,
+            policies_dir: args.rules.policies_dir,
+        },
+        namespaces_file: args.namespaces_file,
+        deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
+        drain: std::time::Duration::from_secs(args.drain_seconds),
+        dev: args.dev,
+        kubeconfig: args.kubeconfig,
+        manage_certs,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(serve::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Serve(args) => serve(*args),
+        Command::Eval(args) => {
+            let sources = Sources {
+                config: args.rules.config,
+                policies_dir: args.rules.policies_dir,
+            };
+            let rules = sources.load()?;
+            let namespaces = sources::load_namespaces(&args.namespaces_file)?;
+            let text = sources::read_input(&args.input)?;
+            let origin = if args.input == "-" {
+                "<stdin>"
+            } else {
+                &args.input
+            };
+            let mut stdout = std::io::stdout().lock();
+            let allowed = eval::run(
+                args.webhook.into(),
+                &text,
+                origin,
+                args.namespace.as_deref(),
+                &namespaces,
+                &rules,
+                &mut stdout,
+            )?;
+            Ok(if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Policy(PolicyCommand::Test { policies_dir }) => {
+            let (templates, tests) = sources::load_templates(&policies_dir)?;
+            if tests.is_empty() {
+                anyhow::bail!("{}: no *_test.rego files", policies_dir.display());
+            }
+            let results = rego_tests::run(&templates, &tests)?;
+            let failed = results.iter().filter(|r| r.failure.is_some()).count();
+            for r in &results {
+                match &r.failure {
+                    None => println!("PASS {}", r.name),
+                    Some(why) => println!("FAIL {}: {why}", r.name),
+                }
+            }
+            println!("{} passed, {failed} failed", results.len() - failed);
+            Ok(if failed == 0 && !results.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Certs(args) => {
+            let bundle = certs::serving_bundle(&args.dns_names, &args.ips, args.days)?;
+            bundle
+                .write(&args.out_dir)
+                .with_context(|| "writing certificates")?;
+            eprintln!(
+                "wrote {}/ca.crt, tls.crt, tls.key (serving certificate valid {} days)",
+                args.out_dir.display(),
+                args.days
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! The cluster side: what poolguard reads from and writes to the Kubernetes API.
+
+pub mod managed_certs;
+pub mod namespace_cache;

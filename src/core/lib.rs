@@ -1,0 +1,17 @@
+//! poolguard's decisions, free of I/O: what an admission request gets (placement patch, policy
+//! infringements, denial) is a function of plain values — the request, the namespace's labels,
+//! the config and the prepared policies. This crate depends on no async runtime, Kubernetes
+//! client, logger or CLI parser, so the compiler keeps it that way; the `poolguard` crate holds
+//! the shells (HTTPS server, cluster watches, certificates, command line) around it.
+
+pub mod admission;
+pub mod config;
+pub mod documents;
+pub mod image;
+pub mod mutate;
+pub mod namespaces;
+pub mod placement;
+pub mod policy;
+pub mod ruleset;
+pub mod validate;
+pub mod webhook;

@@ -1,0 +1,166 @@
+//! Reading the rules and inputs from files: the config, the policies directory, a namespaces
+//! file, a manifest or AdmissionReview (or standard input). The parsing itself is the core's.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use poolguard_core::config::Config;
+use poolguard_core::namespaces::{parse_file_text, NamespaceLabels};
+use poolguard_core::policy::template::{self, Template, TestFile};
+use poolguard_core::policy::PolicySet;
+use poolguard_core::ruleset::RuleSet;
+
+/// The policies directory used when none is given.
+pub const DEFAULT_POLICIES_DIR: &str = "policies";
+
+/// Where the rules come from.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// No file: the defaults.
+    pub config: Option<PathBuf>,
+    /// No directory: `policies/` when it exists, else no policies.
+    pub policies_dir: Option<PathBuf>,
+}
+
+impl Sources {
+    /// The policies directory to read, if any.
+    pub fn policies_dir(&self) -> Option<PathBuf> {
+        match &self.policies_dir {
+            Some(dir) => Some(dir.clone()),
+            None => Some(PathBuf::from(DEFAULT_POLICIES_DIR)).filter(|d| d.is_dir()),
+        }
+    }
+
+    /// Loads both; a config naming a policy that is not loaded, or leaving out a declared input, is an error.
+    pub fn load(&self) -> Result<RuleSet> {
+        let config = match &self.config {
+            Some(path) => load_config(path)?,
+            None => Config::default(),
+        };
+        let policies = match self.policies_dir() {
+            Some(dir) => load_policies(&dir)?,
+            None => PolicySet::default(),
+        };
+        let origin = self
+            .config
+            .as_ref()
+            .map_or_else(|| "config".to_string(), |p| p.display().to_string());
+        RuleSet::new(config, policies, &origin)
+    }
+}
+
+pub fn load_config(path: &Path) -> Result<Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    Config::parse(&text, &path.display().to_string())
+}
+
+/// Loads and compiles every template in `dir` (`*_test.rego` files are not loaded).
+pub fn load_policies(dir: &Path) -> Result<PolicySet> {
+    let (templates, _tests) = load_templates(dir)?;
+    PolicySet::compile(&templates)
+}
+
+/// Everything in a policies directory, sorted by file name: StackL YAML templates and `.rego`
+/// files, and the `*_test.rego` files beside them. Other files and hidden entries are ignored.
+pub fn load_templates(dir: &Path) -> Result<(Vec<Template>, Vec<TestFile>)> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading policies directory {}", dir.display()))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("reading policies directory {}", dir.display()))?
+            .path();
+        // Kubernetes mounts ConfigMaps with hidden `..data` folders beside the files' symlinks.
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| n.starts_with('.'));
+        if !hidden && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut templates: Vec<Template> = Vec::new();
+    let mut tests = Vec::new();
+    for path in paths {
+        let file_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let text = || {
+            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+        };
+        let template = if file_name.ends_with("_test.rego") {
+            tests.push(TestFile {
+                rego: text()?,
+                path,
+            });
+            continue;
+        } else if let Some(stem) = file_name.strip_suffix(".rego") {
+            template::from_rego(stem, text()?, path.clone())
+        } else if file_name.ends_with(".yaml") || file_name.ends_with(".yml") {
+            template::from_yaml(&text()?, path.clone())?
+        } else {
+            continue;
+        };
+        if let Some(other) = templates.iter().find(|t| t.name == template.name) {
+            bail!(
+                "{}: policy `{}` is already defined by {}",
+                path.display(),
+                template.name,
+                other.path.display()
+            );
+        }
+        templates.push(template);
+    }
+    Ok((templates, tests))
+}
+
+pub fn load_namespaces(path: &Path) -> Result<NamespaceLabels> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading namespaces file {}", path.display()))?;
+    parse_file_text(&text, &path.display().to_string())
+}
+
+/// Reads `path`, or standard input for `-`.
+pub fn read_input(path: &str) -> Result<String> {
+    if path == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_templates_sorts_kinds_and_rejects_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write("b.rego", "package b\n");
+        write("a.yaml", "name: a\npolicy: |\n  package a\n");
+        write("a_test.rego", "package a_test\n");
+        write("README.md", "not a policy");
+        write(".hidden.rego", "package hidden\n");
+        let (templates, tests) = load_templates(dir.path()).unwrap();
+        let names: Vec<_> = templates.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(tests.len(), 1);
+
+        write("b.yaml", "name: b\npolicy: |\n  package b\n");
+        let err = load_templates(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("already defined"), "{err}");
+    }
+
+    #[test]
+    fn missing_policies_dir_is_an_error() {
+        let err = load_templates(Path::new("/nonexistent/policies")).unwrap_err();
+        assert!(err.to_string().contains("policies directory"), "{err}");
+    }
+}
