@@ -15,6 +15,7 @@ use poolguard::certs::authority::{self as certs, Authority, Usage};
 use poolguard::server::tls::TlsFiles;
 use poolguard::server::{self as serve, Options, Running};
 use poolguard::sources::Sources;
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -27,7 +28,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn pem_certs(pem: &str) -> Vec<CertificateDer<'static>> {
-    rustls_pemfile::certs(&mut pem.as_bytes())
+    CertificateDer::pem_slice_iter(pem.as_bytes())
         .map(Result::unwrap)
         .collect()
 }
@@ -57,9 +58,7 @@ impl Client {
         let mut config = match identity {
             None => builder.with_no_client_auth(),
             Some((cert, key)) => {
-                let key: PrivateKeyDer = rustls_pemfile::private_key(&mut key.as_bytes())
-                    .unwrap()
-                    .unwrap();
+                let key: PrivateKeyDer = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
                 builder
                     .with_client_auth_cert(pem_certs(&cert), key)
                     .unwrap()

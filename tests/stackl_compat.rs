@@ -3,7 +3,7 @@
 //!
 //! The template is read from the StackL reference text shipped beside the project
 //! (`../shared/reference/stackl-policy-types.txt`, or `POOLGUARD_STACKL_REFERENCE`), not copied
-//! into this repository. Under CI the file must be there.
+//! into this repository; without it the tests fail.
 
 use std::path::PathBuf;
 
@@ -13,24 +13,21 @@ use poolguard_core::policy::{template, PolicySet};
 use poolguard_core::webhook::{decide, Webhook};
 use serde_json::json;
 
-fn reference() -> Option<String> {
+/// The reference text; its absence fails the test (the file is always beside the project for
+/// everyone who develops or tests it).
+fn reference() -> String {
     let path = std::env::var_os("POOLGUARD_STACKL_REFERENCE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("../shared/reference/stackl-policy-types.txt")
         });
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(text),
-        Err(e) if std::env::var_os("CI").is_some() => panic!("{}: {e}", path.display()),
-        Err(e) => {
-            eprintln!(
-                "NOT RUN: the StackL reference {} is not readable here ({e})",
-                path.display()
-            );
-            None
-        }
-    }
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "the StackL reference {} is not readable ({e}); it must sit beside the project (or set POOLGUARD_STACKL_REFERENCE)",
+            path.display()
+        )
+    })
 }
 
 /// The YAML block of the SIT example: from its `category:` line to the next blank line.
@@ -55,7 +52,7 @@ fn sit_example(text: &str) -> String {
 
 #[test]
 fn stackl_template_runs_unchanged() {
-    let Some(text) = reference() else { return };
+    let text = reference();
     let yaml = sit_example(&text);
     assert!(yaml.contains("not any(satisfied)"), "{yaml}");
     let t = template::from_yaml(&yaml, "allowedrepositories.yaml".into()).unwrap();

@@ -232,6 +232,8 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 mod tests {
     use super::*;
     use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
@@ -255,7 +257,7 @@ mod tests {
 
         // The serving certificate verifies against the CA for its names, and not for others.
         let mut roots = rustls::RootCertStore::empty();
-        let ca = rustls_pemfile::certs(&mut bundle.ca_pem.as_bytes())
+        let ca = CertificateDer::pem_slice_iter(bundle.ca_pem.as_bytes())
             .next()
             .unwrap()
             .unwrap();
@@ -265,7 +267,7 @@ mod tests {
             rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
                 .build()
                 .unwrap();
-        let leaf = rustls_pemfile::certs(&mut bundle.serving.cert_pem.as_bytes())
+        let leaf = CertificateDer::pem_slice_iter(bundle.serving.cert_pem.as_bytes())
             .next()
             .unwrap()
             .unwrap();

@@ -14,6 +14,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
 use super::authority::{Authority, Issued, Usage};
 
@@ -71,7 +73,7 @@ impl CertFacts {
 /// Facts of every certificate in a PEM text, in order.
 pub fn facts(pem: &str) -> Result<Vec<CertFacts>> {
     let mut out = Vec::new();
-    for der in rustls_pemfile::certs(&mut pem.as_bytes()) {
+    for der in CertificateDer::pem_slice_iter(pem.as_bytes()) {
         let der = der.context("reading PEM")?;
         let (_, cert) =
             x509_parser::parse_x509_certificate(&der).context("parsing a certificate")?;

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
@@ -58,9 +60,10 @@ pub struct Pem {
 pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = read_certs(cert)?;
-    let private_key = rustls_pemfile::private_key(&mut key.bytes.as_slice())
-        .with_context(|| format!("{}: not a PEM private key", key.origin))?
-        .with_context(|| format!("{}: no private key found", key.origin))?;
+    let private_key = PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|e| match e {
+        pem::Error::NoItemsFound => anyhow!("{}: no private key found", key.origin),
+        other => anyhow!("{}: not a PEM private key: {other}", key.origin),
+    })?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .context("choosing TLS versions")?;
@@ -91,8 +94,8 @@ pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<A
     Ok(Arc::new(config))
 }
 
-fn read_certs(pem: &Pem) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    let certs = rustls_pemfile::certs(&mut pem.bytes.as_slice())
+fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_slice_iter(&pem.bytes)
         .collect::<std::result::Result<Vec<_>, _>>()
         .with_context(|| format!("{}: not PEM certificates", pem.origin))?;
     if certs.is_empty() {
