@@ -44,7 +44,9 @@ fn quantify(which: &str, args: Vec<Value>) -> Result<Value> {
 /// The normalized `registry/path` of an image reference (see [`crate::image`]).
 fn image_repository(args: Vec<Value>) -> Result<Value> {
     match args.as_slice() {
-        [Value::String(reference)] => Ok(Value::from(crate::image::repository(reference))),
+        [Value::String(reference)] => crate::image::repository(reference)
+            .map(Value::from)
+            .map_err(|e| anyhow::anyhow!("poolguard.image_repository: {e}")),
         [other] => bail!("poolguard.image_repository: operand must be a string, got {other}"),
         _ => bail!("poolguard.image_repository: expects one argument"),
     }
