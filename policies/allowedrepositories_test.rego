@@ -8,8 +8,8 @@ test_image_repository_table if {
   cases := {
     "nginx": "docker.io/library/nginx",
     "nginx:1.27": "docker.io/library/nginx",
-    "nginx@sha256:0123abcd": "docker.io/library/nginx",
-    "nginx:1.27@sha256:0123abcd": "docker.io/library/nginx",
+    "nginx@sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd": "docker.io/library/nginx",
+    "nginx:1.27@sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd": "docker.io/library/nginx",
     "bitnami/redis:7": "docker.io/bitnami/redis",
     "docker.io/nginx": "docker.io/library/nginx",
     "index.docker.io/library/nginx:latest": "docker.io/library/nginx",
@@ -18,8 +18,11 @@ test_image_repository_table if {
     "registry.example.com:5000/team/app:1.0": "registry.example.com:5000/team/app",
     "localhost/app": "localhost/app",
     "localhost:5000/app:dev": "localhost:5000/app",
-    "gcr.io/project/app@sha256:0123abcd": "gcr.io/project/app",
+    "gcr.io/project/app@sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd": "gcr.io/project/app",
     "registry.example.com/team/app": "registry.example.com/team/app",
+    "Evilhost/app:1": "Evilhost/app",
+    "LOCALHOST/app": "LOCALHOST/app",
+    "registry-1.docker.io/library/nginx": "registry-1.docker.io/library/nginx",
   }
   every image, want in cases {
     poolguard.image_repository(image) == want
@@ -68,7 +71,7 @@ test_docker_hub_short_names if {
 }
 
 test_exact_repository if {
-  count(denied(["docker.io/library/nginx@sha256:0123abcd"], ["docker.io/library/nginx"])) == 0
+  count(denied(["docker.io/library/nginx@sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd"], ["docker.io/library/nginx"])) == 0
   count(denied(["docker.io/library/nginx-evil"], ["docker.io/library/nginx"])) == 1
 }
 
@@ -92,4 +95,25 @@ test_message_names_container_image_and_allowed_list if {
   contains(m.msg, `container "c0"`)
   contains(m.msg, `"evil.io/app:1"`)
   contains(m.msg, "registry.example.com/")
+}
+
+# The runtime pulls `Evilhost/app` from the host Evilhost, not from Docker Hub.
+test_uppercase_first_component_is_a_registry if {
+  count(denied(["Evilhost/app:1", "LOCALHOST/app"], ["docker.io/"])) == 2
+  count(denied(["evilhost/app:1"], ["docker.io/"])) == 0
+}
+
+test_message_names_what_carries_the_image if {
+  doc := {
+    "parameters": {"repositories": ["registry.example.com/"]},
+    "services": {"web": {"functional_requirements": {
+      "volume:models": {"image": "evil.io/models:1", "type": "imageVolume", "name": "models"},
+      "init": {"image": "evil.io/init:1", "type": "initContainer", "name": "init"},
+    }}},
+  }
+  msgs := {m.msg | some m in allowedrepositories.infringement with input as doc}
+  msgs == {
+    `image volume "models": image "evil.io/models:1" (repository "evil.io/models") is not from an allowed repository ["registry.example.com/"]`,
+    `initContainer "init": image "evil.io/init:1" (repository "evil.io/init") is not from an allowed repository ["registry.example.com/"]`,
+  }
 }

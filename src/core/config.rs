@@ -27,6 +27,9 @@ pub struct Config {
     /// Limits and failure behaviour of policy evaluation.
     #[serde(default)]
     pub evaluation: EvaluationSettings,
+    /// Bounds on what one object may ask poolguard to check.
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 fn default_label() -> String {
@@ -42,6 +45,38 @@ impl Default for Config {
             policies: BTreeMap::new(),
             pools: BTreeMap::new(),
             evaluation: EvaluationSettings::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Bounds on the work and the answer for one object; past them the object is refused with a
+/// clear reason (400), never let through unchecked.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Images one pod spec may pull (containers, initContainers, ephemeralContainers and image
+    /// volumes together).
+    #[serde(default = "default_max_images")]
+    pub max_images_per_pod: usize,
+    /// Reasons listed in one denial; the rest are counted ("... and N more").
+    #[serde(default = "default_max_denial_reasons")]
+    pub max_denial_reasons: usize,
+}
+
+fn default_max_images() -> usize {
+    250
+}
+
+fn default_max_denial_reasons() -> usize {
+    20
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_images_per_pod: default_max_images(),
+            max_denial_reasons: default_max_denial_reasons(),
         }
     }
 }
@@ -155,6 +190,12 @@ impl Config {
         }
         if self.evaluation.timeout_millis == 0 {
             bail!("at `evaluation.timeoutMillis`: must be at least 1");
+        }
+        if self.limits.max_images_per_pod == 0 {
+            bail!("at `limits.maxImagesPerPod`: must be at least 1");
+        }
+        if self.limits.max_denial_reasons == 0 {
+            bail!("at `limits.maxDenialReasons`: must be at least 1");
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ pub mod image;
 pub mod mutate;
 pub mod namespaces;
 pub mod placement;
+pub mod pod_images;
 pub mod policy;
 pub mod ruleset;
 pub mod validate;

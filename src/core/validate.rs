@@ -1,12 +1,19 @@
 //! The validating webhook: runs on the final object (after every mutating webhook) and checks
-//! pool placement and the SIT policies, for Pods and for workload templates at apply time.
+//! pool placement, the images the pod spec pulls and the SIT policies, for Pods and for workload
+//! templates at apply time.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
 
 use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResult, Request};
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
+use crate::pod_images;
 use crate::policy::{input, PolicySet};
+
+/// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
+const MAX_ERROR_CHARS: usize = 300;
 
 /// Everything found wrong with one object.
 #[derive(Debug, Default, PartialEq)]
@@ -20,8 +27,10 @@ struct Findings {
 
 /// Decides one validating request.
 ///
-/// On UPDATE only what the old object did not already have is denied: pods' selectors are
-/// immutable, and an object admitted under older rules must stay updatable.
+/// On UPDATE only what the old object did not already have is denied, so an object admitted
+/// under older rules stays updatable — except a pod's scheduling directives: while a pod is not
+/// bound to a node its nodeSelector and affinity may still change (scheduling gates), and any
+/// such change must keep it on its namespace's pool.
 pub fn validate(
     req: &Request,
     labels: Option<&Labels>,
@@ -45,9 +54,13 @@ pub fn validate(
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
             let before = findings(req, old, path, is_pod, pool, config, policies);
-            found
-                .denials
-                .retain(|d| !before.denials.iter().any(|b| b.1 == d.1));
+            let known: HashSet<&str> = before.denials.iter().map(|d| d.1.as_str()).collect();
+            found.denials.retain(|d| !known.contains(d.1.as_str()));
+            if let (true, Some(pool)) = (is_pod, pool) {
+                found
+                    .denials
+                    .extend(rescheduling(req, old, object, pool, config));
+            }
         }
     }
     let code = if found.denials.iter().any(|d| d.0 == 403) {
@@ -55,20 +68,66 @@ pub fn validate(
     } else {
         found.denials.first().map_or(0, |d| d.0)
     };
-    let message = found
-        .denials
-        .iter()
-        .map(|d| d.1.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
     Decision {
         allowed: found.denials.is_empty(),
         code,
-        message,
+        message: summary(&found.denials, config.limits.max_denial_reasons),
         patch: None,
         warnings: found.warnings,
         dryrun: found.dryrun,
         policy_results: found.evaluations,
+    }
+}
+
+/// The reasons, one per line, at most `max` of them and a count of the rest.
+fn summary(denials: &[(u16, String)], max: usize) -> String {
+    let mut lines: Vec<&str> = denials.iter().take(max).map(|d| d.1.as_str()).collect();
+    let more = denials.len().saturating_sub(max);
+    let tail = format!("... and {more} more");
+    if more > 0 {
+        lines.push(&tail);
+    }
+    lines.join("\n")
+}
+
+/// A pod not yet bound to a node whose nodeSelector, affinity or scheduling gates changed must
+/// select its namespace's pool exactly, as at creation: otherwise a pod created before its
+/// namespace had a pool (or with a selector the old rules allowed) could pick any node.
+fn rescheduling(
+    req: &Request,
+    old: &Value,
+    new: &Value,
+    pool: &str,
+    config: &Config,
+) -> Option<(u16, String)> {
+    let bound = old["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let changed = ["nodeSelector", "affinity", "schedulingGates"]
+        .iter()
+        .any(|field| old["spec"].get(field) != new["spec"].get(field));
+    if bound || !changed {
+        return None;
+    }
+    let why = |detail: String| {
+        Some((
+            403,
+            format!("the pod is not scheduled yet and its scheduling directives changed, so it must stay on pool {pool:?}: {detail}"),
+        ))
+    };
+    match placement::place(
+        new.get("spec"),
+        &["spec"],
+        req.namespace,
+        pool,
+        &config.placement_rules(),
+    ) {
+        Placement::Satisfied => None,
+        Placement::Patch(_) => why(format!(
+            "it has no nodeSelector {}={pool}",
+            config.node_selector_key
+        )),
+        Placement::Conflict(message) | Placement::Invalid(message) => why(message),
     }
 }
 
@@ -96,18 +155,27 @@ fn findings(
                 ),
             )),
             // The namespace was relabelled between the mutating call and this one: the pod
-            // carries the pool the mutating webhook gave it, as it would had it come a moment earlier.
+            // carries the pool the mutating webhook gave it, as it would had it come a moment
+            // earlier. Only at creation: the annotation can be edited afterwards.
             Placement::Conflict(_)
                 if is_pod
+                    && req.operation == Operation::Create
                     && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push((403, message)),
             Placement::Invalid(message) => found.denials.push((400, message)),
         }
     }
+    let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
+        Ok(images) => images,
+        Err(reason) => {
+            found.denials.push((400, reason));
+            return found;
+        }
+    };
     if policies.is_empty() {
         return found;
     }
-    let document = input::document(object, spec, pool);
+    let document = input::document(object, &images, pool);
     for outcome in policies.evaluate(&document, Some(req.raw), pool, config) {
         let name = &outcome.policy;
         found.evaluations.push(PolicyResult {
@@ -116,7 +184,8 @@ fn findings(
             infringements: outcome.result.as_ref().map_or(0, Vec::len),
             error: outcome.result.is_err(),
         });
-        match (outcome.result, outcome.enforcement) {
+        let result = outcome.result.map_err(|e| one_line(&e));
+        match (result, outcome.enforcement) {
             (Ok(messages), Enforcement::Deny) => found
                 .denials
                 .extend(messages.into_iter().map(|m| (403, format!("{name}: {m}")))),
@@ -144,4 +213,37 @@ fn findings(
         }
     }
     found
+}
+
+/// The first line of `text`, at most [`MAX_ERROR_CHARS`] characters.
+fn one_line(text: &str) -> String {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut out: String = first.trim().chars().take(MAX_ERROR_CHARS).collect();
+    if out.len() < first.trim().len() || text.trim().lines().nth(1).is_some() {
+        out.push_str(" ...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_caps_the_reasons() {
+        let denials: Vec<(u16, String)> = (0..25).map(|i| (403, format!("r{i}"))).collect();
+        let text = summary(&denials, 20);
+        assert_eq!(text.lines().count(), 21);
+        assert!(text.starts_with("r0\nr1\n"), "{text}");
+        assert!(text.ends_with("r19\n... and 5 more"), "{text}");
+        assert_eq!(summary(&denials[..2], 20), "r0\nr1");
+    }
+
+    #[test]
+    fn one_line_errors() {
+        assert_eq!(one_line("boom"), "boom");
+        assert_eq!(one_line("\nerror: x\n  1 | package p\n"), "error: x ...");
+        let long = "y".repeat(1000);
+        assert_eq!(one_line(&long).chars().count(), MAX_ERROR_CHARS + 4);
+    }
 }

@@ -1,22 +1,18 @@
 //! The input document a SIT policy sees, in StackL's shape so StackL templates run unchanged:
-//! `parameters`, `services.<name>.functional_requirements.<container>.image`, `target`, plus the
+//! `parameters`, `services.<name>.functional_requirements.<container>.{image,type,name}`,
+//! `target`, plus the
 //! whole AdmissionRequest under `review` for the policies that read it (see
 //! [`super::Policy::reads_review`]).
 
 use serde_json::{json, Map, Value};
 
-/// The container lists of a pod spec, with the `type` each gets in the input.
-const CONTAINER_LISTS: [(&str, &str); 3] = [
-    ("initContainers", "initContainer"),
-    ("containers", "container"),
-    ("ephemeralContainers", "ephemeralContainer"),
-];
+use crate::pod_images::{ImageSource, PodImage};
 
 /// The input without `parameters` and `review` (both added per policy). `object` is the object
-/// under review and `spec` its pod spec.
-pub fn document(object: &Value, spec: Option<&Value>, pool: Option<&str>) -> Value {
+/// under review and `images` what its pod spec pulls ([`crate::pod_images::images`]).
+pub fn document(object: &Value, images: &[PodImage], pool: Option<&str>) -> Value {
     json!({
-        "services": { service_name(object): { "functional_requirements": functional_requirements(spec) } },
+        "services": { service_name(object): { "functional_requirements": functional_requirements(images) } },
         "target": pool,
     })
 }
@@ -32,20 +28,20 @@ fn service_name(object: &Value) -> String {
         .to_string()
 }
 
-/// Each container (of every kind) by name, with its image and type.
-pub fn functional_requirements(spec: Option<&Value>) -> Value {
+/// Each image by the name of what pulls it, with its `type` and that `name`: containers (of
+/// every kind) by container name, image volumes as `volume:<name>` (container names cannot
+/// hold `:`, so the two never collide).
+pub fn functional_requirements(images: &[PodImage]) -> Value {
     let mut out = Map::new();
-    for (list, kind) in CONTAINER_LISTS {
-        let Some(items) = spec.and_then(|s| s.get(list)).and_then(Value::as_array) else {
-            continue;
+    for image in images {
+        let key = match image.source {
+            ImageSource::ImageVolume => format!("volume:{}", image.name),
+            _ => image.name.clone(),
         };
-        for (i, container) in items.iter().enumerate() {
-            let name = container["name"]
-                .as_str()
-                .map_or_else(|| format!("{list}[{i}]"), str::to_string);
-            let image = container["image"].clone();
-            out.insert(name, json!({ "image": image, "type": kind }));
-        }
+        out.insert(
+            key,
+            json!({ "image": image.reference, "type": image.source.as_str(), "name": image.name }),
+        );
     }
     Value::Object(out)
 }
@@ -53,22 +49,25 @@ pub fn functional_requirements(spec: Option<&Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod_images::images;
 
     #[test]
-    fn every_container_kind_is_listed() {
+    fn every_image_is_listed_with_its_type_and_name() {
         let spec = json!({
             "initContainers": [{"name": "init", "image": "busybox"}],
             "containers": [{"name": "app", "image": "registry.example.com/app:1"}, {"image": "nameless"}],
             "ephemeralContainers": [{"name": "debug", "image": "debug.example.com/tools"}],
+            "volumes": [{"name": "app", "image": {"reference": "models.example.com/m:1"}}],
         });
-        let fr = functional_requirements(Some(&spec));
+        let found = images(Some(&spec), &["spec"], 10).unwrap();
         assert_eq!(
-            fr,
+            functional_requirements(&found),
             json!({
-                "init": {"image": "busybox", "type": "initContainer"},
-                "app": {"image": "registry.example.com/app:1", "type": "container"},
-                "containers[1]": {"image": "nameless", "type": "container"},
-                "debug": {"image": "debug.example.com/tools", "type": "ephemeralContainer"},
+                "init": {"image": "busybox", "type": "initContainer", "name": "init"},
+                "app": {"image": "registry.example.com/app:1", "type": "container", "name": "app"},
+                "containers[1]": {"image": "nameless", "type": "container", "name": "containers[1]"},
+                "debug": {"image": "debug.example.com/tools", "type": "ephemeralContainer", "name": "debug"},
+                "volume:app": {"image": "models.example.com/m:1", "type": "imageVolume", "name": "app"},
             })
         );
     }
@@ -76,14 +75,15 @@ mod tests {
     #[test]
     fn document_shape() {
         let object = json!({"metadata": {"generateName": "web-"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let doc = document(&object, object.get("spec"), Some("gpu"));
+        let found = images(object.get("spec"), &["spec"], 10).unwrap();
+        let doc = document(&object, &found, Some("gpu"));
         assert_eq!(
             doc["services"]["web-"]["functional_requirements"]["c"]["image"],
             "i"
         );
         assert_eq!(doc["target"], "gpu");
         assert!(doc.get("review").is_none());
-        let no_pool = document(&json!({}), None, None);
+        let no_pool = document(&json!({}), &[], None);
         assert_eq!(no_pool["target"], Value::Null);
         assert_eq!(
             no_pool["services"]["unnamed"]["functional_requirements"],
