@@ -3,6 +3,7 @@
 //! configurations. Safe with several replicas: every write carries the resourceVersion it was
 //! planned from, and a replica that loses a race reads again.
 
+pub mod pace;
 pub mod plan;
 
 use std::collections::BTreeMap;
