@@ -10,9 +10,8 @@ pub mod plan;
 mod fake_api;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use hyper::http;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -24,6 +23,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, PostParams};
 use kube::{Client, Resource};
 use serde_json::{json, Value};
 
+use pace::{Outcome, Pace, Pacing};
 use plan::{Settings, Step, Stored};
 
 /// Where the Secret records when its bundle was seen in every webhook configuration.
@@ -83,7 +83,8 @@ impl SelfCert {
     }
 
     /// One step towards a valid, published certificate. Returns what is stored afterwards and
-    /// whether another step is due at once.
+    /// whether another step is due at once. A named webhook configuration that does not exist is
+    /// an error (before anything is written).
     pub async fn step(&self) -> Result<(Option<Stored>, bool)> {
         let secret = self
             .secrets
@@ -171,8 +172,8 @@ impl SelfCert {
         }
     }
 
-    /// The webhook configurations called `name`: a mutating one, a validating one, both, or
-    /// neither.
+    /// The webhook configurations called `name`: a mutating one, a validating one, or both;
+    /// neither is an error.
     async fn configs(&self, name: &str) -> Result<Vec<(&WebhookKind, DynamicObject)>> {
         let mut found = Vec::new();
         for kind in &self.kinds {
@@ -183,28 +184,26 @@ impl SelfCert {
                 .with_context(|| format!("reading {} {name:?}", kind.kind))?;
             found.extend(config.map(|c| (kind, c)));
         }
+        if found.is_empty() {
+            bail!(
+                "webhook configuration {name:?} not found: there is neither a \
+                 MutatingWebhookConfiguration nor a ValidatingWebhookConfiguration of that name \
+                 (check --webhook-configs); the CA bundle cannot be published"
+            );
+        }
         Ok(found)
     }
 
-    /// Every named webhook configuration exists and all its webhooks carry exactly `bundle`.
+    /// All webhooks of every named configuration carry exactly `bundle`. Every name is looked
+    /// up, so that a missing configuration is an error before anything is published.
     async fn published(&self, bundle: &str) -> Result<bool> {
+        let mut published = true;
         for name in &self.webhook_configs {
-            let configs = self.configs(name).await?;
-            if configs.is_empty() {
-                tracing::warn!(
-                    name,
-                    "webhook configuration not found; the CA bundle cannot be published yet"
-                );
-                return Ok(false);
-            }
-            if configs
-                .iter()
-                .any(|(_, config)| !lacking(config, bundle).is_empty())
-            {
-                return Ok(false);
+            for (_, config) in self.configs(name).await? {
+                published &= lacking(&config, bundle).is_empty();
             }
         }
-        Ok(true)
+        Ok(published)
     }
 
     /// Puts `bundle` into every webhook of every named configuration. `Ok(false)`: a
@@ -283,18 +282,80 @@ impl SelfCert {
         }
     }
 
-    /// Steps until a serving certificate is stored (start-up), retrying on errors.
-    pub async fn first_certificate(&self) -> Stored {
+    /// Steps until a serving certificate is stored (start-up), paced like [`SelfCert::run`];
+    /// returns it and the pace for `run` to continue at.
+    ///
+    /// When a step fails but the Secret already holds a serving certificate that is valid now,
+    /// that certificate is returned: serving it does not depend on publishing its CA bundle, and
+    /// a missing or unwritable webhook configuration must not keep every replica from starting.
+    /// `run` keeps retrying the publication.
+    pub async fn first_certificate(&self, pacing: &Pacing) -> (Stored, Pace) {
+        let mut pace = Pace::default();
         loop {
-            match self.step().await {
-                Ok((Some(s), _)) if !s.tls_crt.is_empty() => return s,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "no serving certificate yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(2)).await;
+            if !pace.wait.is_zero() {
+                tokio::time::sleep(pace.wait).await;
+            }
+            let outcome = match self.step().await {
+                Ok((Some(s), again)) if !s.tls_crt.is_empty() => {
+                    return (s, pacing.next(outcome_of(again), pace))
                 }
+                Ok((_, again)) => outcome_of(again),
+                Err(e) => {
+                    let error = format!("{e:#}");
+                    pace = pacing.next(Outcome::Failed, pace);
+                    if let Some(s) = self.valid_stored().await {
+                        tracing::warn!(%error, retry_in = %humantime::format_duration(pace.wait), "serving the stored certificate; the certificate check failed");
+                        return (s, pace);
+                    }
+                    tracing::warn!(%error, retry_in = %humantime::format_duration(pace.wait), "no serving certificate yet");
+                    continue;
+                }
+            };
+            pace = pacing.next(outcome, pace);
+        }
+    }
+
+    /// Keeps the certificate renewed and its bundle published, forever: one step at a time,
+    /// paced by `pacing` (starting with `pace`, as `first_certificate` returned it). Every stored
+    /// certificate a step sees goes to `on_stored`.
+    pub async fn run(&self, pacing: &Pacing, mut pace: Pace, mut on_stored: impl FnMut(Stored)) {
+        loop {
+            tokio::time::sleep(pace.wait).await;
+            let (outcome, error) = match self.step().await {
+                Ok((stored, again)) => {
+                    if let Some(stored) = stored {
+                        on_stored(stored);
+                    }
+                    (outcome_of(again), None)
+                }
+                Err(e) => (Outcome::Failed, Some(format!("{e:#}"))),
+            };
+            pace = pacing.next(outcome, pace);
+            let retry_in = humantime::format_duration(pace.wait);
+            if let Some(error) = error {
+                tracing::warn!(%error, %retry_in, "certificate check failed");
+            } else if outcome == Outcome::Again && pace.backing_off() {
+                tracing::warn!(%retry_in, "the certificate steps do not settle (is something else writing the Secret or the webhook configurations?); slowing down");
             }
         }
+    }
+
+    /// The stored certificate, when its serving certificate is valid now.
+    async fn valid_stored(&self) -> Option<Stored> {
+        let secret = self.secrets.get_opt(&self.secret_name).await.ok()??;
+        let stored = stored_of(&secret);
+        let serving = plan::facts(&stored.tls_crt).ok()?.into_iter().next()?;
+        let now = now();
+        (serving.not_before <= now && now < serving.not_after && !stored.tls_key.is_empty())
+            .then_some(stored)
+    }
+}
+
+fn outcome_of(again: bool) -> Outcome {
+    if again {
+        Outcome::Again
+    } else {
+        Outcome::Settled
     }
 }
 
@@ -370,6 +431,8 @@ fn stored_of(secret: &Secret) -> Stored {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use hyper::http::Method;
 
     use super::fake_api::{FakeApi, MUTATING, NAMESPACE, SECRETS, VALIDATING};
@@ -561,6 +624,71 @@ mod tests {
         assert_eq!(secret["metadata"]["annotations"]["backup"], "daily");
         assert!(secret["metadata"]["annotations"][PUBLISHED_ANNOTATION].is_string());
         assert_eq!(secret["data"]["extra"], b64("theirs"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_configuration_is_an_error_and_the_loop_backs_off() {
+        let api = FakeApi::default();
+        add_configs(&api, "poolguard");
+        let selfcert = selfcert(&api, &["poolguard", "poolgaurd"]);
+        let pacing = Pacing::new(Duration::from_secs(60));
+
+        // Nothing stored yet: the first step stores a certificate without looking at the
+        // configurations, and serving can start.
+        let (first, pace) = selfcert.first_certificate(&pacing).await;
+        assert!(!first.tls_crt.is_empty());
+        assert_eq!(pace.wait, pacing.min_interval);
+        assert_eq!(api.state().secret_writes(), 1);
+
+        let error = format!("{:#}", selfcert.step().await.unwrap_err());
+        assert!(
+            error.contains("\"poolgaurd\" not found")
+                && error.contains(
+                    "neither a MutatingWebhookConfiguration nor a ValidatingWebhookConfiguration"
+                ),
+            "{error}"
+        );
+        // Nothing was written, and nothing claims the bundle is published.
+        let steps_before = {
+            let state = api.state();
+            assert_eq!(state.secret_writes(), 1);
+            assert_eq!(state.count(&Method::PATCH, "/"), 0);
+            let secret = &state.objects[&format!("{SECRETS}/{SECRET}")];
+            assert!(secret["metadata"]["annotations"][PUBLISHED_ANNOTATION].is_null());
+            state.count(&Method::GET, SECRETS)
+        };
+
+        // Ten minutes of the loop (paused time): steps at 1 s, then 2, 4, 8, 16, 32 and 60 s
+        // apart: t = 1, 3, 7, 15, 31, 63, 123, ..., 543. No write at all.
+        let stored = std::sync::Mutex::new(Vec::new());
+        let ten_minutes = tokio::time::timeout(
+            Duration::from_secs(600),
+            selfcert.run(&pacing, pace, |s| stored.lock().unwrap().push(s)),
+        );
+        assert!(ten_minutes.await.is_err(), "run returned");
+        let state = api.state();
+        let steps = state.count(&Method::GET, SECRETS) - steps_before;
+        assert_eq!(steps, 14);
+        assert_eq!(state.secret_writes(), 1);
+        assert_eq!(state.count(&Method::PATCH, "/"), 0);
+        assert!(stored.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stored_certificate_is_served_while_publication_fails() {
+        let api = FakeApi::default();
+        add_configs(&api, "poolguard");
+        let (stored, _) = selfcert(&api, &["poolguard"]).step().await.unwrap();
+        let writes = api.state().secret_writes();
+
+        let pacing = Pacing::new(Duration::from_secs(60));
+        let (first, pace) = selfcert(&api, &["poolguard", "gone"])
+            .first_certificate(&pacing)
+            .await;
+        assert_eq!(Some(first), stored);
+        assert!(pace.backing_off());
+        assert_eq!(pace.wait, pacing.first_backoff);
+        assert_eq!(api.state().secret_writes(), writes);
     }
 
     #[tokio::test]
