@@ -3,4 +3,5 @@
 //! the cluster side's (`crate::cluster::managed_certs`).
 
 pub mod authority;
+pub mod pacing;
 pub mod rotation;

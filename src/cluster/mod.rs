@@ -1,4 +1,6 @@
 //! The cluster side: what poolguard reads from and writes to the Kubernetes API.
 
+#[cfg(test)]
+mod fake_api;
 pub mod managed_certs;
 pub mod namespace_cache;

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::certs::authority as certs;
+use crate::certs::pacing::Pacing;
 use crate::certs::rotation::{Settings, Stored};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
@@ -204,42 +205,33 @@ async fn managed_tls(
             client_ca.as_ref(),
         )
     };
-    let first = selfcert.first_certificate().await;
+    // Steps are paced (a minimum interval, backoff on errors) from the first one on.
+    let pacing = Pacing::new(managed.check_interval);
+    let (first, pace) = selfcert.first_certificate(&pacing).await;
     let swap = Arc::new(ArcSwap::new(build(&first)?));
     tracing::info!(secret = %managed.secret_name, "serving the certificate from the Secret");
-    let (tls, interval) = (swap.clone(), managed.check_interval);
+    let tls = swap.clone();
     tokio::spawn(async move {
         let mut serving = first.tls_crt;
-        loop {
-            let again = match selfcert.step().await {
-                Ok((stored, again)) => {
-                    if let Some(stored) =
-                        stored.filter(|s| !s.tls_crt.is_empty() && s.tls_crt != serving)
-                    {
-                        match build(&stored) {
-                            Ok(config) => {
-                                tls.store(config);
-                                serving = stored.tls_crt;
-                                metrics.reload("tls", true);
-                                tracing::info!("serving a renewed certificate");
-                            }
-                            Err(e) => {
-                                metrics.reload("tls", false);
-                                tracing::error!(error = %format!("{e:#}"), "the stored certificate is unusable");
-                            }
-                        }
+        selfcert
+            .run(&pacing, pace, move |stored| {
+                if stored.tls_crt.is_empty() || stored.tls_crt == serving {
+                    return;
+                }
+                match build(&stored) {
+                    Ok(config) => {
+                        tls.store(config);
+                        serving = stored.tls_crt;
+                        metrics.reload("tls", true);
+                        tracing::info!("serving a renewed certificate");
                     }
-                    again
+                    Err(e) => {
+                        metrics.reload("tls", false);
+                        tracing::error!(error = %format!("{e:#}"), "the stored certificate is unusable");
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "certificate check failed; retrying");
-                    false
-                }
-            };
-            if !again {
-                tokio::time::sleep(interval).await;
-            }
-        }
+            })
+            .await;
     });
     Ok(swap)
 }
