@@ -81,7 +81,7 @@ fn eval_manifest_prints_verdict_and_patched_object() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("ALLOWED, patched"), "{stdout}");
     let docs: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
-    let patched: Value = serde_yaml::from_str(&docs.join("\n")).unwrap();
+    let patched: Value = poolguard_core::documents::parse_one(&docs.join("\n"), "stdout").unwrap();
     assert_eq!(patched["spec"]["nodeSelector"]["agentpool"], "pool1");
     assert_eq!(patched["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
 }

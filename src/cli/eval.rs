@@ -113,7 +113,7 @@ fn manifest_mode(
         writeln!(out, "# patch: {}", serde_json::to_string(patch)?)?;
         let mut patched = object.clone();
         json_patch::patch(&mut patched, patch).context("applying the patch")?;
-        write!(out, "{}", serde_yaml::to_string(&patched)?)?;
+        write!(out, "{}", documents::to_yaml(&patched)?)?;
     }
     Ok(decision.allowed)
 }

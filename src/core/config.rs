@@ -171,11 +171,7 @@ impl Config {
         let config: Config = if text.trim().is_empty() {
             Config::default()
         } else {
-            let de = serde_yaml::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let path = e.path().to_string();
-                anyhow::anyhow!("{origin}: at `{path}`: {}", e.into_inner())
-            })?
+            crate::documents::parse_one(text, origin)?
         };
         config.validate().with_context(|| origin.to_string())?;
         Ok(config)

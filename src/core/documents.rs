@@ -1,21 +1,63 @@
-//! Reading YAML or JSON files that hold one or several documents.
+//! YAML (which includes JSON) text: one document with errors that name the field's path, or a
+//! stream of several documents. Every YAML read of poolguard goes through here (serde-saphyr:
+//! pure Rust, with depth and size budgets against hostile input, duplicate keys refused).
 
 use anyhow::{anyhow, Result};
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Every non-empty document in `text` (YAML, which includes JSON), as JSON values.
-/// `origin` names the source in errors.
+fn options() -> serde_saphyr::Options {
+    // One-line errors: no source snippet under the message.
+    serde_saphyr::options! { with_snippet: false }
+}
+
+/// One document; errors read `origin: at `path.to.field`: reason`.
+pub fn parse_one<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
+    let mut path = String::new();
+    serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            path = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let reason = e.to_string();
+        let reason = reason.lines().next().unwrap_or_default();
+        if path.is_empty() || path == "." {
+            anyhow!("{origin}: {reason}")
+        } else {
+            anyhow!("{origin}: at `{path}`: {reason}")
+        }
+    })
+}
+
+/// Each document of a stream, in order (an empty document is `None` for `Option<T>`).
+pub fn each<T: DeserializeOwned>(text: &str) -> Vec<Result<T, String>> {
+    let mut reader = text.as_bytes();
+    serde_saphyr::read_with_options::<_, T>(&mut reader, options())
+        .map(|d| d.map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string()))
+        .collect()
+}
+
+/// Every non-empty document in `text`, as JSON values. `origin` names the source in errors.
 pub fn parse(text: &str, origin: &str) -> Result<Vec<Value>> {
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value =
-            Value::deserialize(doc).map_err(|e| anyhow!("{origin}: document {}: {e}", i + 1))?;
+    for (i, doc) in each::<Value>(text).into_iter().enumerate() {
+        let value = doc.map_err(|e| anyhow!("{origin}: document {}: {e}", i + 1))?;
         if !value.is_null() {
             out.push(value);
         }
     }
     Ok(out)
+}
+
+/// `value` as YAML text.
+pub fn to_yaml(value: &Value) -> Result<String> {
+    let mut text = serde_saphyr::to_string(value).map_err(|e| anyhow!("writing YAML: {e}"))?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 #[cfg(test)]

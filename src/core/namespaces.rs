@@ -41,10 +41,7 @@ pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
                     .map(|d| d.map(Some).map_err(|e| e.to_string())),
             )
         } else {
-            Box::new(
-                serde_yaml::Deserializer::from_str(text)
-                    .map(|d| Option::<Document>::deserialize(d).map_err(|e| e.to_string())),
-            )
+            Box::new(crate::documents::each::<Option<Document>>(text).into_iter())
         };
     let mut out = NamespaceLabels::new();
     for (i, doc) in docs.enumerate() {

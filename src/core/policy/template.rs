@@ -55,11 +55,7 @@ pub fn from_rego(stem: &str, rego: String, path: PathBuf) -> Template {
 
 /// A StackL policy template.
 pub fn from_yaml(text: &str, path: PathBuf) -> Result<Template> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    let doc: TemplateDoc = serde_path_to_error::deserialize(de).map_err(|e| {
-        let at = e.path().to_string();
-        anyhow::anyhow!("{}: at `{at}`: {}", path.display(), e.into_inner())
-    })?;
+    let doc: TemplateDoc = crate::documents::parse_one(text, &path.display().to_string())?;
     if let Some(kind) = doc.kind.as_deref() {
         if kind != TEMPLATE_TYPE {
             bail!(
