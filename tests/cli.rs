@@ -233,3 +233,88 @@ fn certs_writes_the_secret_files() {
         assert!(pem.starts_with("-----BEGIN"), "{name}");
     }
 }
+
+/// `serve --dev` must not attach to whatever cluster the current kubeconfig names: with a
+/// KUBECONFIG (and a ~/.kube/config) pointing at a listener of ours, it serves the embedded
+/// namespaces, says so, and never connects; `--kubeconfig` is the explicit way to a cluster.
+#[test]
+fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    let cluster = TcpListener::bind("127.0.0.1:0").unwrap();
+    cluster.set_nonblocking(true).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"https://{}\"}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n",
+        cluster.local_addr().unwrap()
+    );
+    std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
+    std::fs::write(dir.path().join(".kube/config"), &kubeconfig).unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), &kubeconfig).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args([
+            "serve",
+            "--dev",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", dir.path().join("kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut line = String::new();
+    while !seen.contains("serving:") && Instant::now() < deadline {
+        line.clear();
+        if log.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    // A watch would connect at once; give it a second to try.
+    let quiet_until = Instant::now() + Duration::from_secs(1);
+    let mut connected = false;
+    while !connected && Instant::now() < quiet_until {
+        connected = cluster.accept().is_ok();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.contains("serving:"), "did not start: {seen}");
+    assert!(
+        seen.contains("embedded testdata") && seen.contains("--kubeconfig"),
+        "the log must name the namespace source: {seen}"
+    );
+    assert!(
+        !connected,
+        "--dev connected to the kubeconfig's cluster: {seen}"
+    );
+
+    // Asked explicitly, it does use that cluster (and fails to start when it cannot read it).
+    let out = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args([
+            "serve",
+            "--dev",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(dir.path().join("missing"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("reading kubeconfig"), "{err}");
+}
