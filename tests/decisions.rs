@@ -434,3 +434,211 @@ fn response_document_for_a_patch() {
     .unwrap();
     assert_eq!(pod["spec"]["nodeSelector"], json!({"agentpool": "pool1"}));
 }
+
+/// Every field that makes a pod pull an image reaches the policy, with the kind of thing that
+/// pulls it named in the denial.
+#[test]
+fn images_from_every_field_are_checked() {
+    let allowed = "registry.example.com/app:1";
+    let volume = |reference: &str| json!([{"name": "data", "image": {"reference": reference}}]);
+    let mut volume_pod = pod(&[allowed], "pool1");
+    volume_pod["spec"]["volumes"] = volume("evil.io/models:1");
+    let d = decide_inline("CREATE", None, volume_pod, None, DENY_EXAMPLE);
+    assert!(!d.allowed, "{d:?}");
+    assert!(
+        d.message.contains("image volume \"data\"") && d.message.contains("evil.io/models"),
+        "{d:?}"
+    );
+    // Hub images under an uppercase "registry" are pulled from that host, not from Docker Hub.
+    let hub =
+        "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [docker.io/]\n";
+    for image in ["Evilhost/app:1", "LOCALHOST/app"] {
+        let d = decide_inline("CREATE", None, pod(&[image], "pool1"), None, hub);
+        assert!(!d.allowed, "{image}: {d:?}");
+        assert!(d.message.contains("container \"c0\""), "{d:?}");
+    }
+    assert!(decide_inline("CREATE", None, pod(&["nginx:1"], "pool1"), None, hub).allowed);
+    // An init container hidden behind a same-named container.
+    let mut hidden = pod(&[allowed], "pool1");
+    hidden["spec"]["initContainers"] = json!([{"name": "c0", "image": "evil.io/x"}]);
+    let d = decide_inline("CREATE", None, hidden, None, DENY_EXAMPLE);
+    assert_eq!((d.allowed, d.code), (false, 400), "{d:?}");
+    assert!(d.message.contains("used twice"), "{d:?}");
+}
+
+/// Workload templates are read the same way: an image volume in a Deployment's template is
+/// refused at apply time.
+#[test]
+fn image_volumes_in_workload_templates_are_checked() {
+    let request = json!({"uid": "u", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+        "namespace": "mapped", "operation": "CREATE",
+        "object": {"metadata": {"name": "d"}, "spec": {"template": {"spec": {
+            "containers": [{"name": "app", "image": "registry.example.com/app:1"}],
+            "volumes": [{"name": "m", "image": {"reference": "evil.io/m:1"}}]}}}}});
+    let rules = rules(Some("example.yaml"));
+    let req = Request::from_value(&request).unwrap();
+    let d = decide(
+        Webhook::Validate,
+        &req,
+        namespaces().get("mapped"),
+        &rules.config,
+        &rules.policies,
+    );
+    assert!(
+        !d.allowed && d.message.contains("image volume \"m\""),
+        "{d:?}"
+    );
+}
+
+/// Malformed pod specs are 400s with a one-line reason, never an allow with nothing checked.
+#[test]
+fn malformed_pods_are_refused_with_one_line() {
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "containers as an object",
+            json!({"name": "a", "image": "evil.io/x"}),
+        ),
+        ("containers as a string", json!("evil.io/x")),
+        (
+            "a non-string image",
+            json!([{"name": "a", "image": {"evil": "io"}}]),
+        ),
+        (
+            "an image that is a number",
+            json!([{"name": "a", "image": 7}]),
+        ),
+        (
+            "an invalid reference",
+            json!([{"name": "a", "image": "registry.example.com/app:1.0:evil"}]),
+        ),
+        (
+            "a `..` component",
+            json!([{"name": "a", "image": "registry.example.com/../x"}]),
+        ),
+        (
+            "a bad digest",
+            json!([{"name": "a", "image": "registry.example.com/x@sha256:12"}]),
+        ),
+    ];
+    for (what, containers) in cases {
+        let object = json!({"metadata": {"name": "p"}, "spec": {"containers": containers, "nodeSelector": {"agentpool": "pool1"}}});
+        let d = decide_inline("CREATE", None, object, None, DENY_EXAMPLE);
+        assert_eq!((d.allowed, d.code), (false, 400), "{what}: {d:?}");
+        assert_eq!(d.message.lines().count(), 1, "{what}: {d:?}");
+        // Not even an allow-everything config lets them through.
+        let d = decide_inline(
+            "CREATE",
+            None,
+            json!({"spec": {"containers": containers}}),
+            None,
+            "",
+        );
+        assert!(!d.allowed, "{what} without policies: {d:?}");
+    }
+}
+
+/// A wide object is refused before any policy sees it, and a denial lists a bounded number of
+/// reasons.
+#[test]
+fn wide_objects_are_bounded() {
+    let images: Vec<String> = (0..9000).map(|i| format!("evil.io/app{i}")).collect();
+    let refs: Vec<&str> = images.iter().map(String::as_str).collect();
+    let d = decide_inline("CREATE", None, pod(&refs, "pool1"), None, DENY_EXAMPLE);
+    assert_eq!((d.allowed, d.code), (false, 400), "{}", d.message);
+    assert!(d.message.contains("pulls 9000 images") && d.message.contains("at most 250"));
+    assert!(d.policy_results.is_empty(), "no policy ran");
+    // Within the limit, every bad image is found but the message lists the first 20.
+    let d = decide_inline(
+        "CREATE",
+        None,
+        pod(&refs[..200], "pool1"),
+        None,
+        DENY_EXAMPLE,
+    );
+    assert!(!d.allowed);
+    assert_eq!(d.policy_results[0].infringements, 200);
+    assert_eq!(d.message.lines().count(), 21, "{}", d.message);
+    assert!(d.message.ends_with("... and 180 more"), "{}", d.message);
+}
+
+/// While a pod has no node, its scheduling directives may still change (scheduling gates): any
+/// change must keep it on its namespace's pool, and a forged pool annotation does not help.
+#[test]
+fn unscheduled_pods_cannot_move_to_another_pool() {
+    let gated = |selector: Value, annotation: Option<&str>, gates: bool| {
+        let mut p = json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c", "image": "registry.example.com/a"}]}});
+        if !selector.is_null() {
+            p["spec"]["nodeSelector"] = selector;
+        }
+        if gates {
+            p["spec"]["schedulingGates"] = json!([{"name": "example.com/wait"}]);
+        }
+        if let Some(a) = annotation {
+            p["metadata"]["annotations"] = json!({"poolguard.io/pool": a});
+        }
+        p
+    };
+    // Created before the namespace had a pool: no selector, gated.
+    let old = gated(Value::Null, None, true);
+    let cases = [
+        (
+            "add another pool's selector",
+            gated(json!({"agentpool": "gpu"}), None, true),
+            false,
+        ),
+        (
+            "... with a forged pool annotation",
+            gated(json!({"agentpool": "gpu"}), Some("gpu"), true),
+            false,
+        ),
+        (
+            "pin to a node without the pool",
+            gated(json!({"kubernetes.io/hostname": "gpu-node-1"}), None, true),
+            false,
+        ),
+        (
+            "ungate without the pool",
+            gated(Value::Null, None, false),
+            false,
+        ),
+        (
+            "add the pool's selector",
+            gated(json!({"agentpool": "pool1"}), None, true),
+            true,
+        ),
+        (
+            "add the pool and ungate",
+            gated(json!({"agentpool": "pool1"}), None, false),
+            true,
+        ),
+        (
+            "change nothing that schedules",
+            {
+                let mut p = old.clone();
+                p["metadata"]["labels"] = json!({"a": "b"});
+                p
+            },
+            true,
+        ),
+    ];
+    for (what, new, allowed) in cases {
+        let d = decide_inline("UPDATE", None, new, Some(old.clone()), "");
+        assert_eq!(d.allowed, allowed, "{what}: {d:?}");
+        if !allowed {
+            assert_eq!(d.code, 403, "{what}: {d:?}");
+        }
+    }
+    // A pod already bound to a node is not rescheduled by an update: nothing to check there.
+    let mut bound = gated(Value::Null, None, false);
+    bound["spec"]["nodeName"] = json!("pool1-node-1");
+    let mut relabelled = bound.clone();
+    relabelled["metadata"]["labels"] = json!({"a": "b"});
+    assert!(decide_inline("UPDATE", None, relabelled, Some(bound), "").allowed);
+    // The pool annotation is trusted only at creation (the relabel race), never on update.
+    let placed = gated(json!({"agentpool": "pool1"}), Some("pool1"), true);
+    let moved = gated(json!({"agentpool": "gpu"}), Some("gpu"), true);
+    let d = decide_inline("UPDATE", None, moved, Some(placed), "");
+    assert!(!d.allowed, "{d:?}");
+}

@@ -116,13 +116,30 @@ impl<'a> Request<'a> {
                 operation.as_str()
             )));
         }
+        let group = match &kind["group"] {
+            Value::Null => "",
+            Value::String(g) => g.as_str(),
+            other => {
+                return Err(BadReview(format!(
+                    "`request.kind.group` must be a string, got {}",
+                    type_name(other)
+                )))
+            }
+        };
+        check_resource(raw, group, kind_name)?;
+        let namespace = text("namespace")?;
+        if namespace.is_empty() && pod_spec_path(group, kind_name).is_some() {
+            return Err(BadReview(format!(
+                "`request.namespace` is missing for a {kind_name}, which lives in a namespace"
+            )));
+        }
         Ok(Request {
             raw,
             uid,
-            group: kind["group"].as_str().unwrap_or_default(),
+            group,
             kind: kind_name,
             sub_resource: text("subResource")?,
-            namespace: text("namespace")?,
+            namespace,
             operation,
             object,
             old_object,
@@ -162,6 +179,49 @@ fn type_name(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// The resources poolguard decides on: (group, kind, resource). A request whose `resource` and
+/// `kind` disagree about any of them is refused: decisions follow the kind, webhook rules the
+/// resource.
+const RESOURCES: [(&str, &str, &str); 9] = [
+    ("", "Pod", "pods"),
+    ("", "ReplicationController", "replicationcontrollers"),
+    ("", "Namespace", "namespaces"),
+    ("apps", "Deployment", "deployments"),
+    ("apps", "ReplicaSet", "replicasets"),
+    ("apps", "StatefulSet", "statefulsets"),
+    ("apps", "DaemonSet", "daemonsets"),
+    ("batch", "Job", "jobs"),
+    ("batch", "CronJob", "cronjobs"),
+];
+
+/// `request.resource`, when given, must name the resource of `request.kind` (for the kinds
+/// poolguard decides on, either way round).
+fn check_resource(raw: &Value, group: &str, kind: &str) -> Result<(), BadReview> {
+    let resource = &raw["resource"];
+    if resource.is_null() {
+        return Ok(());
+    }
+    let r_group = match &resource["group"] {
+        Value::Null => Some(""),
+        group => group.as_str(),
+    };
+    let (Some(r_group), Some(r_name)) = (r_group, resource["resource"].as_str()) else {
+        return Err(BadReview(
+            "`request.resource` must have string `group` and `resource`".into(),
+        ));
+    };
+    let by_kind = RESOURCES.iter().find(|(g, k, _)| *g == group && *k == kind);
+    let by_resource = RESOURCES
+        .iter()
+        .find(|(g, _, r)| *g == r_group && *r == r_name);
+    if by_kind != by_resource {
+        return Err(BadReview(format!(
+            "`request.resource` ({r_group}/{r_name}) does not match `request.kind` ({group}/{kind})"
+        )));
+    }
+    Ok(())
 }
 
 /// Where the pod spec sits inside an object of this group and kind, if it has one: the Pod
@@ -297,6 +357,18 @@ mod tests {
         string_object["object"] = json!("pod");
         let mut no_kind = pod_request();
         no_kind["kind"] = json!({});
+        let mut no_namespace = pod_request();
+        no_namespace.as_object_mut().unwrap().remove("namespace");
+        let mut kind_resource_mismatch = pod_request();
+        kind_resource_mismatch["resource"] =
+            json!({"group": "", "version": "v1", "resource": "configmaps"});
+        let mut resource_kind_mismatch = pod_request();
+        resource_kind_mismatch["kind"] =
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"});
+        resource_kind_mismatch["resource"] =
+            json!({"group": "", "version": "v1", "resource": "pods"});
+        let mut bad_resource = pod_request();
+        bad_resource["resource"] = json!({"group": "", "resource": 5});
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (b"{not json".to_vec(), "not valid JSON"),
             (b"[]".to_vec(), "JSON object"),
@@ -308,6 +380,10 @@ mod tests {
             (review(no_object), "`request.object` is missing"),
             (review(string_object), "must be an object, got a string"),
             (review(no_kind), "kind.kind"),
+            (review(no_namespace), "`request.namespace` is missing for a Pod"),
+            (review(kind_resource_mismatch), "does not match `request.kind` (/Pod)"),
+            (review(resource_kind_mismatch), "(/pods) does not match `request.kind` (apps/Deployment)"),
+            (review(bad_resource), "must have string `group` and `resource`"),
         ];
         for (body, want) in cases {
             let err = parse_review(&body).unwrap_err().0;

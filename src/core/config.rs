@@ -221,6 +221,12 @@ impl Config {
                             );
                         }
                     }
+                    if let Some(entries) = params.get("repositories") {
+                        check_repositories(
+                            entries,
+                            &format!("{prefix}.{name}.parameters.repositories"),
+                        )?;
+                    }
                 }
             }
         }
@@ -250,6 +256,40 @@ impl Config {
             parameters,
         })
     }
+}
+
+/// A `repositories` parameter (StackL's and Gatekeeper's name for an allow-list of image
+/// repositories) must list `registry/path` prefixes: images are compared after normalization
+/// (`nginx` is `docker.io/library/nginx`), so an entry without a registry, as Gatekeeper users
+/// write them (`openpolicyagent/`), would never match anything and deny what it meant to allow.
+fn check_repositories(entries: &serde_json::Value, at: &str) -> Result<()> {
+    let Some(entries) = entries.as_array() else {
+        bail!("at `{at}`: must be a list of repository prefixes such as \"registry.example.com/team/\"");
+    };
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(text) = entry.as_str() else {
+            bail!("at `{at}[{i}]`: must be a string, got {entry}");
+        };
+        let trimmed = text.trim_end_matches('/');
+        if trimmed.is_empty() {
+            continue; // allows nothing, as documented
+        }
+        let first = trimmed.split('/').next().unwrap_or_default();
+        let is_registry = first.contains(['.', ':'])
+            || first == "localhost"
+            || first.chars().any(|c| c.is_ascii_uppercase());
+        if !is_registry {
+            let fixed = if text.contains('/') {
+                format!("docker.io/{text}")
+            } else {
+                format!("docker.io/library/{text}")
+            };
+            bail!(
+                "at `{at}[{i}]`: {text:?} names no registry, so it would never match (images are compared as registry/path, `nginx` being docker.io/library/nginx); write {fixed:?}"
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -393,6 +433,48 @@ evaluation:
             .unwrap_err()
             .to_string();
         assert!(err.contains("pools.gpu.policies.nope"), "{err}");
+
+        let gatekeeper_style = Config::parse(
+            "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [registry.example.com/, openpolicyagent/]\n",
+            "t",
+        )
+        .unwrap();
+        let err = gatekeeper_style
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("policies.allowedrepositories.parameters.repositories[1]")
+                && err.contains("\"docker.io/openpolicyagent/\""),
+            "{err}"
+        );
+        let official = Config::parse(
+            "pools:\n  gpu:\n    policies:\n      allowedrepositories:\n        parameters:\n          repositories: [nginx]\n",
+            "t",
+        )
+        .unwrap();
+        let err = official
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pools.gpu.policies") && err.contains("\"docker.io/library/nginx\""),
+            "{err}"
+        );
+        for fine in [
+            "docker.io/",
+            "localhost:5000/",
+            "registry.example.com",
+            "Evilhost/app",
+            "",
+        ] {
+            let c = Config::parse(
+                &format!("policies:\n  allowedrepositories:\n    parameters:\n      repositories: [{fine:?}]\n"),
+                "t",
+            )
+            .unwrap();
+            c.check_against_policies(&declared).unwrap();
+        }
 
         let missing = Config::parse(
             "policies:\n  allowedrepositories:\n    parameters:\n      repos: []\n",
