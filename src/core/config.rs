@@ -30,6 +30,35 @@ pub struct Config {
     /// Bounds on what one object may ask poolguard to check.
     #[serde(default)]
     pub limits: Limits,
+    /// Who may set, change or remove a namespace's pool label.
+    #[serde(default)]
+    pub pool_authority: PoolAuthority,
+}
+
+/// The users and groups allowed to choose a namespace's pool (the validating webhook checks
+/// Namespace CREATE and UPDATE). Service accounts are users named
+/// `system:serviceaccount:<namespace>:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PoolAuthority {
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Default: `system:masters` (cluster admins) only.
+    #[serde(default = "default_authority_groups")]
+    pub groups: Vec<String>,
+}
+
+fn default_authority_groups() -> Vec<String> {
+    vec!["system:masters".to_string()]
+}
+
+impl Default for PoolAuthority {
+    fn default() -> Self {
+        PoolAuthority {
+            users: Vec::new(),
+            groups: default_authority_groups(),
+        }
+    }
 }
 
 fn default_label() -> String {
@@ -46,6 +75,7 @@ impl Default for Config {
             pools: BTreeMap::new(),
             evaluation: EvaluationSettings::default(),
             limits: Limits::default(),
+            pool_authority: PoolAuthority::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod namespaces;
 pub mod placement;
 pub mod pod_images;
 pub mod policy;
+pub mod pool_authority;
 pub mod ruleset;
 pub mod validate;
 pub mod webhook;

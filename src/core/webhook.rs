@@ -4,7 +4,7 @@ use crate::admission::{Decision, Request};
 use crate::config::Config;
 use crate::placement::Labels;
 use crate::policy::PolicySet;
-use crate::{mutate, validate};
+use crate::{mutate, pool_authority, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
@@ -37,6 +37,9 @@ pub fn decide(
 ) -> Decision {
     match webhook {
         Webhook::Mutate => mutate::mutate(req, labels, config),
+        Webhook::Validate if req.group.is_empty() && req.kind == "Namespace" => {
+            pool_authority::check(req, config)
+        }
         Webhook::Validate => validate::validate(req, labels, config, policies),
     }
 }
