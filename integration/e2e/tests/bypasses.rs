@@ -1,0 +1,237 @@
+//! What a namespace editor might try, through the real API server (issue: close the bypasses and
+//! the denial-of-service holes): images from image volumes, pods that change their scheduling
+//! directives while gated, choosing a pool by labelling one's own namespace, objects with
+//! thousands of containers, and objects too large for a small request limit.
+//!
+//! Run: `integration/e2e.sh` (local control plane), or with KUBECONFIG set:
+//! `cargo test -p poolguard-e2e --test bypasses -- --nocapture`.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use poolguard_e2e::{expect_refused, node_selector, random_suffix, run, Env};
+use serde_json::{json, Value};
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T> {
+    Ok(serde_json::from_value(value)?)
+}
+
+/// A pod pulling `image` with an image volume of `volume_image`.
+fn pod_with_image_volume(env: &Env, name: &str, volume_image: &str) -> Result<Pod> {
+    from_json(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "main", "image": env.allowed_image,
+                            "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
+            "volumes": [{"name": "models", "image": {"reference": volume_image, "pullPolicy": "IfNotPresent"}}],
+            "terminationGracePeriodSeconds": 0,
+        }
+    }))
+}
+
+#[tokio::test]
+async fn image_volumes_are_checked_like_containers() {
+    run("image_volumes_are_checked_like_containers", |env| async move {
+        let ns = env.namespace("imgvol", Some(env.pool1())).await?;
+        env.say("check: a pod whose image volume comes from a registry that is not allowed is refused");
+        let result = env
+            .create_pod(&ns, &pod_with_image_volume(&env, "vol-bad", &env.denied_image)?)
+            .await;
+        expect_refused("image volume", result, 403, &["image volume \"models\""])?;
+        env.say("check: the same pod with an allowed image volume is admitted");
+        let pod = env
+            .create_pod(&ns, &pod_with_image_volume(&env, "vol-ok", &env.allowed_image)?)
+            .await
+            .context("a pod with an allowed image volume")?;
+        ensure!(!node_selector(&pod).is_empty(), "the pod was placed");
+        env.say("check: a Deployment whose template has a foreign image volume is refused at apply time");
+        let mut template = serde_json::to_value(pod_with_image_volume(&env, "d", &env.denied_image)?)?;
+        template["metadata"] = json!({"labels": {"app": "imgvol"}});
+        let deployment: Deployment = from_json(json!({
+            "metadata": {"name": "imgvol"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "imgvol"}}, "template": template}
+        }))?;
+        let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+        let result = env.deployments(&ns).create(&dry_run, &deployment).await;
+        expect_refused("deployment image volume", result, 403, &["image volume \"models\""])?;
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn gated_pods_cannot_move_to_another_pool() {
+    run("gated_pods_cannot_move_to_another_pool", |env| async move {
+        let (pool1, pool2, key) = (env.pool1(), env.pool2(), env.selector_key.clone());
+        // Created while the namespace had no pool: no webhook saw it, it has no selector.
+        let ns = env.namespace("gated", None).await?;
+        let mut pod = serde_json::to_value(env.pod("gated", &env.allowed_image, None)?)?;
+        pod["spec"]["schedulingGates"] = json!([{"name": "example.com/wait"}]);
+        env.create_pod(&ns, &from_json(pod)?)
+            .await
+            .context("creating a gated pod in a namespace without a pool")?;
+        env.relabel_and_await_watch(&ns, pool1).await?;
+        let pods = env.pods(&ns);
+        let patch = |selector: Value| {
+            let pods = pods.clone();
+            async move {
+                pods.patch(
+                    "gated",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"nodeSelector": selector}})),
+                )
+                .await
+            }
+        };
+        env.say(format!("check: the gated pod cannot add {key}={pool2}, even with a forged pool annotation"));
+        let result = patch(json!({&key: pool2})).await;
+        expect_refused("another pool's selector", result, 403, &["not scheduled yet"])?;
+        let forged = pods
+            .patch(
+                "gated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"poolguard.io/pool": pool2}},
+                                     "spec": {"nodeSelector": {&key: pool2}}})),
+            )
+            .await;
+        expect_refused("forged annotation", forged, 403, &["not scheduled yet"])?;
+        env.say("check: it cannot be ungated without its pool's selector");
+        let ungate = pods
+            .patch(
+                "gated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+            )
+            .await;
+        expect_refused("ungating without the pool", ungate, 403, &["not scheduled yet"])?;
+        env.say(format!("check: adding {key}={pool1} is allowed"));
+        let placed = patch(json!({&key: pool1})).await.context("adding the pool's selector")?;
+        ensure!(node_selector(&placed).get(&key).map(String::as_str) == Some(pool1));
+        Ok(())
+    })
+    .await;
+}
+
+/// A client acting as `user` in `groups` (impersonated by the admin kubeconfig).
+async fn client_as(user: &str, groups: &[&str]) -> Result<Client> {
+    let kubeconfig = Kubeconfig::from_env()?.context("KUBECONFIG")?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.auth_info.impersonate = Some(user.to_string());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    config.read_timeout = Some(Duration::from_secs(30));
+    Ok(Client::try_from(config)?)
+}
+
+#[tokio::test]
+async fn only_the_pool_authority_labels_namespaces() {
+    run("only_the_pool_authority_labels_namespaces", |env| async move {
+        let (pool1, pool2) = (env.pool1(), env.pool2());
+        let ns = env.namespace("authority", Some(pool1)).await?;
+        let user = format!("editor-{}", random_suffix());
+        // The editor may patch namespaces (more than a namespace editor usually gets).
+        let role_name = format!("poolguard-e2e-{user}");
+        let roles: Api<ClusterRole> = Api::all(env.client.clone());
+        let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+        roles
+            .create(&PostParams::default(), &from_json(json!({
+                "metadata": {"name": role_name},
+                "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "patch", "update"]}]
+            }))?)
+            .await?;
+        bindings
+            .create(&PostParams::default(), &from_json(json!({
+                "metadata": {"name": role_name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]
+            }))?)
+            .await?;
+        let outcome = async {
+            let editor: Api<Namespace> = Api::all(client_as(&user, &["system:authenticated"]).await?);
+            let label = |pool: &str| Patch::Merge(json!({"metadata": {"labels": {&env.label: pool}}}));
+            env.say(format!("check: {user} (may patch namespaces) cannot move {ns} to {pool2}"));
+            let result = editor.patch(&ns, &PatchParams::default(), &label(pool2)).await;
+            expect_refused("editor relabels", result, 403, &["poolAuthority"])?;
+            env.say("check: the editor can still change other labels");
+            editor
+                .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})))
+                .await
+                .context("an unrelated label")?;
+            env.say("check: the cluster admin (system:masters) can move it");
+            env.set_pool(&ns, Some(pool2)).await.context("admin relabels")?;
+            anyhow::Ok(())
+        }
+        .await;
+        let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+        let _ = roles.delete(&role_name, &DeleteParams::default()).await;
+        outcome
+    })
+    .await;
+}
+
+/// Four Deployments of 9,000 containers each, at once: each is refused with a clear 400 naming
+/// the limit (nothing is stored: server-side dry run), and poolguard keeps answering.
+#[tokio::test]
+async fn wide_objects_are_refused_clearly() {
+    run("wide_objects_are_refused_clearly", |env| async move {
+        let ns = env.namespace("wide", Some(env.pool1())).await?;
+        let containers: Vec<Value> = (0..9000)
+            .map(|i| json!({"name": format!("c{i}"), "image": format!("evil.example.com/app{i}:1")}))
+            .collect();
+        let deployment: Deployment = from_json(json!({
+            "metadata": {"name": "wide"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "wide"}},
+                     "template": {"metadata": {"labels": {"app": "wide"}},
+                                  "spec": {"containers": containers}}}
+        }))?;
+        env.say("check: 4 parallel dry-run CREATEs of a 9,000-container Deployment are each refused with 400");
+        let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+        let api = env.deployments(&ns);
+        let attempts = (0..4).map(|_| api.create(&dry_run, &deployment));
+        for result in futures::future::join_all(attempts).await {
+            expect_refused("wide deployment", result, 400, &["pulls 9000 images", "at most"])?;
+        }
+        env.say("check: poolguard still answers: a normal pod is placed");
+        let pod = env.create_pod(&ns, &env.pod("after", &env.allowed_image, None)?).await?;
+        ensure!(!node_selector(&pod).is_empty());
+        Ok(())
+    })
+    .await;
+}
+
+/// An object as large as the API server stores (here ~800 KB of annotations) is decided, on
+/// CREATE and on UPDATE (whose review carries it twice), not refused for its size.
+#[tokio::test]
+async fn large_storable_objects_are_decided() {
+    run("large_storable_objects_are_decided", |env| async move {
+        let ns = env.namespace("large", Some(env.pool1())).await?;
+        let mut deployment = serde_json::to_value(env.deployment("large", &env.allowed_image, 0, None)?)?;
+        let filler: String = "x".repeat(800 * 1024);
+        deployment["metadata"]["annotations"] = json!({"example.com/filler": filler});
+        env.say("check: an 800 KB Deployment is created");
+        let api = env.deployments(&ns);
+        api.create(&PostParams::default(), &from_json(deployment)?)
+            .await
+            .context("creating an 800 KB Deployment")?;
+        env.say("check: and labelled (an UPDATE whose review holds it twice)");
+        api.patch(
+            "large",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .context("labelling the 800 KB Deployment")?;
+        env.say("check: an 800 KB Deployment with a disallowed image is still refused (not let through for its size)");
+        let mut bad = serde_json::to_value(env.deployment("large-bad", &env.denied_image, 0, None)?)?;
+        bad["metadata"]["annotations"] = json!({"example.com/filler": "y".repeat(800 * 1024)});
+        let result = api.create(&PostParams::default(), &from_json(bad)?).await;
+        expect_refused("large bad deployment", result, 403, &["allowedrepositories"])?;
+        Ok(())
+    })
+    .await;
+}
