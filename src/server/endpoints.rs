@@ -18,7 +18,9 @@ use poolguard_core::placement::Labels;
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Webhook};
 
-use super::metrics::{InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels};
+use super::metrics::{
+    kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
+};
 use crate::namespaces::Namespaces;
 
 /// Largest AdmissionReview accepted; larger bodies get 413.
@@ -60,6 +62,8 @@ struct Subject {
     namespace: String,
     name: String,
     kind: String,
+    /// [`kind_label`] of the kind.
+    kind_label: &'static str,
     operation: &'static str,
 }
 
@@ -78,6 +82,7 @@ async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Byt
         namespace: req.namespace.to_string(),
         name: req.object_name(),
         kind: req.kind.to_string(),
+        kind_label: kind_label(req.group, req.kind),
         operation: req.operation.as_str(),
     };
     let rules = app.rules.load_full();
@@ -188,7 +193,7 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
         (true, None, false) => "warned",
         (true, None, true) => "allowed",
     };
-    count(&app.metrics, webhook, s.operation, &s.kind, outcome);
+    count(&app.metrics, webhook, s.operation, s.kind_label, outcome);
     app.metrics
         .latency
         .get_or_create(&WebhookLabels {

@@ -11,9 +11,32 @@ use prometheus_client::registry::Registry;
 pub struct RequestLabels {
     pub webhook: String,
     pub operation: String,
+    /// One of [`KINDS`], or `other`: never the request's own text.
     pub kind: String,
     /// allowed | patched | denied | warned | invalid
     pub decision: String,
+}
+
+/// The kinds poolguard knows, as (API group, kind): the `kind` label takes only these values,
+/// `other` or the empty string (no readable request), so a client cannot grow the label set.
+pub const KINDS: [(&str, &str); 9] = [
+    ("", "Pod"),
+    ("", "ReplicationController"),
+    ("", "Namespace"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+];
+
+/// The `kind` label for a request's group and kind.
+pub fn kind_label(group: &str, kind: &str) -> &'static str {
+    KINDS
+        .iter()
+        .find(|(g, k)| *g == group && *k == kind)
+        .map_or("other", |(_, k)| k)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -159,5 +182,14 @@ mod tests {
         );
         assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
         assert!(text.contains("poolguard_namespace_cache_size 3"), "{text}");
+    }
+
+    #[test]
+    fn kind_labels_come_from_a_closed_set() {
+        assert_eq!(kind_label("apps", "Deployment"), "Deployment");
+        assert_eq!(kind_label("", "Pod"), "Pod");
+        assert_eq!(kind_label("batch", "CronJob"), "CronJob");
+        assert_eq!(kind_label("example.com", "Deployment"), "other");
+        assert_eq!(kind_label("", &"K".repeat(100_000)), "other");
     }
 }
