@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::body::BodyDataStream;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{header, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -18,13 +18,12 @@ use poolguard_core::placement::Labels;
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Webhook};
 
+use super::body::{self, Refusal};
+use super::limits::{Gates, Limits};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
 use crate::namespaces::Namespaces;
-
-/// Largest AdmissionReview accepted; larger bodies get 413.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// What the request handlers share.
 pub struct ServerState {
@@ -34,26 +33,71 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// Per-request deadline; past it, `evaluation.onError` decides.
     pub deadline: Duration,
+    /// The limits and their counters.
+    pub gates: Gates,
+}
+
+impl ServerState {
+    pub fn new(
+        rules: RuleSet,
+        namespaces: Namespaces,
+        metrics: Arc<Metrics>,
+        deadline: Duration,
+        limits: Limits,
+    ) -> ServerState {
+        ServerState {
+            rules: ArcSwap::from_pointee(rules),
+            namespaces,
+            metrics,
+            deadline,
+            gates: Gates::new(limits),
+        }
+    }
 }
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
         .route(
             "/mutate",
-            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Mutate, b)),
+            post(|s: State<Arc<ServerState>>, r: HttpRequest| handle(s, Webhook::Mutate, r))
+                .fallback(not_allowed),
         )
         .route(
             "/validate",
-            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Validate, b)),
+            post(|s: State<Arc<ServerState>>, r: HttpRequest| handle(s, Webhook::Validate, r))
+                .fallback(not_allowed),
         )
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                "not found: poolguard serves POST /mutate and POST /validate\n",
-            )
-        })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(not_found)
         .with_state(app)
+}
+
+/// Unknown paths get 404 once their body has been read (and dropped) or given up on, so an
+/// HTTP/2 client gets the answer rather than a reset stream.
+async fn not_found(State(app): State<Arc<ServerState>>, request: HttpRequest) -> Response {
+    let text = "not found: poolguard serves POST /mutate and POST /validate\n";
+    without_body(&app, request, StatusCode::NOT_FOUND, text).await
+}
+
+async fn not_allowed(State(app): State<Arc<ServerState>>, request: HttpRequest) -> Response {
+    let text = "method not allowed: poolguard serves POST /mutate and POST /validate\n";
+    let mut response = without_body(&app, request, StatusCode::METHOD_NOT_ALLOWED, text).await;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+async fn without_body(
+    app: &ServerState,
+    request: HttpRequest,
+    status: StatusCode,
+    text: &str,
+) -> Response {
+    let version = request.version();
+    let limits = app.gates.limits();
+    let rest = request.into_body().into_data_stream();
+    let unread = body::discard(rest, limits.max_body_bytes, limits.body_timeout).await;
+    body::answer(status, text.to_string(), version, unread)
 }
 
 /// Who and what a request is about, for logs and metrics.
@@ -67,9 +111,24 @@ struct Subject {
     operation: &'static str,
 }
 
-async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Bytes) -> Response {
+async fn handle(
+    State(app): State<Arc<ServerState>>,
+    webhook: Webhook,
+    request: HttpRequest,
+) -> Response {
+    let version = request.version();
+    let (parts, body) = request.into_parts();
+    let received = match body::receive(&app.gates, &parts.headers, body).await {
+        Ok(received) => received,
+        Err((refusal, unread)) => {
+            return refuse_body(&app, webhook, &refusal, version, unread).await
+        }
+    };
     let started = Instant::now();
-    let review = match admission::parse_review(&body) {
+    let parsed = admission::parse_review(&received.bytes);
+    let reservation = received.reservation;
+    drop(received.bytes);
+    let review = match parsed {
         Ok(review) => review,
         Err(e) => return refuse_malformed(&app, webhook, &e),
     };
@@ -103,10 +162,12 @@ async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Byt
             &rules.policies,
         ),
         // Policies run on the blocking pool, so that a slow one holds up no other request and
-        // the deadline can answer for it.
+        // the deadline can answer for it. The evaluation keeps the body's reservation until its
+        // work stops.
         Ok(labels) => {
             let task_rules = rules.clone();
             let task = tokio::task::spawn_blocking(move || {
+                let _held = reservation;
                 decide_review(webhook, &review, labels, &task_rules)
             });
             match tokio::time::timeout(app.deadline, task).await {
@@ -118,6 +179,43 @@ async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Byt
     };
     record(&app, webhook, &subject, &decision, started);
     Json(admission::respond(&subject.uid, &decision)).into_response()
+}
+
+/// A body that was not read (too large, too slow, over the budget, broken): counted, logged
+/// with its size, and answered with a one-line reason. Over budget, `Retry-After` asks the
+/// client to come back: the API server's client retries a 503 that carries it.
+async fn refuse_body(
+    app: &ServerState,
+    webhook: Webhook,
+    refusal: &Refusal,
+    version: Version,
+    mut unread: Option<BodyDataStream>,
+) -> Response {
+    count(&app.metrics, webhook, "", "", refusal.decision());
+    tracing::warn!(webhook = webhook.as_str(), status = refusal.status().as_u16(), bytes = refusal.bytes(), reason = %refusal, "refused a request body");
+    // HTTP/1.1 can stop a body only by closing the connection, and closing with unread data
+    // may reset it before the client has read the answer: a body of moderate size is read
+    // (and dropped) first. HTTP/2 ends the stream alone, cleanly (see `body::answer`).
+    let limits = app.gates.limits();
+    let moderate = match refusal {
+        Refusal::TooLarge { .. } | Refusal::OverBudget { .. } => refusal
+            .bytes()
+            .is_some_and(|bytes| bytes <= 2 * limits.max_body_bytes as u64),
+        Refusal::TimedOut { .. } | Refusal::Broken(_) => false,
+    };
+    if version < Version::HTTP_2 && moderate {
+        if let Some(rest) = unread {
+            let limit = 2 * limits.max_body_bytes;
+            unread = body::discard(rest, limit, limits.body_timeout).await;
+        }
+    }
+    let mut response = body::answer(refusal.status(), format!("{refusal}\n"), version, unread);
+    if let Refusal::OverBudget { .. } = refusal {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// 400 for a body that is not an AdmissionReview poolguard can read, counted and logged.

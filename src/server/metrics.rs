@@ -13,7 +13,7 @@ pub struct RequestLabels {
     pub operation: String,
     /// One of [`KINDS`], or `other`: never the request's own text.
     pub kind: String,
-    /// allowed | patched | denied | warned | invalid
+    /// allowed | patched | denied | warned | invalid | too_large | body_timeout | overloaded
     pub decision: String,
 }
 
@@ -75,6 +75,7 @@ pub struct Metrics {
     pub infringements: Family<InfringementLabels, Counter>,
     pub reloads: Family<ReloadLabels, Counter>,
     pub namespace_cache_size: Gauge,
+    pub body_bytes_reserved: Gauge,
 }
 
 impl Default for Metrics {
@@ -127,6 +128,16 @@ impl Metrics {
             "Namespaces known to the namespace cache",
             namespace_cache_size.clone(),
         );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let body_bytes_reserved = gauge(
+            &mut registry,
+            "request_body_bytes_reserved",
+            "Bytes of the request body budget held by requests in flight",
+        );
         Metrics {
             registry,
             requests,
@@ -135,6 +146,7 @@ impl Metrics {
             infringements,
             reloads,
             namespace_cache_size,
+            body_bytes_reserved,
         }
     }
 
