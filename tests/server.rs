@@ -1,8 +1,9 @@
 //! The HTTPS server. In process (the router called without sockets): the request/response
-//! rules and the metric labels. On loopback, with certificates made by poolguard's own `certs`
-//! code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by symlink swap, broken
-//! policy pushes, mTLS, the deadline, the body limits (the budget of bytes in flight, trickled
-//! bodies, bodies left unread over HTTP/2), and SIGTERM with a request in flight.
+//! rules, the evaluation slots and the metric labels. On loopback, with certificates made by
+//! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
+//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the body
+//! limits (the budget of bytes in flight, trickled bodies, bodies left unread over HTTP/2), and
+//! SIGTERM with a request in flight.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -215,6 +216,28 @@ async fn start_limited(dir: &Path, sources: Sources, limits: Limits) -> (Running
     (running, ca)
 }
 
+/// A policy that runs for a long time (9 million iterations, nothing materialized), with its
+/// configured time limit at a minute.
+fn slow_rules(dir: &Path, on_error: &str) -> Sources {
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::write(
+        policies.join("slow.rego"),
+        "package slow\ninfringement[{\"msg\": \"x\"}] { input.parameters.go; x := numbers.range(1, 3000)[_]; y := numbers.range(1, 3000)[_]; x * y < 0 }\n",
+    )
+    .unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("evaluation: {{timeoutMillis: 60000, onError: {on_error}}}\npolicies:\n  slow:\n    parameters: {{go: true}}\n"),
+    )
+    .unwrap();
+    Sources {
+        config: Some(config),
+        policies_dir: Some(policies),
+    }
+}
+
 // ---- In process: the router called without sockets ----
 
 fn state(sources: Sources, deadline: Duration, limits: Limits) -> Arc<ServerState> {
@@ -382,6 +405,68 @@ async fn metric_labels_stay_a_closed_set_whatever_the_kinds() {
     let text = app.metrics.encode();
     assert!(text.len() < 8 * 1024, "{} bytes of metrics", text.len());
     assert!(text.contains(r#"poolguard_admission_requests_total{webhook="validate",operation="CREATE",kind="other",decision="allowed"} 50"#), "{text}");
+}
+
+#[tokio::test]
+async fn without_a_free_evaluation_slot_the_failure_behaviour_applies() {
+    let limits = Limits {
+        max_evaluations: 1,
+        max_queued_evaluations: 0,
+        ..Limits::default()
+    };
+    for on_error in ["deny", "allow"] {
+        let dir = tempfile::tempdir().unwrap();
+        let app = state(
+            slow_rules(dir.path(), on_error),
+            Duration::from_millis(1500),
+            limits.clone(),
+        );
+        let slow = tokio::spawn({
+            let app = app.clone();
+            async move {
+                call(
+                    &app,
+                    request("POST", "/validate", review("pod-create-placed.json")),
+                )
+                .await
+            }
+        });
+        let started = Instant::now();
+        while app.gates.evaluations_running() == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the slow evaluation did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let busy = call(
+            &app,
+            request("POST", "/validate", review("pod-create-placed.json")),
+        )
+        .await
+        .json();
+        let what = "poolguard is busy (1 policy evaluations running, 0 waiting)";
+        if on_error == "deny" {
+            assert_eq!(busy["response"]["allowed"], false, "{busy}");
+            assert_eq!(busy["response"]["status"]["code"], 500);
+            assert_eq!(
+                busy["response"]["status"]["message"],
+                format!("{what}, so the request is refused (evaluation.onError: deny)")
+            );
+        } else {
+            assert_eq!(busy["response"]["allowed"], true, "{busy}");
+            assert_eq!(
+                busy["response"]["warnings"][0],
+                format!("{what}; allowed because evaluation.onError is allow")
+            );
+        }
+        let slow = slow.await.unwrap().json();
+        let text = slow.to_string();
+        assert!(
+            text.contains("did not decide within the 1500 ms deadline"),
+            "{text}"
+        );
+    }
 }
 
 // ---- On loopback, over TLS ----
@@ -590,29 +675,10 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
 }
 
 #[tokio::test]
-async fn past_the_deadline_the_failure_behaviour_applies() {
+async fn past_the_deadline_the_failure_behaviour_applies_and_the_work_stops() {
     let dir = tempfile::tempdir().unwrap();
     let ca = write_bundle(dir.path());
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(
-        policies.join("slow.rego"),
-        "package slow\ninfringement[{\"msg\": \"x\"}] { input.parameters.go; count([1 | numbers.range(1, 1500)[_]; numbers.range(1, 1500)[_]]) < 0 }\n",
-    )
-    .unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        "evaluation: {timeoutMillis: 20000}\npolicies:\n  slow:\n    parameters: {go: true}\n",
-    )
-    .unwrap();
-    let mut opts = options(
-        files_in(dir.path()),
-        Sources {
-            config: Some(config),
-            policies_dir: Some(policies),
-        },
-    );
+    let mut opts = options(files_in(dir.path()), slow_rules(dir.path(), "deny"));
     opts.deadline = Duration::from_millis(100);
     let running = serve::start(opts).await.unwrap();
     let (mut sender, _) = Client::new(&ca, b"http/1.1", None)
@@ -628,7 +694,16 @@ async fn past_the_deadline_the_failure_behaviour_applies() {
     );
     let doc: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["response"]["allowed"], false, "{body}");
-    assert!(body.contains("deadline"), "{body}");
+    assert_eq!(
+        doc["response"]["status"]["message"],
+        "poolguard did not decide within the 100 ms deadline, so the request is refused (evaluation.onError: deny)"
+    );
+    // The policy's own limit is a minute; cut to the time left, it stops with the answer.
+    wait_for_metric(&running, "poolguard_evaluations_running 0\n").await;
+    eprintln!(
+        "the evaluation stopped {:?} after the request",
+        started.elapsed()
+    );
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }

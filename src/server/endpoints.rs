@@ -12,14 +12,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use poolguard_core::admission::{self, Decision, Request};
-use poolguard_core::config::OnError;
+use poolguard_core::admission::{self, Decision, Operation, Request};
+use poolguard_core::config::{Config, OnError};
 use poolguard_core::placement::Labels;
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Webhook};
 
 use super::body::{self, Refusal};
-use super::limits::{Gates, Limits};
+use super::limits::{Gates, Limits, NoSlot};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
@@ -125,6 +125,14 @@ async fn handle(
         }
     };
     let started = Instant::now();
+    let deadline = tokio::time::Instant::from_std(started + app.deadline);
+    // A validating request waits for its evaluation slot before its body is parsed: waiting, it
+    // holds the bytes (counted in the body budget), not the several times larger document.
+    let slot = if webhook.runs_policies() {
+        Some(app.gates.evaluation_slot(deadline).await)
+    } else {
+        None
+    };
     let parsed = admission::parse_review(&received.bytes);
     let reservation = received.reservation;
     drop(received.bytes);
@@ -145,37 +153,53 @@ async fn handle(
         operation: req.operation.as_str(),
     };
     let rules = app.rules.load_full();
-    let decision = match lookup(&app, &subject.namespace).await {
-        Err(e) => Decision::deny(
-            500,
-            format!(
-                "cannot read the labels of namespace {:?}, so the request is refused: {e}",
-                subject.namespace
+    let decision = match slot {
+        Some(Err(why)) => no_slot(&rules, why, app.deadline),
+        slot => match lookup(&app, &subject.namespace).await {
+            Err(e) => Decision::deny(
+                500,
+                format!(
+                    "cannot read the labels of namespace {:?}, so the request is refused: {e}",
+                    subject.namespace
+                ),
             ),
-        ),
-        // Placement alone is decided right here; a thread hand-off would cost more than it.
-        Ok(labels) if !webhook.runs_policies() => decide(
-            webhook,
-            &req,
-            labels.as_ref(),
-            &rules.config,
-            &rules.policies,
-        ),
-        // Policies run on the blocking pool, so that a slow one holds up no other request and
-        // the deadline can answer for it. The evaluation keeps the body's reservation until its
-        // work stops.
-        Ok(labels) => {
-            let task_rules = rules.clone();
-            let task = tokio::task::spawn_blocking(move || {
-                let _held = reservation;
-                decide_review(webhook, &review, labels, &task_rules)
-            });
-            match tokio::time::timeout(app.deadline, task).await {
-                Ok(Ok(decision)) => decision,
-                Ok(Err(e)) => Decision::deny(500, format!("internal error while deciding: {e}")),
-                Err(_) => past_deadline(&rules, app.deadline),
-            }
-        }
+            Ok(labels) => match slot {
+                // Policies run on the blocking pool, so that a slow one holds up no other
+                // request and the deadline can answer for it. The evaluation keeps its slot and
+                // the body's reservation until its work stops, which the deadline also bounds
+                // (see `decide_review`).
+                Some(Ok(slot)) => {
+                    let (task_rules, budget) = (rules.clone(), app.deadline);
+                    let task = tokio::task::spawn_blocking(move || {
+                        let _held = (slot, reservation);
+                        decide_review(
+                            webhook,
+                            &review,
+                            labels,
+                            &task_rules,
+                            deadline.into_std(),
+                            budget,
+                        )
+                    });
+                    match tokio::time::timeout_at(deadline, task).await {
+                        Ok(Ok(decision)) => decision,
+                        Ok(Err(e)) => {
+                            Decision::deny(500, format!("internal error while deciding: {e}"))
+                        }
+                        Err(_) => past_deadline(&rules, app.deadline),
+                    }
+                }
+                // Placement alone is decided right here; a thread hand-off would cost more
+                // than it.
+                _ => decide(
+                    webhook,
+                    &req,
+                    labels.as_ref(),
+                    &rules.config,
+                    &rules.policies,
+                ),
+            },
+        },
     };
     record(&app, webhook, &subject, &decision, started);
     Json(admission::respond(&subject.uid, &decision)).into_response()
@@ -234,23 +258,56 @@ fn refuse_malformed(
 }
 
 /// Decides on the blocking pool, which needs the review owned: the request view is taken again
-/// there (it was checked before, so the error arm is not expected).
+/// there (it was checked before, so the error arm is not expected). Each policy's time limit is
+/// cut to its share of the time left before `deadline`, so that the work stops about when the
+/// answer is given, not when the configured limits run out; work cut short that ends past the
+/// deadline is answered as the deadline answers (the handler may have already).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
     labels: Option<Labels>,
     rules: &RuleSet,
+    deadline: Instant,
+    budget: Duration,
 ) -> Decision {
+    if Instant::now() >= deadline {
+        return past_deadline(rules, budget);
+    }
     match Request::from_value(&review["request"]) {
-        Ok(req) => decide(
-            webhook,
-            &req,
-            labels.as_ref(),
-            &rules.config,
-            &rules.policies,
-        ),
+        Ok(req) => {
+            let cut = within_deadline(&rules.config, rules.policies.len(), req.operation, deadline);
+            let config = cut.as_ref().unwrap_or(&rules.config);
+            let decision = decide(webhook, &req, labels.as_ref(), config, &rules.policies);
+            if cut.is_some() && Instant::now() >= deadline {
+                return past_deadline(rules, budget);
+            }
+            decision
+        }
         Err(e) => Decision::deny(400, e.0),
     }
+}
+
+/// The config with `evaluation.timeoutMillis` lowered to what each policy evaluation may take
+/// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
+/// object and on the old object); `None` when the configured limit is already within that.
+fn within_deadline(
+    config: &Config,
+    policies: usize,
+    operation: Operation,
+    deadline: Instant,
+) -> Option<Config> {
+    let per_object = if operation == Operation::Update { 2 } else { 1 };
+    let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
+    let share = deadline.saturating_duration_since(Instant::now()) / runs;
+    // Rounded up: a policy stopped by its share ends at the deadline, not just before it.
+    let share_ms = u64::try_from(share.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    (share_ms < config.evaluation.timeout_millis).then(|| {
+        let mut cut = config.clone();
+        cut.evaluation.timeout_millis = share_ms;
+        cut
+    })
 }
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
@@ -262,10 +319,33 @@ async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, St
 
 fn past_deadline(rules: &RuleSet, deadline: Duration) -> Decision {
     let ms = deadline.as_millis();
+    on_error(
+        rules,
+        &format!("poolguard did not decide within the {ms} ms deadline"),
+    )
+}
+
+fn no_slot(rules: &RuleSet, why: NoSlot, deadline: Duration) -> Decision {
+    match why {
+        NoSlot::Deadline => past_deadline(rules, deadline),
+        NoSlot::QueueFull { running, waiting } => on_error(
+            rules,
+            &format!("poolguard is busy ({running} policy evaluations running, {waiting} waiting)"),
+        ),
+    }
+}
+
+/// `evaluation.onError` for a request that could not be decided because of `what`.
+fn on_error(rules: &RuleSet, what: &str) -> Decision {
     match rules.config.evaluation.on_error {
-        OnError::Deny => Decision::deny(500, format!("not decided within the {ms} ms deadline, so the request is refused (evaluation.onError: deny)")),
+        OnError::Deny => Decision::deny(
+            500,
+            format!("{what}, so the request is refused (evaluation.onError: deny)"),
+        ),
         OnError::Allow => Decision {
-            warnings: vec![format!("poolguard did not decide within {ms} ms; allowed because evaluation.onError is allow")],
+            warnings: vec![format!(
+                "{what}; allowed because evaluation.onError is allow"
+            )],
             ..Decision::allow()
         },
     }

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub infringements: Family<InfringementLabels, Counter>,
     pub reloads: Family<ReloadLabels, Counter>,
     pub namespace_cache_size: Gauge,
+    pub evaluations_running: Gauge,
+    pub evaluations_waiting: Gauge,
     pub body_bytes_reserved: Gauge,
 }
 
@@ -133,6 +135,16 @@ impl Metrics {
             registry.register(name, help, gauge.clone());
             gauge
         };
+        let evaluations_running = gauge(
+            &mut registry,
+            "evaluations_running",
+            "Policy evaluations holding a slot (their work has not stopped yet)",
+        );
+        let evaluations_waiting = gauge(
+            &mut registry,
+            "evaluations_waiting",
+            "Validating requests waiting for an evaluation slot",
+        );
         let body_bytes_reserved = gauge(
             &mut registry,
             "request_body_bytes_reserved",
@@ -146,6 +158,8 @@ impl Metrics {
             infringements,
             reloads,
             namespace_cache_size,
+            evaluations_running,
+            evaluations_waiting,
             body_bytes_reserved,
         }
     }
