@@ -1,9 +1,10 @@
 //! The HTTPS server. In process (the router called without sockets): the request/response
 //! rules, the evaluation slots and the metric labels. On loopback, with certificates made by
 //! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
-//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the body
-//! limits (the budget of bytes in flight, trickled bodies, bodies left unread over HTTP/2), and
-//! SIGTERM with a request in flight.
+//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
+//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection
+//! cap, idle connections, HTTP/2 settings and reset floods), and SIGTERM with a request in
+//! flight.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -1068,6 +1069,224 @@ async fn http2_reads_a_body_within_the_limit_before_answering_an_unknown_path() 
         h2_exchange(&ca, running.addr, "/nope", &[b'x'; 700 * 1024]).await;
     assert_eq!(status, 404, "{text}");
     assert!(sent_all, "the stream was reset before the body was sent");
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_new_connections_wait_for_one_to_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    let (mut a, _) = client.http1(running.addr).await;
+    let (mut b, _) = client.http1(running.addr).await;
+    for sender in [&mut a, &mut b] {
+        assert_eq!(
+            send1(sender, "/mutate", review("pod-create-mapped.json"))
+                .await
+                .0,
+            200
+        );
+    }
+    wait_for_metric(&running, "poolguard_connections 2\n").await;
+    let addr = running.addr;
+    let mut third = tokio::spawn(async move {
+        let (mut c, _) = Client::new(&ca, b"http/1.1", None).http1(addr).await;
+        send1(&mut c, "/mutate", review("pod-create-mapped.json"))
+            .await
+            .0
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut third)
+            .await
+            .is_err(),
+        "a third connection was served while two were open"
+    );
+    drop(a);
+    let status = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the third connection was not served after one closed")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        send1(&mut b, "/mutate", review("pod-create-mapped.json"))
+            .await
+            .0,
+        200
+    );
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    for alpn in [&b"h2"[..], b"http/1.1"] {
+        let tls = Client::new(&ca, alpn, None)
+            .tls(running.addr)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let status = if alpn == b"h2" {
+            let (mut sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .unwrap();
+            let conn = tokio::spawn(conn);
+            let sent = sender.send_request(post("/mutate", review("pod-create-mapped.json")));
+            let status = read(sent.await.unwrap()).await.0;
+            let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            assert!(ended.is_ok(), "the idle HTTP/2 connection is still open");
+            status
+        } else {
+            let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.unwrap();
+            let conn = tokio::spawn(conn);
+            let status = send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
+                .await
+                .0;
+            let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            assert!(ended.is_ok(), "the idle HTTP/1.1 connection is still open");
+            status
+        };
+        assert_eq!(status, 200);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+// HTTP/2 frames written and read by hand, to see the server's SETTINGS and to send what no
+// well-behaved client library sends.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const SETTINGS: u8 = 0x4;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
+/// The next frame as (type, flags, stream, payload); `None` at the end of the connection.
+async fn read_frame<S: tokio::io::AsyncRead + Unpin>(io: &mut S) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    io.read_exact(&mut head).await.ok()?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; length];
+    io.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+#[tokio::test]
+async fn http2_settings_advertise_the_stream_window_and_header_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        http2_max_concurrent_streams: 7,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let mut tls = Client::new(&ca, b"h2", None)
+        .tls(running.addr)
+        .await
+        .unwrap();
+    tls.write_all(PREFACE).await.unwrap();
+    tls.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut settings = std::collections::BTreeMap::new();
+    let mut connection_window = None;
+    for _ in 0..10 {
+        let (kind, flags, stream, payload) =
+            tokio::time::timeout(Duration::from_secs(5), read_frame(&mut tls))
+                .await
+                .unwrap()
+                .expect("the connection ended");
+        match kind {
+            SETTINGS if flags & 1 == 0 => {
+                for pair in payload.chunks(6) {
+                    settings.insert(u16::from_be_bytes([pair[0], pair[1]]), u32_at(pair, 2));
+                }
+            }
+            WINDOW_UPDATE if stream == 0 => connection_window = Some(u32_at(&payload, 0)),
+            _ => {}
+        }
+        if !settings.is_empty() && connection_window.is_some() {
+            break;
+        }
+    }
+    // SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE
+    assert_eq!(settings.get(&0x3), Some(&7), "{settings:?}");
+    assert_eq!(settings.get(&0x4), Some(&(256 * 1024)), "{settings:?}");
+    assert_eq!(settings.get(&0x6), Some(&(32 * 1024)), "{settings:?}");
+    // The connection window grows from the protocol's 65,535 bytes to 1 MiB.
+    assert_eq!(connection_window, Some(1024 * 1024 - 65_535));
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rapid_reset_flood_ends_its_connection_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, ca) = start_limited(dir.path(), example_rules(), Limits::default()).await;
+    let mut steady = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let sent = steady.send_request(post("/mutate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+
+    // 500 streams, each opened (POST / with no body yet) and reset at once, in one write.
+    let mut flood = Client::new(&ca, b"h2", None)
+        .tls(running.addr)
+        .await
+        .unwrap();
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[]));
+    for i in 0..500u32 {
+        let stream = 2 * i + 1;
+        // HPACK static table: :method POST, :scheme https, :path /
+        bytes.extend(frame(HEADERS, 0x4, stream, &[0x83, 0x87, 0x84]));
+        bytes.extend(frame(RST_STREAM, 0, stream, &8u32.to_be_bytes()));
+    }
+    flood.write_all(&bytes).await.unwrap();
+    flood.flush().await.unwrap();
+    let goaway = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some((kind, _, _, payload)) = read_frame(&mut flood).await {
+            if kind == GOAWAY {
+                return Some(u32_at(&payload, 4));
+            }
+        }
+        None
+    })
+    .await
+    .expect("no GOAWAY within 5 s");
+    assert_eq!(goaway, Some(0xb), "GOAWAY with ENHANCE_YOUR_CALM");
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while read_frame(&mut flood).await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the flooding connection stayed open");
+
+    // The other connection, and new ones, are served.
+    let sent = steady.send_request(post("/mutate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+    let mut fresh = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let sent = fresh.send_request(post("/validate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }

@@ -78,6 +78,7 @@ pub struct Metrics {
     pub evaluations_running: Gauge,
     pub evaluations_waiting: Gauge,
     pub body_bytes_reserved: Gauge,
+    pub connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -150,6 +151,11 @@ impl Metrics {
             "request_body_bytes_reserved",
             "Bytes of the request body budget held by requests in flight",
         );
+        let connections = gauge(
+            &mut registry,
+            "connections",
+            "Open HTTPS connections, TLS handshakes included",
+        );
         Metrics {
             registry,
             requests,
@@ -161,6 +167,7 @@ impl Metrics {
             evaluations_running,
             evaluations_waiting,
             body_bytes_reserved,
+            connections,
         }
     }
 

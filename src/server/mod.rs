@@ -119,7 +119,7 @@ pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
         namespaces,
         metrics.clone(),
         opts.deadline,
-        limits,
+        limits.clone(),
     ));
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref(), &tls, &app),
@@ -141,6 +141,7 @@ pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
     let router = endpoints::router(app.clone());
     let stop = shutdown.clone();
     let drain = opts.drain;
+    let connection_cap = app.gates.connections();
     let task = tokio::spawn(async move {
         let ops_stop = CancellationToken::new();
         let ops_done = ops_stop.clone();
@@ -149,7 +150,9 @@ pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
                 .with_graceful_shutdown(async move { ops_done.cancelled().await })
                 .await
         });
-        let served = connections::serve_tls(listener, tls, router, stop, drain).await;
+        let served =
+            connections::serve_tls(listener, tls, router, stop, drain, &limits, connection_cap)
+                .await;
         ops_stop.cancel();
         ops.await
             .context("the operations server task failed")?

@@ -40,6 +40,7 @@ async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
         .set(gates.evaluations_waiting() as i64);
     m.body_bytes_reserved
         .set(gates.body_bytes_reserved() as i64);
+    m.connections.set(gates.connections_open() as i64);
     (
         [(
             header::CONTENT_TYPE,
