@@ -1,25 +1,37 @@
-//! The HTTPS server on loopback, with certificates made by poolguard's own `certs` code:
-//! round trips over HTTP/1.1 and HTTP/2, bad input, certificate rotation by symlink swap, broken
-//! policy pushes, mTLS, the deadline, and SIGTERM with a request in flight.
+//! The HTTPS server. In process (the router called without sockets): the request/response
+//! rules, the evaluation slots and the metric labels. On loopback, with certificates made by
+//! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
+//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
+//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection
+//! cap, idle connections, HTTP/2 settings and reset floods), and SIGTERM with a request in
+//! flight.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolguard::certs::authority::{self as certs, Authority, Usage};
+use poolguard::namespaces::Namespaces;
+use poolguard::server::endpoints::{self, ServerState};
+use poolguard::server::metrics::Metrics;
 use poolguard::server::tls::TlsFiles;
-use poolguard::server::{self as serve, Options, Running};
-use poolguard::sources::Sources;
+use poolguard::server::{self as serve, Limits, Options, Running};
+use poolguard::sources::{self, Sources};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tower::ServiceExt;
 
 const LOCAL: &str = "127.0.0.1:0";
 
@@ -164,7 +176,11 @@ fn example_rules() -> Sources {
 }
 
 async fn metrics(running: &Running) -> String {
-    let tcp = TcpStream::connect(running.metrics_addr).await.unwrap();
+    metrics_at(running.metrics_addr).await
+}
+
+async fn metrics_at(addr: SocketAddr) -> String {
+    let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = http1::handshake(TokioIo::new(tcp)).await.unwrap();
     tokio::spawn(conn);
     let request = hyper::Request::get("/metrics")
@@ -173,6 +189,288 @@ async fn metrics(running: &Running) -> String {
         .unwrap();
     read(sender.send_request(request).await.unwrap()).await.1
 }
+
+const MIB: usize = 1024 * 1024;
+
+/// Polls the metrics until `line` shows, for at most 5 s.
+async fn wait_for_metric(running: &Running, line: &str) {
+    let started = Instant::now();
+    loop {
+        let text = metrics(running).await;
+        if text.contains(line) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "`{line}` not seen within 5 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A server on loopback with `limits`, and the CA its certificate chains to.
+async fn start_limited(dir: &Path, sources: Sources, limits: Limits) -> (Running, String) {
+    let ca = write_bundle(dir);
+    let running = serve::start_with(options(files_in(dir), sources), limits)
+        .await
+        .unwrap();
+    (running, ca)
+}
+
+/// A policy that runs for a long time (9 million iterations, nothing materialized), with its
+/// configured time limit at a minute.
+fn slow_rules(dir: &Path, on_error: &str) -> Sources {
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::write(
+        policies.join("slow.rego"),
+        "package slow\ninfringement[{\"msg\": \"x\"}] { input.parameters.go; x := numbers.range(1, 3000)[_]; y := numbers.range(1, 3000)[_]; x * y < 0 }\n",
+    )
+    .unwrap();
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!("evaluation: {{timeoutMillis: 60000, onError: {on_error}}}\npolicies:\n  slow:\n    parameters: {{go: true}}\n"),
+    )
+    .unwrap();
+    Sources {
+        config: Some(config),
+        policies_dir: Some(policies),
+    }
+}
+
+// ---- In process: the router called without sockets ----
+
+fn state(sources: Sources, deadline: Duration, limits: Limits) -> Arc<ServerState> {
+    let namespaces = sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap();
+    Arc::new(ServerState::new(
+        sources.load().unwrap(),
+        Namespaces::fixed(namespaces),
+        Arc::new(Metrics::new()),
+        deadline,
+        limits,
+    ))
+}
+
+/// A request as an HTTP client sends it (with `Content-Length`).
+fn request(method: &str, path: &str, body: Vec<u8>) -> axum::http::Request<Body> {
+    axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .header("content-length", body.len())
+        .body(Body::from(body))
+        .unwrap()
+}
+
+struct Answer {
+    status: u16,
+    headers: axum::http::HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
+    }
+}
+
+async fn call(app: &Arc<ServerState>, request: axum::http::Request<Body>) -> Answer {
+    let response = endpoints::router(app.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        text: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn bad_requests_get_their_status_and_a_one_line_reason() {
+    let limits = Limits {
+        max_body_bytes: 64 * 1024,
+        ..Limits::default()
+    };
+    let app = state(example_rules(), Duration::from_secs(4), limits);
+    let not_json = b"{not json".to_vec();
+    let no_request = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec();
+    let old_version =
+        br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+            .to_vec();
+    let served = "poolguard serves POST /mutate and POST /validate\n";
+    let cases: Vec<(&str, &str, Vec<u8>, u16, String)> = vec![
+        ("POST", "/validate", not_json, 400, "bad AdmissionReview: the body is not valid JSON: key must be a string at line 1 column 2\n".into()),
+        ("POST", "/validate", no_request, 400, "bad AdmissionReview: the AdmissionReview has no `request`\n".into()),
+        ("POST", "/mutate", old_version, 400, "bad AdmissionReview: expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got apiVersion \"admission.k8s.io/v1beta1\" kind \"AdmissionReview\"\n".into()),
+        ("POST", "/mutate", vec![b' '; 64 * 1024 + 1], 413, "request body too large: 65537 bytes, the limit is 65536 bytes\n".into()),
+        ("POST", "/nope", b"{}".to_vec(), 404, format!("not found: {served}")),
+        ("GET", "/mutate", Vec::new(), 405, format!("method not allowed: {served}")),
+        ("PUT", "/validate", b"{}".to_vec(), 405, format!("method not allowed: {served}")),
+    ];
+    for (method, path, body, status, text) in cases {
+        let answer = call(&app, request(method, path, body)).await;
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.text);
+        assert_eq!(answer.text, text, "{method} {path}");
+        if status == 405 {
+            assert_eq!(answer.headers["allow"], "POST");
+        }
+    }
+    // Without a Content-Length, the limit applies as the body arrives.
+    let chunks = (0..2).map(|_| Ok::<_, Infallible>(Bytes::from(vec![b' '; 40 * 1024])));
+    let streamed = axum::http::Request::post("/validate")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap();
+    let answer = call(&app, streamed).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(
+        answer.text,
+        "request body too large: 81920 bytes, the limit is 65536 bytes\n"
+    );
+    // Every refusal is counted.
+    let text = app.metrics.encode();
+    for (webhook, decision, n) in [
+        ("validate", "invalid", 2),
+        ("mutate", "invalid", 1),
+        ("mutate", "too_large", 1),
+        ("validate", "too_large", 1),
+    ] {
+        let line = format!("poolguard_admission_requests_total{{webhook=\"{webhook}\",operation=\"\",kind=\"\",decision=\"{decision}\"}} {n}\n");
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn admission_responses_carry_the_decision() {
+    let app = state(example_rules(), Duration::from_secs(4), Limits::default());
+    let answer = call(
+        &app,
+        request("POST", "/mutate", review("pod-create-mapped.json")),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.headers["content-type"], "application/json");
+    let doc = answer.json();
+    assert_eq!(doc["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(doc["kind"], "AdmissionReview");
+    assert_eq!(doc["response"]["uid"], "pod-create-mapped");
+    assert_eq!(doc["response"]["allowed"], true);
+    assert_eq!(doc["response"]["patchType"], "JSONPatch");
+    let patch = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        doc["response"]["patch"].as_str().unwrap(),
+    )
+    .unwrap();
+    let patch: Value = serde_json::from_slice(&patch).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "add", "path": "/spec/nodeSelector", "value": {"agentpool": "pool1"}},
+            {"op": "add", "path": "/metadata/annotations", "value": {"poolguard.io/pool": "pool1"}}
+        ])
+    );
+
+    let answer = call(
+        &app,
+        request(
+            "POST",
+            "/validate",
+            review("deployment-create-bad-image.json"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let doc = answer.json();
+    assert_eq!(doc["response"]["allowed"], false);
+    assert_eq!(doc["response"]["status"]["code"], 403);
+    assert_eq!(doc["response"]["status"]["reason"], "Forbidden");
+    let message = doc["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("allowedrepositories: "), "{message}");
+    assert!(doc["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn metric_labels_stay_a_closed_set_whatever_the_kinds() {
+    let app = state(example_rules(), Duration::from_secs(4), Limits::default());
+    let mut doc: Value = serde_json::from_slice(&review("pod-create-mapped.json")).unwrap();
+    for i in 0..50 {
+        doc["request"]["kind"]["kind"] = Value::from(format!("K{i}{}", "x".repeat(100_000)));
+        let body = serde_json::to_vec(&doc).unwrap();
+        let answer = call(&app, request("POST", "/validate", body)).await;
+        assert_eq!(answer.status, 200);
+    }
+    let text = app.metrics.encode();
+    assert!(text.len() < 8 * 1024, "{} bytes of metrics", text.len());
+    assert!(text.contains(r#"poolguard_admission_requests_total{webhook="validate",operation="CREATE",kind="other",decision="allowed"} 50"#), "{text}");
+}
+
+#[tokio::test]
+async fn without_a_free_evaluation_slot_the_failure_behaviour_applies() {
+    let limits = Limits {
+        max_evaluations: 1,
+        max_queued_evaluations: 0,
+        ..Limits::default()
+    };
+    for on_error in ["deny", "allow"] {
+        let dir = tempfile::tempdir().unwrap();
+        let app = state(
+            slow_rules(dir.path(), on_error),
+            Duration::from_millis(1500),
+            limits.clone(),
+        );
+        let slow = tokio::spawn({
+            let app = app.clone();
+            async move {
+                call(
+                    &app,
+                    request("POST", "/validate", review("pod-create-placed.json")),
+                )
+                .await
+            }
+        });
+        let started = Instant::now();
+        while app.gates.evaluations_running() == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the slow evaluation did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let busy = call(
+            &app,
+            request("POST", "/validate", review("pod-create-placed.json")),
+        )
+        .await
+        .json();
+        let what = "poolguard is busy (1 policy evaluations running, 0 waiting)";
+        if on_error == "deny" {
+            assert_eq!(busy["response"]["allowed"], false, "{busy}");
+            assert_eq!(busy["response"]["status"]["code"], 500);
+            assert_eq!(
+                busy["response"]["status"]["message"],
+                format!("{what}, so the request is refused (evaluation.onError: deny)")
+            );
+        } else {
+            assert_eq!(busy["response"]["allowed"], true, "{busy}");
+            assert_eq!(
+                busy["response"]["warnings"][0],
+                format!("{what}; allowed because evaluation.onError is allow")
+            );
+        }
+        let slow = slow.await.unwrap().json();
+        let text = slow.to_string();
+        assert!(
+            text.contains("did not decide within the 1500 ms deadline"),
+            "{text}"
+        );
+    }
+}
+
+// ---- On loopback, over TLS ----
 
 #[tokio::test]
 async fn round_trips_over_http1_and_http2() {
@@ -210,46 +508,6 @@ async fn round_trips_over_http1_and_http2() {
     assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
     assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="allowedrepositories",enforcement="deny",result="infringement"} 1"#), "{text}");
     assert!(text.contains("poolguard_namespace_cache_size 5"), "{text}");
-    running.shutdown.cancel();
-    running.wait().await.unwrap();
-}
-
-#[tokio::test]
-async fn bad_input_gets_its_status_and_the_server_keeps_answering() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = write_bundle(dir.path());
-    let running = serve::start(options(files_in(dir.path()), example_rules()))
-        .await
-        .unwrap();
-    let client = Client::new(&ca, b"http/1.1", None);
-    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(3 * 1024 * 1024 + 1));
-    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
-        ("/validate", b"{not json".to_vec(), 400, "not valid JSON"),
-        (
-            "/validate",
-            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
-            400,
-            "no `request`",
-        ),
-        (
-            "/mutate",
-            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
-                .to_vec(),
-            400,
-            "expected apiVersion",
-        ),
-        ("/mutate", big.into_bytes(), 413, ""),
-        ("/nope", b"{}".to_vec(), 404, "not found"),
-    ];
-    for (path, body, want, text) in cases {
-        let (mut sender, _) = client.http1(running.addr).await;
-        let (status, answer) = send1(&mut sender, path, body).await;
-        assert_eq!(status, want, "{path}: {answer}");
-        assert!(answer.contains(text), "{path}: {answer}");
-        let (mut sender, _) = client.http1(running.addr).await;
-        let (status, _) = send1(&mut sender, "/mutate", review("pod-create-mapped.json")).await;
-        assert_eq!(status, 200, "the server answers after {path}");
-    }
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }
@@ -418,29 +676,10 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
 }
 
 #[tokio::test]
-async fn past_the_deadline_the_failure_behaviour_applies() {
+async fn past_the_deadline_the_failure_behaviour_applies_and_the_work_stops() {
     let dir = tempfile::tempdir().unwrap();
     let ca = write_bundle(dir.path());
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(
-        policies.join("slow.rego"),
-        "package slow\ninfringement[{\"msg\": \"x\"}] { input.parameters.go; count([1 | numbers.range(1, 1500)[_]; numbers.range(1, 1500)[_]]) < 0 }\n",
-    )
-    .unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        "evaluation: {timeoutMillis: 20000}\npolicies:\n  slow:\n    parameters: {go: true}\n",
-    )
-    .unwrap();
-    let mut opts = options(
-        files_in(dir.path()),
-        Sources {
-            config: Some(config),
-            policies_dir: Some(policies),
-        },
-    );
+    let mut opts = options(files_in(dir.path()), slow_rules(dir.path(), "deny"));
     opts.deadline = Duration::from_millis(100);
     let running = serve::start(opts).await.unwrap();
     let (mut sender, _) = Client::new(&ca, b"http/1.1", None)
@@ -456,7 +695,16 @@ async fn past_the_deadline_the_failure_behaviour_applies() {
     );
     let doc: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["response"]["allowed"], false, "{body}");
-    assert!(body.contains("deadline"), "{body}");
+    assert_eq!(
+        doc["response"]["status"]["message"],
+        "poolguard did not decide within the 100 ms deadline, so the request is refused (evaluation.onError: deny)"
+    );
+    // The policy's own limit is a minute; cut to the time left, it stops with the answer.
+    wait_for_metric(&running, "poolguard_evaluations_running 0\n").await;
+    eprintln!(
+        "the evaluation stopped {:?} after the request",
+        started.elapsed()
+    );
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }
@@ -489,18 +737,20 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_0() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    // The listening address is in the JSON log line announcing it.
+    // The listening addresses are in the JSON log line announcing them.
     let stderr = child.stderr.take().unwrap();
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
-    let addr: SocketAddr = loop {
+    let (addr, metrics_addr): (SocketAddr, SocketAddr) = loop {
         let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
             .await
             .unwrap()
             .unwrap()
             .expect("serve exited early");
         let log: Value = serde_json::from_str(&line).unwrap_or_default();
-        if let Some(addr) = log["fields"]["addr"].as_str() {
-            break addr.parse().unwrap();
+        let fields = &log["fields"];
+        if let (Some(addr), Some(ops)) = (fields["addr"].as_str(), fields["metrics_addr"].as_str())
+        {
+            break (addr.parse().unwrap(), ops.parse().unwrap());
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -512,18 +762,31 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_0() {
     tls.write_all(head.as_bytes()).await.unwrap();
     tls.write_all(&body[..body.len() / 2]).await.unwrap();
     tls.flush().await.unwrap();
+    // The request is in flight once its body has its share of the budget.
+    let reserved = format!("poolguard_request_body_bytes_reserved {}\n", body.len());
+    let started = Instant::now();
+    while !metrics_at(metrics_addr).await.contains(&reserved) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the request was not in flight within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // No new connections once shutting down.
-    assert!(
-        TcpStream::connect(addr).await.is_err(),
-        "still accepting after SIGTERM"
-    );
+    // No new connections once shutting down: the listener closes (within 5 s).
+    let signalled = Instant::now();
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            signalled.elapsed() < Duration::from_secs(5),
+            "still accepting 5 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tls.write_all(&body[body.len() / 2..]).await.unwrap();
     tls.flush().await.unwrap();
     let mut answer = Vec::new();
@@ -540,4 +803,490 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_0() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// The head of an HTTP/1.1 POST, for clients that write bodies by hand.
+fn head(path: &str, length: usize, close: bool) -> String {
+    let connection = if close { "connection: close\r\n" } else { "" };
+    format!("POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n{connection}\r\n")
+}
+
+/// `{"pad":"xxx…"}`, exactly `n` bytes.
+fn padded(n: usize) -> Vec<u8> {
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(n - 10)).into_bytes();
+    assert_eq!(body.len(), n);
+    body
+}
+
+#[tokio::test]
+async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 3 * MIB + MIB / 2;
+    let limits = Limits {
+        max_body_bytes: MIB,
+        body_budget_bytes: budget,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    let body = padded(MIB);
+    // Three maximal bodies, each sent in part and held open.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut tls = client.tls(running.addr).await.unwrap();
+        tls.write_all(head("/validate", MIB, true).as_bytes())
+            .await
+            .unwrap();
+        tls.write_all(&body[..1024]).await.unwrap();
+        tls.flush().await.unwrap();
+        held.push(tls);
+    }
+    wait_for_metric(
+        &running,
+        &format!("poolguard_request_body_bytes_reserved {}\n", 3 * MIB),
+    )
+    .await;
+    // A fourth does not fit: 503, a one-line reason, Retry-After; counted.
+    let mut h2 = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let response = h2
+        .send_request(post("/validate", body.clone()))
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["retry-after"], "1");
+    let (status, text) = read(response).await;
+    assert_eq!(status, 503);
+    assert_eq!(text, format!("overloaded: {MIB} more body bytes do not fit the {budget}-byte budget ({} held by requests in flight); retry\n", 3 * MIB));
+    // The same over HTTP/1.1 (where the body is read and dropped before the answer).
+    let (mut h1, _) = client.http1(running.addr).await;
+    assert_eq!(send1(&mut h1, "/validate", body.clone()).await.0, 503);
+    // A small request still fits.
+    let (status, _) = read(
+        h2.send_request(post("/mutate", review("pod-create-mapped.json")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // One held request completes; its bytes are given back and a maximal body fits again.
+    let mut first = held.remove(0);
+    first.write_all(&body[1024..]).await.unwrap();
+    first.flush().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    wait_for_metric(
+        &running,
+        &format!("poolguard_request_body_bytes_reserved {}\n", 2 * MIB),
+    )
+    .await;
+    let (status, text) = read(h2.send_request(post("/validate", body)).await.unwrap()).await;
+    assert_eq!(status, 400, "{text}");
+    let text = metrics(&running).await;
+    assert!(text.contains(r#"poolguard_admission_requests_total{webhook="validate",operation="",kind="",decision="overloaded"} 2"#), "{text}");
+    drop(held);
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// An HTTP/2 connection whose requests can stream their bodies.
+async fn http2_streaming(ca: &str, addr: SocketAddr) -> http2::SendRequest<BoxBody> {
+    let tls = Client::new(ca, b"h2", None).tls(addr).await.unwrap();
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+#[tokio::test]
+async fn trickled_bodies_are_cut_off_at_the_body_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        body_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let expected = "request body not received within 1000 ms";
+
+    // HTTP/1.1: the head, then a byte every 100 ms.
+    let tls = Client::new(&ca, b"http/1.1", None)
+        .tls(running.addr)
+        .await
+        .unwrap();
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    writer
+        .write_all(head("/validate", 1000, false).as_bytes())
+        .await
+        .unwrap();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..100 {
+            if writer.write_all(b" ").await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), reader.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(expected), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    trickle.abort();
+
+    // HTTP/2: a stream that sends a byte, then nothing.
+    let mut sender = http2_streaming(&ca, running.addr).await;
+    let first = futures::stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"{")))]);
+    let body = BodyExt::boxed(StreamBody::new(first.chain(futures::stream::pending())));
+    let request = hyper::Request::post("/validate")
+        .header("content-length", "1000")
+        .body(body)
+        .unwrap();
+    let started = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, text) = read(response).await;
+    assert_eq!(status, 408);
+    assert!(text.starts_with(expected), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let text = metrics(&running).await;
+    assert!(text.contains(r#"poolguard_admission_requests_total{webhook="validate",operation="",kind="",decision="body_timeout"} 2"#), "{text}");
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn http2_answers_requests_whose_bodies_it_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_body_bytes: MIB,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let mut h2 = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let not_found = "not found: poolguard serves POST /mutate and POST /validate\n";
+    for _ in 0..3 {
+        // Within the limit: read and dropped; beyond it: answered with the rest unread.
+        for size in [MIB / 2, 4 * MIB] {
+            let sent = h2.send_request(post("/nope", vec![b'x'; size])).await;
+            let (status, text) = read(sent.unwrap()).await;
+            assert_eq!((status, text.as_str()), (404, not_found), "{size} bytes");
+        }
+        let sent = h2.send_request(post("/mutate", vec![b'x'; 4 * MIB])).await;
+        let (status, text) = read(sent.unwrap()).await;
+        assert_eq!(status, 413);
+        assert_eq!(
+            text,
+            "request body too large: 4194304 bytes, the limit is 1048576 bytes\n"
+        );
+    }
+    let sent = h2.send_request(post("/mutate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+    let text = metrics(&running).await;
+    assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="",kind="",decision="too_large"} 3"#), "{text}");
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+/// Sends `body` on a new HTTP/2 stream as flow control allows, while awaiting the answer:
+/// whether the whole body could be sent, and the answer's status and text.
+async fn h2_exchange(ca: &str, addr: SocketAddr, path: &str, body: &[u8]) -> (bool, u16, String) {
+    let tls = Client::new(ca, b"h2", None).tls(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let request = axum::http::Request::post(format!("https://127.0.0.1{path}"))
+        .header("content-length", body.len())
+        .body(())
+        .unwrap();
+    let (response, mut stream) = client.send_request(request, false).unwrap();
+    let send = async {
+        let mut sent = 0;
+        while sent < body.len() {
+            stream.reserve_capacity(body.len() - sent);
+            let capacity = match futures::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                Some(Ok(n)) => n,
+                _ => return false,
+            };
+            let end = (sent + capacity).min(body.len());
+            let chunk = Bytes::copy_from_slice(&body[sent..end]);
+            if stream.send_data(chunk, end == body.len()).is_err() {
+                return false;
+            }
+            sent = end;
+        }
+        true
+    };
+    let answer = async {
+        let response = response.await.unwrap();
+        let status = response.status().as_u16();
+        let mut data = response.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = data.data().await {
+            let chunk = chunk.unwrap();
+            data.flow_control().release_capacity(chunk.len()).unwrap();
+            text.extend_from_slice(&chunk);
+        }
+        (status, String::from_utf8_lossy(&text).into_owned())
+    };
+    let (sent_all, (status, text)) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(send, answer)
+    })
+    .await
+    .unwrap();
+    (sent_all, status, text)
+}
+
+#[tokio::test]
+async fn http2_reads_a_body_within_the_limit_before_answering_an_unknown_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_body_bytes: MIB,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    // More than the stream window (256 KiB): the client is still sending when a server that
+    // does not read would answer, and its stream would be reset.
+    let (sent_all, status, text) =
+        h2_exchange(&ca, running.addr, "/nope", &[b'x'; 700 * 1024]).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(sent_all, "the stream was reset before the body was sent");
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_new_connections_wait_for_one_to_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    let (mut a, _) = client.http1(running.addr).await;
+    let (mut b, _) = client.http1(running.addr).await;
+    for sender in [&mut a, &mut b] {
+        assert_eq!(
+            send1(sender, "/mutate", review("pod-create-mapped.json"))
+                .await
+                .0,
+            200
+        );
+    }
+    wait_for_metric(&running, "poolguard_connections 2\n").await;
+    let addr = running.addr;
+    let mut third = tokio::spawn(async move {
+        let (mut c, _) = Client::new(&ca, b"http/1.1", None).http1(addr).await;
+        send1(&mut c, "/mutate", review("pod-create-mapped.json"))
+            .await
+            .0
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut third)
+            .await
+            .is_err(),
+        "a third connection was served while two were open"
+    );
+    drop(a);
+    let status = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the third connection was not served after one closed")
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        send1(&mut b, "/mutate", review("pod-create-mapped.json"))
+            .await
+            .0,
+        200
+    );
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    for alpn in [&b"h2"[..], b"http/1.1"] {
+        let tls = Client::new(&ca, alpn, None)
+            .tls(running.addr)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let status = if alpn == b"h2" {
+            let (mut sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .unwrap();
+            let conn = tokio::spawn(conn);
+            let sent = sender.send_request(post("/mutate", review("pod-create-mapped.json")));
+            let status = read(sent.await.unwrap()).await.0;
+            let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            assert!(ended.is_ok(), "the idle HTTP/2 connection is still open");
+            status
+        } else {
+            let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.unwrap();
+            let conn = tokio::spawn(conn);
+            let status = send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
+                .await
+                .0;
+            let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            assert!(ended.is_ok(), "the idle HTTP/1.1 connection is still open");
+            status
+        };
+        assert_eq!(status, 200);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+// HTTP/2 frames written and read by hand, to see the server's SETTINGS and to send what no
+// well-behaved client library sends.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const SETTINGS: u8 = 0x4;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    out.extend([kind, flags]);
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
+/// The next frame as (type, flags, stream, payload); `None` at the end of the connection.
+async fn read_frame<S: tokio::io::AsyncRead + Unpin>(io: &mut S) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    io.read_exact(&mut head).await.ok()?;
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; length];
+    io.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+#[tokio::test]
+async fn http2_settings_advertise_the_stream_window_and_header_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        http2_max_concurrent_streams: 7,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let mut tls = Client::new(&ca, b"h2", None)
+        .tls(running.addr)
+        .await
+        .unwrap();
+    tls.write_all(PREFACE).await.unwrap();
+    tls.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut settings = std::collections::BTreeMap::new();
+    let mut connection_window = None;
+    for _ in 0..10 {
+        let (kind, flags, stream, payload) =
+            tokio::time::timeout(Duration::from_secs(5), read_frame(&mut tls))
+                .await
+                .unwrap()
+                .expect("the connection ended");
+        match kind {
+            SETTINGS if flags & 1 == 0 => {
+                for pair in payload.chunks(6) {
+                    settings.insert(u16::from_be_bytes([pair[0], pair[1]]), u32_at(pair, 2));
+                }
+            }
+            WINDOW_UPDATE if stream == 0 => connection_window = Some(u32_at(&payload, 0)),
+            _ => {}
+        }
+        if !settings.is_empty() && connection_window.is_some() {
+            break;
+        }
+    }
+    // SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE
+    assert_eq!(settings.get(&0x3), Some(&7), "{settings:?}");
+    assert_eq!(settings.get(&0x4), Some(&(256 * 1024)), "{settings:?}");
+    assert_eq!(settings.get(&0x6), Some(&(32 * 1024)), "{settings:?}");
+    // The connection window grows from the protocol's 65,535 bytes to 1 MiB.
+    assert_eq!(connection_window, Some(1024 * 1024 - 65_535));
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_rapid_reset_flood_ends_its_connection_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, ca) = start_limited(dir.path(), example_rules(), Limits::default()).await;
+    let mut steady = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let sent = steady.send_request(post("/mutate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+
+    // 500 streams, each opened (POST / with no body yet) and reset at once, in one write.
+    let mut flood = Client::new(&ca, b"h2", None)
+        .tls(running.addr)
+        .await
+        .unwrap();
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[]));
+    for i in 0..500u32 {
+        let stream = 2 * i + 1;
+        // HPACK static table: :method POST, :scheme https, :path /
+        bytes.extend(frame(HEADERS, 0x4, stream, &[0x83, 0x87, 0x84]));
+        bytes.extend(frame(RST_STREAM, 0, stream, &8u32.to_be_bytes()));
+    }
+    flood.write_all(&bytes).await.unwrap();
+    flood.flush().await.unwrap();
+    let goaway = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some((kind, _, _, payload)) = read_frame(&mut flood).await {
+            if kind == GOAWAY {
+                return Some(u32_at(&payload, 4));
+            }
+        }
+        None
+    })
+    .await
+    .expect("no GOAWAY within 5 s");
+    assert_eq!(goaway, Some(0xb), "GOAWAY with ENHANCE_YOUR_CALM");
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while read_frame(&mut flood).await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the flooding connection stayed open");
+
+    // The other connection, and new ones, are served.
+    let sent = steady.send_request(post("/mutate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+    let mut fresh = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    let sent = fresh.send_request(post("/validate", review("pod-create-mapped.json")));
+    assert_eq!(read(sent.await.unwrap()).await.0, 200);
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
 }

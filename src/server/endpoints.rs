@@ -5,24 +5,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::body::BodyDataStream;
+use axum::extract::{Request as HttpRequest, State};
+use axum::http::{header, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use poolguard_core::admission::{self, Decision, Request};
-use poolguard_core::config::OnError;
+use poolguard_core::admission::{self, Decision, Operation, Request};
+use poolguard_core::config::{Config, OnError};
 use poolguard_core::placement::Labels;
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Webhook};
 
-use super::metrics::{InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels};
+use super::body::{self, Refusal};
+use super::limits::{Gates, Limits, NoSlot};
+use super::metrics::{
+    kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
+};
 use crate::namespaces::Namespaces;
-
-/// Largest AdmissionReview accepted; larger bodies get 413.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// What the request handlers share.
 pub struct ServerState {
@@ -32,26 +33,71 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// Per-request deadline; past it, `evaluation.onError` decides.
     pub deadline: Duration,
+    /// The limits and their counters.
+    pub gates: Gates,
+}
+
+impl ServerState {
+    pub fn new(
+        rules: RuleSet,
+        namespaces: Namespaces,
+        metrics: Arc<Metrics>,
+        deadline: Duration,
+        limits: Limits,
+    ) -> ServerState {
+        ServerState {
+            rules: ArcSwap::from_pointee(rules),
+            namespaces,
+            metrics,
+            deadline,
+            gates: Gates::new(limits),
+        }
+    }
 }
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
         .route(
             "/mutate",
-            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Mutate, b)),
+            post(|s: State<Arc<ServerState>>, r: HttpRequest| handle(s, Webhook::Mutate, r))
+                .fallback(not_allowed),
         )
         .route(
             "/validate",
-            post(|s: State<Arc<ServerState>>, b: Bytes| handle(s, Webhook::Validate, b)),
+            post(|s: State<Arc<ServerState>>, r: HttpRequest| handle(s, Webhook::Validate, r))
+                .fallback(not_allowed),
         )
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                "not found: poolguard serves POST /mutate and POST /validate\n",
-            )
-        })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(not_found)
         .with_state(app)
+}
+
+/// Unknown paths get 404 once their body has been read (and dropped) or given up on, so an
+/// HTTP/2 client gets the answer rather than a reset stream.
+async fn not_found(State(app): State<Arc<ServerState>>, request: HttpRequest) -> Response {
+    let text = "not found: poolguard serves POST /mutate and POST /validate\n";
+    without_body(&app, request, StatusCode::NOT_FOUND, text).await
+}
+
+async fn not_allowed(State(app): State<Arc<ServerState>>, request: HttpRequest) -> Response {
+    let text = "method not allowed: poolguard serves POST /mutate and POST /validate\n";
+    let mut response = without_body(&app, request, StatusCode::METHOD_NOT_ALLOWED, text).await;
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+async fn without_body(
+    app: &ServerState,
+    request: HttpRequest,
+    status: StatusCode,
+    text: &str,
+) -> Response {
+    let version = request.version();
+    let limits = app.gates.limits();
+    let rest = request.into_body().into_data_stream();
+    let unread = body::discard(rest, limits.max_body_bytes, limits.body_timeout).await;
+    body::answer(status, text.to_string(), version, unread)
 }
 
 /// Who and what a request is about, for logs and metrics.
@@ -60,12 +106,37 @@ struct Subject {
     namespace: String,
     name: String,
     kind: String,
+    /// [`kind_label`] of the kind.
+    kind_label: &'static str,
     operation: &'static str,
 }
 
-async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Bytes) -> Response {
+async fn handle(
+    State(app): State<Arc<ServerState>>,
+    webhook: Webhook,
+    request: HttpRequest,
+) -> Response {
+    let version = request.version();
+    let (parts, body) = request.into_parts();
+    let received = match body::receive(&app.gates, &parts.headers, body).await {
+        Ok(received) => received,
+        Err((refusal, unread)) => {
+            return refuse_body(&app, webhook, &refusal, version, unread).await
+        }
+    };
     let started = Instant::now();
-    let review = match admission::parse_review(&body) {
+    let deadline = tokio::time::Instant::from_std(started + app.deadline);
+    // A validating request waits for its evaluation slot before its body is parsed: waiting, it
+    // holds the bytes (counted in the body budget), not the several times larger document.
+    let slot = if webhook.runs_policies() {
+        Some(app.gates.evaluation_slot(deadline).await)
+    } else {
+        None
+    };
+    let parsed = admission::parse_review(&received.bytes);
+    let reservation = received.reservation;
+    drop(received.bytes);
+    let review = match parsed {
         Ok(review) => review,
         Err(e) => return refuse_malformed(&app, webhook, &e),
     };
@@ -78,41 +149,97 @@ async fn handle(State(app): State<Arc<ServerState>>, webhook: Webhook, body: Byt
         namespace: req.namespace.to_string(),
         name: req.object_name(),
         kind: req.kind.to_string(),
+        kind_label: kind_label(req.group, req.kind),
         operation: req.operation.as_str(),
     };
     let rules = app.rules.load_full();
-    let decision = match lookup(&app, &subject.namespace).await {
-        Err(e) => Decision::deny(
-            500,
-            format!(
-                "cannot read the labels of namespace {:?}, so the request is refused: {e}",
-                subject.namespace
+    let decision = match slot {
+        Some(Err(why)) => no_slot(&rules, why, app.deadline),
+        slot => match lookup(&app, &subject.namespace).await {
+            Err(e) => Decision::deny(
+                500,
+                format!(
+                    "cannot read the labels of namespace {:?}, so the request is refused: {e}",
+                    subject.namespace
+                ),
             ),
-        ),
-        // Placement alone is decided right here; a thread hand-off would cost more than it.
-        Ok(labels) if !webhook.runs_policies() => decide(
-            webhook,
-            &req,
-            labels.as_ref(),
-            &rules.config,
-            &rules.policies,
-        ),
-        // Policies run on the blocking pool, so that a slow one holds up no other request and
-        // the deadline can answer for it.
-        Ok(labels) => {
-            let task_rules = rules.clone();
-            let task = tokio::task::spawn_blocking(move || {
-                decide_review(webhook, &review, labels, &task_rules)
-            });
-            match tokio::time::timeout(app.deadline, task).await {
-                Ok(Ok(decision)) => decision,
-                Ok(Err(e)) => Decision::deny(500, format!("internal error while deciding: {e}")),
-                Err(_) => past_deadline(&rules, app.deadline),
-            }
-        }
+            Ok(labels) => match slot {
+                // Policies run on the blocking pool, so that a slow one holds up no other
+                // request and the deadline can answer for it. The evaluation keeps its slot and
+                // the body's reservation until its work stops, which the deadline also bounds
+                // (see `decide_review`).
+                Some(Ok(slot)) => {
+                    let (task_rules, budget) = (rules.clone(), app.deadline);
+                    let task = tokio::task::spawn_blocking(move || {
+                        let _held = (slot, reservation);
+                        decide_review(
+                            webhook,
+                            &review,
+                            labels,
+                            &task_rules,
+                            deadline.into_std(),
+                            budget,
+                        )
+                    });
+                    match tokio::time::timeout_at(deadline, task).await {
+                        Ok(Ok(decision)) => decision,
+                        Ok(Err(e)) => {
+                            Decision::deny(500, format!("internal error while deciding: {e}"))
+                        }
+                        Err(_) => past_deadline(&rules, app.deadline),
+                    }
+                }
+                // Placement alone is decided right here; a thread hand-off would cost more
+                // than it.
+                _ => decide(
+                    webhook,
+                    &req,
+                    labels.as_ref(),
+                    &rules.config,
+                    &rules.policies,
+                ),
+            },
+        },
     };
     record(&app, webhook, &subject, &decision, started);
     Json(admission::respond(&subject.uid, &decision)).into_response()
+}
+
+/// A body that was not read (too large, too slow, over the budget, broken): counted, logged
+/// with its size, and answered with a one-line reason. Over budget, `Retry-After` asks the
+/// client to come back: the API server's client retries a 503 that carries it.
+async fn refuse_body(
+    app: &ServerState,
+    webhook: Webhook,
+    refusal: &Refusal,
+    version: Version,
+    mut unread: Option<BodyDataStream>,
+) -> Response {
+    count(&app.metrics, webhook, "", "", refusal.decision());
+    tracing::warn!(webhook = webhook.as_str(), status = refusal.status().as_u16(), bytes = refusal.bytes(), reason = %refusal, "refused a request body");
+    // HTTP/1.1 can stop a body only by closing the connection, and closing with unread data
+    // may reset it before the client has read the answer: a body of moderate size is read
+    // (and dropped) first. HTTP/2 ends the stream alone, cleanly (see `body::answer`).
+    let limits = app.gates.limits();
+    let moderate = match refusal {
+        Refusal::TooLarge { .. } | Refusal::OverBudget { .. } => refusal
+            .bytes()
+            .is_some_and(|bytes| bytes <= 2 * limits.max_body_bytes as u64),
+        Refusal::TimedOut { .. } | Refusal::Broken(_) => false,
+    };
+    if version < Version::HTTP_2 && moderate {
+        if let Some(rest) = unread {
+            let limit = 2 * limits.max_body_bytes;
+            unread = body::discard(rest, limit, limits.body_timeout).await;
+        }
+    }
+    let mut response = body::answer(refusal.status(), format!("{refusal}\n"), version, unread);
+    if let Refusal::OverBudget { .. } = refusal {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// 400 for a body that is not an AdmissionReview poolguard can read, counted and logged.
@@ -131,23 +258,56 @@ fn refuse_malformed(
 }
 
 /// Decides on the blocking pool, which needs the review owned: the request view is taken again
-/// there (it was checked before, so the error arm is not expected).
+/// there (it was checked before, so the error arm is not expected). Each policy's time limit is
+/// cut to its share of the time left before `deadline`, so that the work stops about when the
+/// answer is given, not when the configured limits run out; work cut short that ends past the
+/// deadline is answered as the deadline answers (the handler may have already).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
     labels: Option<Labels>,
     rules: &RuleSet,
+    deadline: Instant,
+    budget: Duration,
 ) -> Decision {
+    if Instant::now() >= deadline {
+        return past_deadline(rules, budget);
+    }
     match Request::from_value(&review["request"]) {
-        Ok(req) => decide(
-            webhook,
-            &req,
-            labels.as_ref(),
-            &rules.config,
-            &rules.policies,
-        ),
+        Ok(req) => {
+            let cut = within_deadline(&rules.config, rules.policies.len(), req.operation, deadline);
+            let config = cut.as_ref().unwrap_or(&rules.config);
+            let decision = decide(webhook, &req, labels.as_ref(), config, &rules.policies);
+            if cut.is_some() && Instant::now() >= deadline {
+                return past_deadline(rules, budget);
+            }
+            decision
+        }
         Err(e) => Decision::deny(400, e.0),
     }
+}
+
+/// The config with `evaluation.timeoutMillis` lowered to what each policy evaluation may take
+/// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
+/// object and on the old object); `None` when the configured limit is already within that.
+fn within_deadline(
+    config: &Config,
+    policies: usize,
+    operation: Operation,
+    deadline: Instant,
+) -> Option<Config> {
+    let per_object = if operation == Operation::Update { 2 } else { 1 };
+    let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
+    let share = deadline.saturating_duration_since(Instant::now()) / runs;
+    // Rounded up: a policy stopped by its share ends at the deadline, not just before it.
+    let share_ms = u64::try_from(share.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    (share_ms < config.evaluation.timeout_millis).then(|| {
+        let mut cut = config.clone();
+        cut.evaluation.timeout_millis = share_ms;
+        cut
+    })
 }
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
@@ -159,10 +319,33 @@ async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, St
 
 fn past_deadline(rules: &RuleSet, deadline: Duration) -> Decision {
     let ms = deadline.as_millis();
+    on_error(
+        rules,
+        &format!("poolguard did not decide within the {ms} ms deadline"),
+    )
+}
+
+fn no_slot(rules: &RuleSet, why: NoSlot, deadline: Duration) -> Decision {
+    match why {
+        NoSlot::Deadline => past_deadline(rules, deadline),
+        NoSlot::QueueFull { running, waiting } => on_error(
+            rules,
+            &format!("poolguard is busy ({running} policy evaluations running, {waiting} waiting)"),
+        ),
+    }
+}
+
+/// `evaluation.onError` for a request that could not be decided because of `what`.
+fn on_error(rules: &RuleSet, what: &str) -> Decision {
     match rules.config.evaluation.on_error {
-        OnError::Deny => Decision::deny(500, format!("not decided within the {ms} ms deadline, so the request is refused (evaluation.onError: deny)")),
+        OnError::Deny => Decision::deny(
+            500,
+            format!("{what}, so the request is refused (evaluation.onError: deny)"),
+        ),
         OnError::Allow => Decision {
-            warnings: vec![format!("poolguard did not decide within {ms} ms; allowed because evaluation.onError is allow")],
+            warnings: vec![format!(
+                "{what}; allowed because evaluation.onError is allow"
+            )],
             ..Decision::allow()
         },
     }
@@ -188,7 +371,7 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
         (true, None, false) => "warned",
         (true, None, true) => "allowed",
     };
-    count(&app.metrics, webhook, s.operation, &s.kind, outcome);
+    count(&app.metrics, webhook, s.operation, s.kind_label, outcome);
     app.metrics
         .latency
         .get_or_create(&WebhookLabels {

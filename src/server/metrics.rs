@@ -11,9 +11,32 @@ use prometheus_client::registry::Registry;
 pub struct RequestLabels {
     pub webhook: String,
     pub operation: String,
+    /// One of [`KINDS`], or `other`: never the request's own text.
     pub kind: String,
-    /// allowed | patched | denied | warned | invalid
+    /// allowed | patched | denied | warned | invalid | too_large | body_timeout | overloaded
     pub decision: String,
+}
+
+/// The kinds poolguard knows, as (API group, kind): the `kind` label takes only these values,
+/// `other` or the empty string (no readable request), so a client cannot grow the label set.
+pub const KINDS: [(&str, &str); 9] = [
+    ("", "Pod"),
+    ("", "ReplicationController"),
+    ("", "Namespace"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+    ("batch", "CronJob"),
+];
+
+/// The `kind` label for a request's group and kind.
+pub fn kind_label(group: &str, kind: &str) -> &'static str {
+    KINDS
+        .iter()
+        .find(|(g, k)| *g == group && *k == kind)
+        .map_or("other", |(_, k)| k)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +75,10 @@ pub struct Metrics {
     pub infringements: Family<InfringementLabels, Counter>,
     pub reloads: Family<ReloadLabels, Counter>,
     pub namespace_cache_size: Gauge,
+    pub evaluations_running: Gauge,
+    pub evaluations_waiting: Gauge,
+    pub body_bytes_reserved: Gauge,
+    pub connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -104,6 +131,31 @@ impl Metrics {
             "Namespaces known to the namespace cache",
             namespace_cache_size.clone(),
         );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let evaluations_running = gauge(
+            &mut registry,
+            "evaluations_running",
+            "Policy evaluations holding a slot (their work has not stopped yet)",
+        );
+        let evaluations_waiting = gauge(
+            &mut registry,
+            "evaluations_waiting",
+            "Validating requests waiting for an evaluation slot",
+        );
+        let body_bytes_reserved = gauge(
+            &mut registry,
+            "request_body_bytes_reserved",
+            "Bytes of the request body budget held by requests in flight",
+        );
+        let connections = gauge(
+            &mut registry,
+            "connections",
+            "Open HTTPS connections, TLS handshakes included",
+        );
         Metrics {
             registry,
             requests,
@@ -112,6 +164,10 @@ impl Metrics {
             infringements,
             reloads,
             namespace_cache_size,
+            evaluations_running,
+            evaluations_waiting,
+            body_bytes_reserved,
+            connections,
         }
     }
 
@@ -159,5 +215,14 @@ mod tests {
         );
         assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
         assert!(text.contains("poolguard_namespace_cache_size 3"), "{text}");
+    }
+
+    #[test]
+    fn kind_labels_come_from_a_closed_set() {
+        assert_eq!(kind_label("apps", "Deployment"), "Deployment");
+        assert_eq!(kind_label("", "Pod"), "Pod");
+        assert_eq!(kind_label("batch", "CronJob"), "CronJob");
+        assert_eq!(kind_label("example.com", "Deployment"), "other");
+        assert_eq!(kind_label("", &"K".repeat(100_000)), "other");
     }
 }

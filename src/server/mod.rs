@@ -20,12 +20,15 @@ use crate::cluster::namespace_cache::ClusterNamespaces;
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
 use endpoints::ServerState;
+pub use limits::Limits;
 use metrics::Metrics;
 use poolguard_core::namespaces::parse_file_text;
 use tls::TlsFiles;
 
+pub mod body;
 pub mod connections;
 pub mod endpoints;
+pub mod limits;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
@@ -87,8 +90,14 @@ impl Running {
     }
 }
 
-/// Loads everything and starts listening; errors here are configuration errors.
+/// Loads everything and starts listening with the default [`Limits`]; errors here are
+/// configuration errors.
 pub async fn start(opts: Options) -> Result<Running> {
+    start_with(opts, Limits::default()).await
+}
+
+/// [`start`] with the given limits.
+pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let (tls, tls_files) = match (&opts.manage_certs, &opts.tls, opts.dev) {
         (Some(managed), _, _) => (
@@ -105,12 +114,14 @@ pub async fn start(opts: Options) -> Result<Running> {
     let rules = opts.sources.load()?;
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
     let namespaces = namespace_source(&opts).await?;
-    let app = Arc::new(ServerState {
-        rules: ArcSwap::from_pointee(rules),
+    tracing::info!(?limits, "limits");
+    let app = Arc::new(ServerState::new(
+        rules,
         namespaces,
-        metrics: metrics.clone(),
-        deadline: opts.deadline,
-    });
+        metrics.clone(),
+        opts.deadline,
+        limits.clone(),
+    ));
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref(), &tls, &app),
         metrics,
@@ -131,6 +142,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     let router = endpoints::router(app.clone());
     let stop = shutdown.clone();
     let drain = opts.drain;
+    let connection_cap = app.gates.connections();
     let task = tokio::spawn(async move {
         let ops_stop = CancellationToken::new();
         let ops_done = ops_stop.clone();
@@ -139,7 +151,9 @@ pub async fn start(opts: Options) -> Result<Running> {
                 .with_graceful_shutdown(async move { ops_done.cancelled().await })
                 .await
         });
-        let served = connections::serve_tls(listener, tls, router, stop, drain).await;
+        let served =
+            connections::serve_tls(listener, tls, router, stop, drain, &limits, connection_cap)
+                .await;
         ops_stop.cancel();
         ops.await
             .context("the operations server task failed")?
@@ -156,9 +170,15 @@ pub async fn start(opts: Options) -> Result<Running> {
     })
 }
 
-/// Starts, then runs until SIGTERM or Ctrl-C, then drains and returns.
+/// Starts with the default [`Limits`], then runs until SIGTERM or Ctrl-C, then drains and
+/// returns.
 pub async fn run(opts: Options) -> Result<()> {
-    let running = start(opts).await?;
+    run_with(opts, Limits::default()).await
+}
+
+/// [`run`] with the given limits.
+pub async fn run_with(opts: Options, limits: Limits) -> Result<()> {
+    let running = start_with(opts, limits).await?;
     let shutdown = running.shutdown.clone();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

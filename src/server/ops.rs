@@ -32,9 +32,15 @@ async fn readyz(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
-    app.metrics
-        .namespace_cache_size
-        .set(app.namespaces.len() as i64);
+    let (m, gates) = (&app.metrics, &app.gates);
+    m.namespace_cache_size.set(app.namespaces.len() as i64);
+    m.evaluations_running
+        .set(gates.evaluations_running() as i64);
+    m.evaluations_waiting
+        .set(gates.evaluations_waiting() as i64);
+    m.body_bytes_reserved
+        .set(gates.body_bytes_reserved() as i64);
+    m.connections.set(gates.connections_open() as i64);
     (
         [(
             header::CONTENT_TYPE,

@@ -1,0 +1,255 @@
+//! The bounds on what clients can make poolguard hold: body sizes and the bytes of all bodies in
+//! flight, policy evaluations running and waiting, connections, and the time each may take.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+const MIB: usize = 1024 * 1024;
+
+/// Settings of the limits; [`Limits::default`] is what `serve` uses unless told otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest AdmissionReview accepted (413 above it). The API server stores objects of up to
+    /// 1.5 MiB (etcd's request limit, protobuf-encoded); an UPDATE review carries the object and
+    /// the old object as JSON, managed fields included, which comes to about 6 MiB for an object
+    /// at that limit.
+    pub max_body_bytes: usize,
+    /// Bytes of request bodies all requests together may hold at once: a request reserves its
+    /// `Content-Length` (or, without one, each chunk as it arrives) before reading, and keeps the
+    /// reservation until it is answered; past the budget the answer is 503 with `Retry-After`.
+    pub body_budget_bytes: usize,
+    /// Time a request's body gets to arrive in full (408 after it).
+    pub body_timeout: Duration,
+    /// Policy evaluations (validating decisions) running at once. They are CPU-bound, so more
+    /// than the CPUs adds no throughput, only memory: an evaluation takes about 50 times its
+    /// review's size (24 MB for a 470 KB Deployment). Default: the CPUs, at most 4 (without a
+    /// CPU limit the count is the node's).
+    pub max_evaluations: usize,
+    /// Validating requests that may wait for an evaluation slot; beyond it, or past the deadline
+    /// while waiting, `evaluation.onError` decides.
+    pub max_queued_evaluations: usize,
+    /// Open HTTPS connections (TLS handshakes included). At the cap, poolguard stops accepting:
+    /// new connections wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY).
+    pub idle_timeout: Duration,
+    /// HTTP/2 streams a client may have open on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_concurrent_streams: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        Limits {
+            max_body_bytes: 8 * MIB,
+            body_budget_bytes: 32 * MIB,
+            body_timeout: Duration::from_secs(10),
+            max_evaluations: cpus,
+            max_queued_evaluations: 64,
+            max_connections: 64,
+            idle_timeout: Duration::from_secs(60),
+            http2_max_concurrent_streams: 100,
+        }
+    }
+}
+
+/// The shared counters behind [`Limits`].
+pub struct Gates {
+    limits: Limits,
+    body_budget: Arc<Semaphore>,
+    evaluations: Arc<Semaphore>,
+    waiting: Arc<AtomicUsize>,
+    connections: Arc<Semaphore>,
+}
+
+/// Why a validating request got no evaluation slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoSlot {
+    /// Every slot was taken and the wait queue was full.
+    QueueFull { running: usize, waiting: usize },
+    /// The deadline passed while waiting.
+    Deadline,
+}
+
+/// Bytes of the body budget held by one request; given back when dropped.
+pub struct Reservation {
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Reservation {
+    /// Adds `bytes` to the reservation if the budget has them now.
+    pub fn grow(&mut self, gates: &Gates, bytes: usize) -> bool {
+        let Some(more) = gates.try_reserve(bytes) else {
+            return false;
+        };
+        match (&mut self.permit, more.permit) {
+            (Some(held), Some(more)) => held.merge(more),
+            (held @ None, more) => *held = more,
+            (Some(_), None) => {}
+        }
+        true
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+}
+
+impl Gates {
+    pub fn new(limits: Limits) -> Gates {
+        let permits = |n: usize| Arc::new(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS)));
+        Gates {
+            body_budget: permits(limits.body_budget_bytes),
+            evaluations: permits(limits.max_evaluations),
+            waiting: Arc::new(AtomicUsize::new(0)),
+            connections: permits(limits.max_connections),
+            limits,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// An empty reservation, to [`Reservation::grow`] as chunks arrive.
+    pub fn nothing_reserved(&self) -> Reservation {
+        Reservation { permit: None }
+    }
+
+    /// `bytes` of the body budget, if they are free now (no waiting: a request over budget is
+    /// answered at once, and its client retries).
+    pub fn try_reserve(&self, bytes: usize) -> Option<Reservation> {
+        if bytes == 0 {
+            return Some(self.nothing_reserved());
+        }
+        let n = u32::try_from(bytes).ok()?;
+        let permit = self.body_budget.clone().try_acquire_many_owned(n).ok()?;
+        Some(Reservation {
+            permit: Some(permit),
+        })
+    }
+
+    /// Body bytes reserved by requests in flight.
+    pub fn body_bytes_reserved(&self) -> usize {
+        self.limits
+            .body_budget_bytes
+            .saturating_sub(self.body_budget.available_permits())
+    }
+
+    /// An evaluation slot, waiting in the bounded queue until `deadline` at most. The slot is
+    /// held until the permit is dropped, which the evaluation does when its work has stopped.
+    pub async fn evaluation_slot(&self, deadline: Instant) -> Result<OwnedSemaphorePermit, NoSlot> {
+        if let Ok(permit) = self.evaluations.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leave = Leave(&self.waiting);
+        if queued >= self.limits.max_queued_evaluations {
+            return Err(NoSlot::QueueFull {
+                running: self.evaluations_running(),
+                waiting: queued,
+            });
+        }
+        match tokio::time::timeout_at(deadline, self.evaluations.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(NoSlot::Deadline),
+        }
+    }
+
+    pub fn evaluations_running(&self) -> usize {
+        self.limits
+            .max_evaluations
+            .saturating_sub(self.evaluations.available_permits())
+    }
+
+    pub fn evaluations_waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// The connection cap, for the accept loop.
+    pub fn connections(&self) -> Arc<Semaphore> {
+        self.connections.clone()
+    }
+
+    pub fn connections_open(&self) -> usize {
+        self.limits
+            .max_connections
+            .saturating_sub(self.connections.available_permits())
+    }
+}
+
+/// Leaves the wait queue when dropped (also when the waiting request is abandoned).
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Limits {
+        Limits {
+            body_budget_bytes: 100,
+            max_evaluations: 1,
+            max_queued_evaluations: 1,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn the_body_budget_is_shared_and_given_back() {
+        let gates = Gates::new(small());
+        let a = gates.try_reserve(60).unwrap();
+        assert!(gates.try_reserve(41).is_none());
+        let mut b = gates.try_reserve(40).unwrap();
+        assert_eq!(gates.body_bytes_reserved(), 100);
+        assert!(!b.grow(&gates, 1));
+        drop(a);
+        assert!(b.grow(&gates, 10));
+        assert_eq!(b.bytes(), 50);
+        let mut c = gates.nothing_reserved();
+        assert!(c.grow(&gates, 50));
+        assert_eq!(gates.body_bytes_reserved(), 100);
+        drop((b, c));
+        assert_eq!(gates.body_bytes_reserved(), 0);
+        assert!(gates.try_reserve(usize::MAX).is_none());
+    }
+
+    #[tokio::test]
+    async fn evaluation_slots_queue_up_to_the_bound_and_the_deadline() {
+        let gates = Gates::new(small());
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let held = gates.evaluation_slot(soon()).await.unwrap();
+        assert_eq!(gates.evaluations_running(), 1);
+        // One may wait; it gives up at its deadline.
+        assert_eq!(
+            gates.evaluation_slot(soon()).await.unwrap_err(),
+            NoSlot::Deadline
+        );
+        assert_eq!(gates.evaluations_waiting(), 0);
+        // With the queue full, the next is turned away at once.
+        let far = Instant::now() + Duration::from_secs(30);
+        let (waiter, refused) = tokio::join!(gates.evaluation_slot(far), async {
+            tokio::task::yield_now().await;
+            let refused = gates.evaluation_slot(far).await;
+            drop(held);
+            refused
+        });
+        assert_eq!(
+            refused.unwrap_err(),
+            NoSlot::QueueFull {
+                running: 1,
+                waiting: 1
+            }
+        );
+        assert!(waiter.is_ok(), "the waiter gets the slot once it is free");
+    }
+}
