@@ -62,6 +62,7 @@ cases=(
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
     "policies|-f ${chart}/ci/policies-values.yaml"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
+    "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
 
@@ -131,6 +132,8 @@ refuse "unknown config key" "'namespaceLabels' not allowed" --set config.namespa
 refuse "bad enforcement" "/allowedrepositories/enforcement" --set config.policies.allowedrepositories.enforcement=block
 refuse "timeout too large" "/webhook/timeoutSeconds" --set webhook.timeoutSeconds=31
 refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failurePolicy=Retry
+refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
+refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
 
 # The chart README documents every value the schema knows (one table row per key).
@@ -187,13 +190,24 @@ for name in names:
             check("helm.sh/resource-policy" not in ann, f"{kind} must not be kept on uninstall")
             for wh in cfg["webhooks"]:
                 cc = wh["clientConfig"]
-                check(cc["service"]["namespace"] == namespace, f"{kind} service namespace")
+                path = "/mutate" if kind.startswith("Mutating") else "/validate"
+                if name == "url":
+                    check(cc.get("url") == f"https://127.0.0.1:8443{path}" and "service" not in cc,
+                          f"{kind} with webhook.url calls https://127.0.0.1:8443{path}, not the Service")
+                    check(wh["namespaceSelector"].get("matchLabels") == {"poolguard-bench": "on"},
+                          f"{kind} requires webhook.namespaceMatchLabels")
+                    check({"key": "agentpool", "operator": "Exists"} in wh["namespaceSelector"]["matchExpressions"],
+                          f"{kind} requires the pool label (validating.requireNamespaceLabel)")
+                else:
+                    check("url" not in cc and cc["service"]["namespace"] == namespace
+                          and cc["service"]["path"] == path, f"{kind} calls the Service at {path}")
+                    check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")
                 excluded = [e for e in wh["namespaceSelector"]["matchExpressions"]
                             if e["key"] == "kubernetes.io/metadata.name"]
                 check(excluded and excluded[0]["operator"] == "NotIn"
                       and {namespace, "kube-system"} <= set(excluded[0]["values"]),
                       f"{kind} must exclude {namespace} and kube-system")
-                if name.startswith("provided"):
+                if name.startswith("provided") or name == "url":
                     pem = base64.b64decode(cc.get("caBundle") or "").decode()
                     check(pem.startswith("-----BEGIN CERTIFICATE-----"),
                           f"{kind} needs a caBundle (base64 of the PEM) in mode provided")
