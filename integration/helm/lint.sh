@@ -6,7 +6,7 @@
 #   bash integration/helm/lint.sh            # HELM=/path/to/helm to skip helm.sh
 #
 # Needs python3 with PyYAML (Debian: python3-yaml) and a poolguard binary (POOLGUARD_BIN, else
-# $CARGO_TARGET_DIR or target/, release or debug; `cargo test` builds one); without either it
+# $CARGO_TARGET_DIR or target/, debug or release; `cargo test` builds one); without either it
 # fails at once, since the webhook safety checks and the config load check need them.
 #
 # Rendered manifests are left in ${POOLGUARD_HELM_OUT:-target/helm}/<case>.yaml for inspection.
@@ -27,7 +27,7 @@ python3 -c 'import yaml' 2>/dev/null \
 poolguard="${POOLGUARD_BIN:-}"
 if [[ -z "$poolguard" ]]; then
     target_dir="${CARGO_TARGET_DIR:-target}"
-    for candidate in "${target_dir}/release/poolguard" "${target_dir}/debug/poolguard"; do
+    for candidate in "${target_dir}/debug/poolguard" "${target_dir}/release/poolguard"; do
         [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
     done
 fi
