@@ -8,7 +8,7 @@ ARG RUST_VERSION=1.95
 FROM docker.io/library/rust:${RUST_VERSION}-alpine AS build
 RUN apk add --no-cache musl-dev gcc
 WORKDIR /src
-# The whole workspace (integration/e2e is a workspace member); .dockerignore keeps target/,
+# The whole workspace (its members live in integration/ and bench/); .dockerignore keeps target/,
 # certs/ and .git out of the context.
 COPY . .
 RUN rustup target add x86_64-unknown-linux-musl \

@@ -6,12 +6,13 @@
 #   POOLGUARD_BIN=path/to/poolguard bench/e2e-latency.sh
 #
 # 1. builds or reuses the control plane (integration/controlplane/build.sh; honours
-#    KUBEBUILDER_ASSETS), poolguard (release; or POOLGUARD_BIN) and the measuring client
-#    (integration/e2e/src/bin/create_latency.rs, release);
+#    KUBEBUILDER_ASSETS), helm (integration/helm/helm.sh, or HELM), poolguard (release; or
+#    POOLGUARD_BIN) and the measuring client (bench/e2e-latency/, binary create_latency, release);
 # 2. starts etcd + kube-apiserver on loopback (no controllers, no scheduler: pods stay unbound,
 #    and the client makes the ServiceAccounts pod admission needs), then `poolguard serve`
-#    against it, and registers bench/e2e/webhooks.yaml (as integration/e2e/manifests/webhooks.yaml,
-#    but only namespaces labelled poolguard-bench=on are sent to poolguard);
+#    against it, and registers the chart's webhook configurations as integration/e2e.sh does
+#    (integration/e2e/webhooks.sh), with webhook.namespaceMatchLabels poolguard-bench=on: only
+#    namespaces that also carry that label are sent to poolguard;
 # 3. the client creates pods one at a time, alternating between a namespace that goes through
 #    poolguard and one that does not (same pool label), then a sanity phase with the webhook
 #    configurations deleted and registered in turn;
@@ -31,6 +32,7 @@
 #   POOLGUARD_BIN        poolguard binary to measure (copied first); default: cargo build --release
 #   CARGO_TARGET_DIR     as for cargo (default target/)
 #   KUBEBUILDER_ASSETS, POOLGUARD_CP_CACHE   where the control-plane binaries come from
+#   HELM                 helm binary that renders the webhook configurations (default: helm.sh's)
 set -euo pipefail
 
 log() { printf '[e2e-latency %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -56,7 +58,7 @@ target_dir="${CARGO_TARGET_DIR:-${root}/target}"
 export CARGO_TARGET_DIR="${target_dir}"
 work="${root}/bench/work/e2e"
 results="${root}/bench/results"
-for cmd in curl base64 sed ss python3 flock; do
+for cmd in curl ss python3 flock; do
     command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
 done
 mkdir -p "${work}" "${results}"
@@ -102,6 +104,8 @@ log "control plane (integration/controlplane/build.sh)"
 cp_bin="$(integration/controlplane/build.sh | tail -n1)"
 k8s_version="$("${cp_bin}/kube-apiserver" --version)"
 log "${k8s_version}"
+HELM="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+export HELM
 
 if [[ -n "${POOLGUARD_BIN:-}" ]]; then
     pg_src="${POOLGUARD_BIN}"
@@ -112,8 +116,8 @@ else
     pg_src="${target_dir}/release/poolguard"
     pg_build="release build"
 fi
-log "measuring client (cargo build --release --locked -p poolguard-e2e --bin create_latency)"
-nice cargo build --release --locked -p poolguard-e2e --bin create_latency
+log "measuring client (cargo build --release --locked -p poolguard-e2e-latency --bin create_latency)"
+nice cargo build --release --locked -p poolguard-e2e-latency --bin create_latency
 # Copies: the originals may be rebuilt while this runs.
 cp -f "${pg_src}" "${work}/poolguard"
 cp -f "${target_dir}/release/create_latency" "${work}/create_latency"
@@ -134,6 +138,7 @@ kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
 
 rm -rf -- "${work}/certs"
 "${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost >/dev/null
+pg_port="" metrics_port="" # set by pick_port (free-port.sh)
 pick_port pg_port
 pick_port metrics_port
 # Started twice: here, and again in step 5 to time a restart with many namespaces.
@@ -160,15 +165,11 @@ start_poolguard
 await_ready
 log "poolguard ready on https://127.0.0.1:${pg_port} (pid ${pg_pid})"
 
-ca_bundle="$(base64 < "${work}/certs/ca.crt" | tr -d '\n')"
-sed -e "s|@MUTATE_URL@|https://127.0.0.1:${pg_port}/mutate|" \
-    -e "s|@VALIDATE_URL@|https://127.0.0.1:${pg_port}/validate|" \
-    -e "s|@CA_BUNDLE@|${ca_bundle}|" \
-    -e "s|@NAMESPACE_LABEL@|${label}|" \
-    bench/e2e/webhooks.yaml > "${work}/webhooks.yaml"
-if grep -n '@[A-Z_]*@' "${work}/webhooks.yaml" | grep -v '^[0-9]*:#'; then
-    die "unsubstituted placeholder in ${work}/webhooks.yaml"
-fi
+# The chart's configurations, as in integration/e2e.sh, but only namespaces that also carry
+# poolguard-bench=on are sent to poolguard: the client labels one of its two namespaces so.
+integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
+    --set-string webhook.namespaceMatchLabels.poolguard-bench=on > "${work}/webhooks.yaml" ||
+    die "rendering the webhook configurations from charts/poolguard failed"
 kubectl apply -f "${work}/webhooks.yaml" >/dev/null
 log "webhooks registered; setup $(since "${t_setup}")s"
 
@@ -177,7 +178,7 @@ load_start="$(loadavg)"
 t_measure="$(now)"
 "${work}/create_latency" --n "${n}" --warmup "${warmup}" \
     --sanity-blocks "${sanity_blocks}" --sanity-pairs "${sanity_pairs}" --pause-ms "${pause_ms}" \
-    --pool "${pool}" --label "${label}" --bench-label poolguard-bench --webhook-configs poolguard-bench \
+    --pool "${pool}" --label "${label}" --bench-label poolguard-bench --webhook-configs poolguard-mutating,poolguard-validating \
     --poolguard-metrics "127.0.0.1:${metrics_port}" --json "${work}/client.json"
 measure_s="$(since "${t_measure}")"
 load_end="$(loadavg)"

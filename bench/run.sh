@@ -47,7 +47,7 @@ trap cleanup EXIT
 # --- build ---------------------------------------------------------------------------------
 log "building poolguard (release) and the load generator"
 cargo build --release --locked --bin poolguard
-cargo build --release --locked --manifest-path "$B/loadgen/Cargo.toml"
+cargo build --release --locked -p poolguard-loadgen
 POOLGUARD=$TARGET/release/poolguard
 LOADGEN=$TARGET/release/poolguard-loadgen
 

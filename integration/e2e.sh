@@ -4,10 +4,11 @@
 #   integration/e2e.sh
 #
 # 1. builds (or reuses) etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-#    (integration/controlplane/build.sh; honours KUBEBUILDER_ASSETS), poolguard and the tests;
+#    (integration/controlplane/build.sh; honours KUBEBUILDER_ASSETS), helm
+#    (integration/helm/helm.sh), poolguard and the tests;
 # 2. starts the control plane with controllers, registers fake Ready nodes for two pools;
 # 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
-#    registers its webhooks (integration/e2e/manifests/webhooks.yaml);
+#    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
 # 4. runs `cargo test -p poolguard-e2e --test e2e`, then the fail-closed test, which stops
 #    poolguard (and starts it again at its end).
 # Everything started is stopped on exit; on failure the work directory (logs) is kept and the
@@ -15,6 +16,7 @@
 #
 # Environment (all optional):
 #   KUBEBUILDER_ASSETS    prebuilt etcd/kube-apiserver/... instead of building them (build.sh)
+#   HELM                  helm binary to use instead of integration/helm/helm.sh's
 #   POOLGUARD_CP_CACHE    where build.sh keeps the control-plane binaries
 #   CARGO_TARGET_DIR      as for cargo; poolguard is taken from its debug/ directory
 #   POOLGUARD_E2E_BIN     use this poolguard binary instead of building one
@@ -36,7 +38,7 @@ IFS=',' read -r -a pools <<< "${pools_csv}"
 ((${#pools[@]} >= 2)) || die "POOLGUARD_E2E_POOLS must name at least two pools (got '${pools_csv}')"
 label=agentpool # namespaceLabel and nodeSelectorKey of integration/e2e/manifests/poolguard-config.yaml
 config="${POOLGUARD_E2E_CONFIG:-integration/e2e/manifests/poolguard-config.yaml}"
-for cmd in curl openssl base64 sed ss; do
+for cmd in curl openssl base64 jq ss; do
     command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
 done
 
@@ -91,6 +93,9 @@ log "building the control plane (integration/controlplane/build.sh)"
 cp_bin="$(integration/controlplane/build.sh | tail -n1)"
 log "Kubernetes: $("${cp_bin}/kube-apiserver" --version)"
 log "etcd: $("${cp_bin}/etcd" --version | head -n1)"
+HELM="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+export HELM
+log "helm: $("${HELM}" version --template '{{.Version}}')"
 
 if [[ -n "${POOLGUARD_E2E_BIN:-}" ]]; then
     poolguard="$(cd "$(dirname "${POOLGUARD_E2E_BIN}")" && pwd)/$(basename "${POOLGUARD_E2E_BIN}")"
@@ -140,6 +145,7 @@ log "cluster: $(since "${t_cluster}")s"
 # --- 3. poolguard and its webhooks --------------------------------------------------
 t_pg="$(now)"
 "${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost
+pg_port="" metrics_port="" # set by pick_port (free-port.sh)
 pick_port pg_port
 pick_port metrics_port
 {
@@ -154,15 +160,8 @@ pick_port metrics_port
 pg_env_written=1
 "${ctl}" start "${work}"
 
-ca_bundle="$(base64 < "${work}/certs/ca.crt" | tr -d '\n')"
-sed -e "s|@MUTATE_ENDPOINT@|url: \"https://127.0.0.1:${pg_port}/mutate\"|" \
-    -e "s|@VALIDATE_ENDPOINT@|url: \"https://127.0.0.1:${pg_port}/validate\"|" \
-    -e "s|@CA_BUNDLE@|${ca_bundle}|" \
-    -e "s|@NAMESPACE_LABEL@|${label}|" \
-    integration/e2e/manifests/webhooks.yaml > "${work}/webhooks.yaml"
-if grep -n '@[A-Z_]*@' "${work}/webhooks.yaml" | grep -v '^[0-9]*:#'; then
-    die "unsubstituted placeholder in ${work}/webhooks.yaml"
-fi
+integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
+    > "${work}/webhooks.yaml" || die "rendering the webhook configurations from charts/poolguard failed"
 kubectl apply -f "${work}/webhooks.yaml"
 
 KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 30 >&2 ||

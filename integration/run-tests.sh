@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite:
-#   1. unit, table, CLI and HTTPS server tests (cargo test);
+#   1. unit, table, CLI and HTTPS server tests (cargo test), and the test client's own tests;
 #   2. the shipped Rego policies' own tests (poolguard policy test);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
 #      (a real helm, built from its Go module when none is installed);
@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo test"
 cargo test --locked
+cargo test --locked -p poolguard-testclient
 echo "== policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 echo "== helm chart"

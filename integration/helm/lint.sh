@@ -5,18 +5,35 @@
 #
 #   bash integration/helm/lint.sh            # HELM=/path/to/helm to skip helm.sh
 #
+# Needs python3 with PyYAML (Debian: python3-yaml) and a poolguard binary (POOLGUARD_BIN, else
+# $CARGO_TARGET_DIR or target/, debug or release; `cargo test` builds one); without either it
+# fails at once, since the webhook safety checks and the config load check need them.
+#
 # Rendered manifests are left in ${POOLGUARD_HELM_OUT:-target/helm}/<case>.yaml for inspection.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 chart=charts/poolguard
 out="${POOLGUARD_HELM_OUT:-target/helm}"
-helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 release=poolguard
 namespace="poolguard-system"
 
 log() { printf '[helm-lint] %s\n' "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
+
+# Prerequisites first: a check that cannot run is a failure, not a skip.
+python3 -c 'import yaml' 2>/dev/null \
+    || die "python3 with PyYAML is required (Debian: apt-get install python3-yaml)"
+poolguard="${POOLGUARD_BIN:-}"
+if [[ -z "$poolguard" ]]; then
+    target_dir="${CARGO_TARGET_DIR:-target}"
+    for candidate in "${target_dir}/debug/poolguard" "${target_dir}/release/poolguard"; do
+        [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
+    done
+fi
+[[ -n "$poolguard" && -x "$poolguard" ]] \
+    || die "no poolguard binary (set POOLGUARD_BIN or build one: cargo build --bin poolguard)"
+helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 
 log "helm: ${helm} ($("$helm" version --short 2>/dev/null || true))"
 mkdir -p "$out"
@@ -45,6 +62,7 @@ cases=(
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
     "policies|-f ${chart}/ci/policies-values.yaml"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
+    "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
 
@@ -114,11 +132,12 @@ refuse "unknown config key" "'namespaceLabels' not allowed" --set config.namespa
 refuse "bad enforcement" "/allowedrepositories/enforcement" --set config.policies.allowedrepositories.enforcement=block
 refuse "timeout too large" "/webhook/timeoutSeconds" --set webhook.timeoutSeconds=31
 refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failurePolicy=Retry
+refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
+refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
 
 # The chart README documents every value the schema knows (one table row per key).
-if command -v python3 >/dev/null; then
-    if python3 - "$chart" <<'PY'; then
+if python3 - "$chart" <<'PY'; then
 import json, sys
 chart = sys.argv[1]
 schema = json.load(open(f"{chart}/values.schema.json"))
@@ -139,15 +158,13 @@ for k in missing:
 print(f"[helm-lint] README documents {len(keys) - len(missing)}/{len(keys)} values", file=sys.stderr)
 sys.exit(1 if missing else 0)
 PY
-        passed=$((passed + 1))
-    else
-        failures=$((failures + 1))
-    fi
+    passed=$((passed + 1))
+else
+    failures=$((failures + 1))
 fi
 
 # Every rendered document parses as YAML, and the webhook safety properties hold.
-if python3 -c 'import yaml' 2>/dev/null; then
-    if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
+if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
 import base64, os, sys, yaml
 out, namespace, chart, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 errors = []
@@ -173,13 +190,24 @@ for name in names:
             check("helm.sh/resource-policy" not in ann, f"{kind} must not be kept on uninstall")
             for wh in cfg["webhooks"]:
                 cc = wh["clientConfig"]
-                check(cc["service"]["namespace"] == namespace, f"{kind} service namespace")
+                path = "/mutate" if kind.startswith("Mutating") else "/validate"
+                if name == "url":
+                    check(cc.get("url") == f"https://127.0.0.1:8443{path}" and "service" not in cc,
+                          f"{kind} with webhook.url calls https://127.0.0.1:8443{path}, not the Service")
+                    check(wh["namespaceSelector"].get("matchLabels") == {"poolguard-bench": "on"},
+                          f"{kind} requires webhook.namespaceMatchLabels")
+                    check({"key": "agentpool", "operator": "Exists"} in wh["namespaceSelector"]["matchExpressions"],
+                          f"{kind} requires the pool label (validating.requireNamespaceLabel)")
+                else:
+                    check("url" not in cc and cc["service"]["namespace"] == namespace
+                          and cc["service"]["path"] == path, f"{kind} calls the Service at {path}")
+                    check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")
                 excluded = [e for e in wh["namespaceSelector"]["matchExpressions"]
                             if e["key"] == "kubernetes.io/metadata.name"]
                 check(excluded and excluded[0]["operator"] == "NotIn"
                       and {namespace, "kube-system"} <= set(excluded[0]["values"]),
                       f"{kind} must exclude {namespace} and kube-system")
-                if name.startswith("provided"):
+                if name.startswith("provided") or name == "url":
                     pem = base64.b64decode(cc.get("caBundle") or "").decode()
                     check(pem.startswith("-----BEGIN CERTIFICATE-----"),
                           f"{kind} needs a caBundle (base64 of the PEM) in mode provided")
@@ -227,44 +255,30 @@ for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
+    passed=$((passed + 1))
+else
+    failures=$((failures + 1))
+fi
+
+# The rendered config and policies load in poolguard itself (unknown keys, policy names,
+# declared inputs, Rego compilation).
+for c in "${cases[@]}"; do
+    name="${c%%|*}"
+    d="${out}/${name}.d"
+    if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
+            --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+            --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
+        log "poolguard loads ${name}: ok"
+        passed=$((passed + 1))
+    elif [[ $? -eq 1 ]]; then
+        log "poolguard loads ${name}: ok (the sample pod is denied by this case's policies)"
         passed=$((passed + 1))
     else
+        printf '%s\n' "$output" >&2
+        log "poolguard loads ${name}: FAILED (${poolguard})"
         failures=$((failures + 1))
     fi
-
-    # The rendered config and policies load in poolguard itself (unknown keys, policy names,
-    # declared inputs, Rego compilation), when a poolguard binary is at hand; building one is the
-    # Rust test suite's job, not this script's.
-    poolguard="${POOLGUARD_BIN:-}"
-    if [[ -z "$poolguard" ]]; then
-        for candidate in target/release/poolguard target/debug/poolguard; do
-            [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
-        done
-    fi
-    if [[ -n "$poolguard" ]]; then
-        for c in "${cases[@]}"; do
-            name="${c%%|*}"
-            d="${out}/${name}.d"
-            if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
-                    --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
-                    --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
-                log "poolguard loads ${name}: ok"
-                passed=$((passed + 1))
-            elif [[ $? -eq 1 ]]; then
-                log "poolguard loads ${name}: ok (the sample pod is denied by this case's policies)"
-                passed=$((passed + 1))
-            else
-                printf '%s\n' "$output" >&2
-                log "poolguard loads ${name}: FAILED (${poolguard})"
-                failures=$((failures + 1))
-            fi
-        done
-    else
-        log "note: no poolguard binary (POOLGUARD_BIN, target/{release,debug}/poolguard); skipping the config load check"
-    fi
-else
-    log "note: python3 with PyYAML not found; skipping the YAML parse check of the rendered output"
-fi
+done
 
 echo "${passed} passed, ${failures} failed"
 if (( failures > 0 )); then

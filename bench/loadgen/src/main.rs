@@ -18,12 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
+use poolguard_testclient::{client_config, post, send1, Body, TlsClient};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -96,7 +92,7 @@ struct Target {
     addr: String,
     host: String,
     path: String,
-    connector: TlsConnector,
+    client: TlsClient,
 }
 
 fn target(args: &Args) -> Result<Target> {
@@ -109,46 +105,24 @@ fn target(args: &Args) -> Result<Target> {
         None => (rest, "/"),
     };
     let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
-    let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca))?;
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert?)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = client_config(&pem, None, &[]).with_context(|| format!("CA file {}", args.ca))?;
     Ok(Target {
         addr: authority.to_string(),
         host: host.to_string(),
         path: path.to_string(),
-        connector: TlsConnector::from(Arc::new(config)),
+        client: TlsClient::new(config, host)?,
     })
 }
 
-async fn connect(t: &Target) -> Result<SendRequest<Full<Bytes>>> {
-    let tcp = TcpStream::connect(&t.addr).await?;
-    tcp.set_nodelay(true)?;
-    let name = ServerName::try_from(t.host.clone())?;
-    let tls = t.connector.connect(name, tcp).await?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
+/// TCP (TCP_NODELAY), TLS, HTTP/1.1.
+async fn connect(t: &Target) -> Result<SendRequest<Body>> {
+    Ok(t.client.http1(t.addr.as_str()).await?.0)
 }
 
 /// Sends one request and reads the whole response; Ok(status).
-async fn send(sender: &mut SendRequest<Full<Bytes>>, t: &Target, body: &Bytes) -> Result<u16> {
-    sender.ready().await?;
-    let req = hyper::Request::post(&t.path)
-        .header("host", &t.host)
-        .header("content-type", "application/json")
-        .body(Full::new(body.clone()))?;
-    let resp = sender.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let _ = resp.into_body().collect().await?;
+async fn send(sender: &mut SendRequest<Body>, t: &Target, body: &Bytes) -> Result<u16> {
+    let (status, _) = send1(sender, post(&t.host, &t.path, body.clone())).await?;
     Ok(status)
 }
 
@@ -173,7 +147,11 @@ async fn run(args: Args) -> Result<()> {
     let bodies: Arc<Vec<Bytes>> = Arc::new(
         args.bodies
             .iter()
-            .map(|p| std::fs::read(p).map(Bytes::from).with_context(|| format!("reading {p}")))
+            .map(|p| {
+                std::fs::read(p)
+                    .map(Bytes::from)
+                    .with_context(|| format!("reading {p}"))
+            })
             .collect::<Result<_>>()?,
     );
     let counts = Arc::new(Counts::default());
@@ -183,7 +161,11 @@ async fn run(args: Args) -> Result<()> {
         Mode::Closed => args.max_requests,
         Mode::Open => ((args.rate * args.duration.as_secs_f64()) as u64).min(args.max_requests),
     };
-    let interval_ns = if args.mode == Mode::Open { 1e9 / args.rate } else { 0.0 };
+    let interval_ns = if args.mode == Mode::Open {
+        1e9 / args.rate
+    } else {
+        0.0
+    };
     let (start_tx, start_rx) = tokio::sync::watch::channel(None::<Instant>);
     let ready = Arc::new(tokio::sync::Barrier::new(n + 1));
     let mut handles = vec![];
@@ -238,7 +220,8 @@ async fn run(args: Args) -> Result<()> {
                         now
                     }
                     Mode::Open => {
-                        let intended = start + Duration::from_nanos((i as f64 * interval_ns) as u64);
+                        let intended =
+                            start + Duration::from_nanos((i as f64 * interval_ns) as u64);
                         let now = Instant::now();
                         if now >= hard_deadline {
                             break;

@@ -95,18 +95,25 @@ encoded here; anything else is taken as already base64-encoded.
 
 {{/*
 clientConfig of a webhook; the argument is a dict with "root" (the chart context) and "path".
+With webhook.url the API server calls <url><path> (a poolguard outside the cluster), otherwise
+the Service.
 In mode self the caBundle field is deliberately absent: poolguard injects it at run time and a
 field helm never rendered is one helm never owns, so `helm upgrade` leaves the injected value
 alone. In mode certManager cert-manager's cainjector owns it (inject-ca-from annotation).
 */}}
 {{- define "poolguard.clientConfig" -}}
 {{- $root := .root -}}
+{{- $path := .path -}}
 clientConfig:
+  {{- with $root.Values.webhook.url }}
+  url: {{ printf "%s%s" (trimSuffix "/" .) $path | quote }}
+  {{- else }}
   service:
     name: {{ include "poolguard.fullname" $root }}
     namespace: {{ $root.Release.Namespace }}
-    path: {{ .path }}
+    path: {{ $path }}
     port: {{ $root.Values.service.port }}
+  {{- end }}
   {{- if eq $root.Values.certificates.mode "provided" }}
   caBundle: {{ include "poolguard.caBundle" $root }}
   {{- end }}

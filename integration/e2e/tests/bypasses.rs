@@ -89,15 +89,24 @@ async fn gated_pods_cannot_move_to_another_pool() {
                 .await
             }
         };
-        env.say(format!("check: the gated pod cannot add {key}={pool2}, even with a forged pool annotation"));
+        env.say(format!(
+            "check: the gated pod cannot add {key}={pool2}, even with a forged pool annotation"
+        ));
         let result = patch(json!({&key: pool2})).await;
-        expect_refused("another pool's selector", result, 403, &["not scheduled yet"])?;
+        expect_refused(
+            "another pool's selector",
+            result,
+            403,
+            &["not scheduled yet"],
+        )?;
         let forged = pods
             .patch(
                 "gated",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"poolguard.io/pool": pool2}},
-                                     "spec": {"nodeSelector": {&key: pool2}}})),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"poolguard.io/pool": pool2}},
+                                     "spec": {"nodeSelector": {&key: pool2}}}),
+                ),
             )
             .await;
         expect_refused("forged annotation", forged, 403, &["not scheduled yet"])?;
@@ -109,9 +118,16 @@ async fn gated_pods_cannot_move_to_another_pool() {
                 &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
             )
             .await;
-        expect_refused("ungating without the pool", ungate, 403, &["not scheduled yet"])?;
+        expect_refused(
+            "ungating without the pool",
+            ungate,
+            403,
+            &["not scheduled yet"],
+        )?;
         env.say(format!("check: adding {key}={pool1} is allowed"));
-        let placed = patch(json!({&key: pool1})).await.context("adding the pool's selector")?;
+        let placed = patch(json!({&key: pool1}))
+            .await
+            .context("adding the pool's selector")?;
         ensure!(node_selector(&placed).get(&key).map(String::as_str) == Some(pool1));
         Ok(())
     })
@@ -121,7 +137,8 @@ async fn gated_pods_cannot_move_to_another_pool() {
 /// A client acting as `user` in `groups` (impersonated by the admin kubeconfig).
 async fn client_as(user: &str, groups: &[&str]) -> Result<Client> {
     let kubeconfig = Kubeconfig::from_env()?.context("KUBECONFIG")?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let mut config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     config.auth_info.impersonate = Some(user.to_string());
     config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
     config.read_timeout = Some(Duration::from_secs(30));

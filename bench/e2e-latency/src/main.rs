@@ -55,14 +55,17 @@ usage: create_latency [options]   (needs KUBECONFIG)
   --selector-key KEY      poolguard's nodeSelectorKey (default: the label)
   --bench-label KEY       namespace label the webhook configurations require to be \"on\"
                           (default poolguard-bench)
-  --webhook-configs NAME  name of both webhook configurations (default poolguard-bench)
+  --webhook-configs M,V   names of the mutating and the validating webhook configuration
+                          (default poolguard-mutating,poolguard-validating: the chart's, for
+                          release poolguard)
   --image IMAGE           container image the config allows (default registry.k8s.io/pause:3.10)
   --activation-timeout S  seconds for webhook configuration changes to take effect (default 30)
   --poolguard-metrics A   poolguard's operations port HOST:PORT (plain HTTP), to report its own
                           handling time
   --json PATH             write the results there";
 
-const UNREGISTERED: &str = "register poolguard's webhooks first (see bench/e2e/webhooks.yaml)";
+const UNREGISTERED: &str =
+    "register poolguard's webhooks first (bench/e2e-latency.sh renders them from charts/poolguard)";
 /// Annotation the mutating webhook sets to the pool it gave the pod.
 const POOL_ANNOTATION: &str = "poolguard.io/pool";
 /// Label of every pod this tool creates (value: the run id), for batch deletion.
@@ -85,7 +88,8 @@ struct Args {
     label: String,
     selector_key: Option<String>,
     bench_label: String,
-    webhook_configs: String,
+    /// Mutating, validating.
+    webhook_configs: (String, String),
     image: String,
     activation_timeout: Duration,
     pause: Duration,
@@ -106,7 +110,7 @@ impl Args {
             label: "agentpool".into(),
             selector_key: None,
             bench_label: "poolguard-bench".into(),
-            webhook_configs: "poolguard-bench".into(),
+            webhook_configs: ("poolguard-mutating".into(), "poolguard-validating".into()),
             image: "registry.k8s.io/pause:3.10".into(),
             activation_timeout: Duration::from_secs(30),
             pause: Duration::ZERO,
@@ -138,7 +142,15 @@ impl Args {
                 "--label" => a.label = non_empty(&flag, value)?,
                 "--selector-key" => a.selector_key = Some(non_empty(&flag, value)?),
                 "--bench-label" => a.bench_label = non_empty(&flag, value)?,
-                "--webhook-configs" => a.webhook_configs = non_empty(&flag, value)?,
+                "--webhook-configs" => {
+                    let (m, v) = value.split_once(',').with_context(|| {
+                        format!("{flag} wants MUTATING,VALIDATING, got {value:?}")
+                    })?;
+                    a.webhook_configs = (
+                        non_empty(&flag, m.to_string())?,
+                        non_empty(&flag, v.to_string())?,
+                    );
+                }
                 "--image" => a.image = non_empty(&flag, value)?,
                 "--activation-timeout" => {
                     a.activation_timeout = Duration::from_secs(positive(&flag, &value)? as u64)
@@ -206,20 +218,23 @@ struct Registrations {
 }
 
 impl Registrations {
-    async fn fetch(client: &Client, name: &str) -> Result<Registrations> {
+    async fn fetch(
+        client: &Client,
+        (mutating, validating): &(String, String),
+    ) -> Result<Registrations> {
         let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .get_opt(name)
+            .get_opt(mutating)
             .await
-            .with_context(|| format!("reading MutatingWebhookConfiguration {name}"))?
+            .with_context(|| format!("reading MutatingWebhookConfiguration {mutating}"))?
             .with_context(|| {
-                format!("there is no MutatingWebhookConfiguration {name}: {UNREGISTERED}")
+                format!("there is no MutatingWebhookConfiguration {mutating}: {UNREGISTERED}")
             })?;
         let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .get_opt(name)
+            .get_opt(validating)
             .await
-            .with_context(|| format!("reading ValidatingWebhookConfiguration {name}"))?
+            .with_context(|| format!("reading ValidatingWebhookConfiguration {validating}"))?
             .with_context(|| {
-                format!("there is no ValidatingWebhookConfiguration {name}: {UNREGISTERED}")
+                format!("there is no ValidatingWebhookConfiguration {validating}: {UNREGISTERED}")
             })?;
         Ok(Registrations {
             mutating: MutatingWebhookConfiguration {
@@ -239,33 +254,38 @@ impl Registrations {
         m.chain(v).cloned().collect()
     }
 
-    fn name(&self) -> String {
-        self.mutating.metadata.name.clone().unwrap_or_default()
+    /// Names of the mutating and the validating configuration.
+    fn names(&self) -> (String, String) {
+        let name = |m: &ObjectMeta| m.name.clone().unwrap_or_default();
+        (
+            name(&self.mutating.metadata),
+            name(&self.validating.metadata),
+        )
     }
 
     async fn delete(&self, client: &Client) -> Result<()> {
-        let name = self.name();
+        let (mutating, validating) = self.names();
         Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .delete(&name, &DeleteParams::default())
+            .delete(&mutating, &DeleteParams::default())
             .await
-            .with_context(|| format!("deleting MutatingWebhookConfiguration {name}"))?;
+            .with_context(|| format!("deleting MutatingWebhookConfiguration {mutating}"))?;
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
-            .delete(&name, &DeleteParams::default())
+            .delete(&validating, &DeleteParams::default())
             .await
-            .with_context(|| format!("deleting ValidatingWebhookConfiguration {name}"))?;
+            .with_context(|| format!("deleting ValidatingWebhookConfiguration {validating}"))?;
         Ok(())
     }
 
     async fn create(&self, client: &Client) -> Result<()> {
-        let name = self.name();
+        let (mutating, validating) = self.names();
         Api::<MutatingWebhookConfiguration>::all(client.clone())
             .create(&PostParams::default(), &self.mutating)
             .await
-            .with_context(|| format!("creating MutatingWebhookConfiguration {name}"))?;
+            .with_context(|| format!("creating MutatingWebhookConfiguration {mutating}"))?;
         Api::<ValidatingWebhookConfiguration>::all(client.clone())
             .create(&PostParams::default(), &self.validating)
             .await
-            .with_context(|| format!("creating ValidatingWebhookConfiguration {name}"))?;
+            .with_context(|| format!("creating ValidatingWebhookConfiguration {validating}"))?;
         Ok(())
     }
 }
