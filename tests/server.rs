@@ -26,24 +26,14 @@ use poolguard::server::metrics::Metrics;
 use poolguard::server::tls::TlsFiles;
 use poolguard::server::{self as serve, Limits, Options, Running};
 use poolguard::sources::{self, Sources};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use poolguard_testclient::{client_config, Identity, TlsClient};
+use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
 const LOCAL: &str = "127.0.0.1:0";
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn pem_certs(pem: &str) -> Vec<CertificateDer<'static>> {
-    CertificateDer::pem_slice_iter(pem.as_bytes())
-        .map(Result::unwrap)
-        .collect()
-}
 
 /// Writes a CA-signed serving bundle for 127.0.0.1 into `dir`.
 fn write_bundle(dir: &Path) -> String {
@@ -53,44 +43,24 @@ fn write_bundle(dir: &Path) -> String {
     bundle.ca_pem
 }
 
-struct Client {
-    config: Arc<rustls::ClientConfig>,
-}
+/// The shared TLS test client, offering one ALPN protocol, connecting to 127.0.0.1.
+struct Client(TlsClient);
 
 impl Client {
     fn new(ca_pem: &str, alpn: &[u8], identity: Option<(String, String)>) -> Client {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in pem_certs(ca_pem) {
-            roots.add(c).unwrap();
-        }
-        let builder = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut config = match identity {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => {
-                let key: PrivateKeyDer = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-                builder
-                    .with_client_auth_cert(pem_certs(&cert), key)
-                    .unwrap()
-            }
-        };
-        config.alpn_protocols = vec![alpn.to_vec()];
-        Client {
-            config: Arc::new(config),
-        }
+        let identity = identity.as_ref().map(|(cert, key)| Identity {
+            cert_pem: cert.as_bytes(),
+            key_pem: key.as_bytes(),
+        });
+        let config = client_config(ca_pem.as_bytes(), identity, &[alpn]).unwrap();
+        Client(TlsClient::new(config, "127.0.0.1").unwrap())
     }
 
     async fn tls(
         &self,
         addr: SocketAddr,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-        let tcp = TcpStream::connect(addr).await?;
-        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
-        connector
-            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-            .await
+        self.0.connect(addr).await
     }
 
     /// An HTTP/1.1 connection, and the certificate the server presented.
@@ -98,32 +68,16 @@ impl Client {
         &self,
         addr: SocketAddr,
     ) -> (http1::SendRequest<Full<Bytes>>, CertificateDer<'static>) {
-        let tls = self.tls(addr).await.unwrap();
-        let cert = tls.get_ref().1.peer_certificates().unwrap()[0]
-            .clone()
-            .into_owned();
-        let (sender, conn) = http1::handshake(TokioIo::new(tls)).await.unwrap();
-        tokio::spawn(conn);
-        (sender, cert)
+        self.0.http1(addr).await.unwrap()
     }
 
     async fn http2(&self, addr: SocketAddr) -> http2::SendRequest<Full<Bytes>> {
-        let tls = self.tls(addr).await.unwrap();
-        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-        let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        sender
+        self.0.http2(addr).await.unwrap()
     }
 }
 
 fn post(path: &str, body: impl Into<Bytes>) -> hyper::Request<Full<Bytes>> {
-    hyper::Request::post(path)
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .body(Full::new(body.into()))
-        .unwrap()
+    poolguard_testclient::post("127.0.0.1", path, body)
 }
 
 async fn read(response: hyper::Response<hyper::body::Incoming>) -> (u16, String) {
@@ -157,6 +111,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         dev: false,
         kubeconfig: None,
         manage_certs: None,
+        limits: Limits::default(),
     }
 }
 
@@ -211,9 +166,12 @@ async fn wait_for_metric(running: &Running, line: &str) {
 /// A server on loopback with `limits`, and the CA its certificate chains to.
 async fn start_limited(dir: &Path, sources: Sources, limits: Limits) -> (Running, String) {
     let ca = write_bundle(dir);
-    let running = serve::start_with(options(files_in(dir), sources), limits)
-        .await
-        .unwrap();
+    let running = serve::start(Options {
+        limits,
+        ..options(files_in(dir), sources)
+    })
+    .await
+    .unwrap();
     (running, ca)
 }
 

@@ -106,6 +106,8 @@ struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, default_value_t = 25, value_name = "SECONDS")]
     drain_seconds: u64,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -151,6 +153,88 @@ struct ServeArgs {
     /// --namespaces-file or --kubeconfig is given.
     #[arg(long)]
     dev: bool,
+}
+
+/// What clients can make `serve` hold (defaults in brackets).
+#[derive(Args)]
+struct LimitArgs {
+    /// Largest AdmissionReview accepted, in bytes; larger ones get 413 (counted and logged)
+    /// [default: 8 MiB: an UPDATE of an object at etcd's 1.5 MiB limit fits]
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Bytes of request bodies all requests may hold at once; past it 503 with Retry-After
+    /// [default: 32 MiB]
+    #[arg(long, value_name = "BYTES")]
+    body_budget_bytes: Option<usize>,
+    /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
+    #[arg(long, value_name = "SECONDS")]
+    body_timeout_seconds: Option<u64>,
+    /// Policy evaluations running at once [default: the CPUs, at most 4]
+    #[arg(long, value_name = "N")]
+    max_evaluations: Option<usize>,
+    /// Validating requests waiting for an evaluation; beyond it evaluation.onError decides
+    /// [default: 64]
+    #[arg(long, value_name = "N")]
+    max_queued_evaluations: Option<usize>,
+    /// Open HTTPS connections; at the cap new ones wait in the listen backlog [default: 64]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Seconds a connection with no request in flight stays open [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout_seconds: Option<u64>,
+    /// HTTP/2 streams one connection may have open [default: 100]
+    #[arg(long, value_name = "N")]
+    http2_max_concurrent_streams: Option<u32>,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Result<serve::Limits> {
+        let d = serve::Limits::default();
+        let secs = std::time::Duration::from_secs;
+        let limits = serve::Limits {
+            max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
+            body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            body_timeout: self.body_timeout_seconds.map_or(d.body_timeout, secs),
+            max_evaluations: self.max_evaluations.unwrap_or(d.max_evaluations),
+            max_queued_evaluations: self
+                .max_queued_evaluations
+                .unwrap_or(d.max_queued_evaluations),
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+            idle_timeout: self.idle_timeout_seconds.map_or(d.idle_timeout, secs),
+            http2_max_concurrent_streams: self
+                .http2_max_concurrent_streams
+                .unwrap_or(d.http2_max_concurrent_streams),
+        };
+        for (flag, value) in [
+            ("--max-body-bytes", limits.max_body_bytes),
+            ("--max-evaluations", limits.max_evaluations),
+            ("--max-connections", limits.max_connections),
+            (
+                "--http2-max-concurrent-streams",
+                limits.http2_max_concurrent_streams as usize,
+            ),
+            (
+                "--body-timeout-seconds",
+                limits.body_timeout.as_secs() as usize,
+            ),
+            (
+                "--idle-timeout-seconds",
+                limits.idle_timeout.as_secs() as usize,
+            ),
+        ] {
+            if value == 0 {
+                anyhow::bail!("{flag} must be at least 1");
+            }
+        }
+        if limits.body_budget_bytes < limits.max_body_bytes {
+            anyhow::bail!(
+                "--body-budget-bytes ({}) must be at least --max-body-bytes ({})",
+                limits.body_budget_bytes,
+                limits.max_body_bytes
+            );
+        }
+        Ok(limits)
+    }
 }
 
 /// The webhook to decide with, as the command line names it.
@@ -280,6 +364,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         drain: std::time::Duration::from_secs(args.drain_seconds),
         dev: args.dev,
         kubeconfig: args.kubeconfig,
+        limits: args.limits.limits()?,
         manage_certs,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -58,6 +58,8 @@ pub struct Options {
     pub kubeconfig: Option<PathBuf>,
     /// Keep the serving certificate in a Secret instead of reading `tls` files.
     pub manage_certs: Option<ManagedCerts>,
+    /// What clients can make the server hold.
+    pub limits: Limits,
 }
 
 /// `--manage-certs`: where the certificate lives and who must trust it.
@@ -90,14 +92,9 @@ impl Running {
     }
 }
 
-/// Loads everything and starts listening with the default [`Limits`]; errors here are
-/// configuration errors.
+/// Loads everything and starts listening; errors here are configuration errors.
 pub async fn start(opts: Options) -> Result<Running> {
-    start_with(opts, Limits::default()).await
-}
-
-/// [`start`] with the given limits.
-pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
+    let limits = opts.limits.clone();
     let metrics = Arc::new(Metrics::new());
     let (tls, tls_files) = match (&opts.manage_certs, &opts.tls, opts.dev) {
         (Some(managed), _, _) => (
@@ -170,15 +167,9 @@ pub async fn start_with(opts: Options, limits: Limits) -> Result<Running> {
     })
 }
 
-/// Starts with the default [`Limits`], then runs until SIGTERM or Ctrl-C, then drains and
-/// returns.
+/// Starts, then runs until SIGTERM or Ctrl-C, then drains and returns.
 pub async fn run(opts: Options) -> Result<()> {
-    run_with(opts, Limits::default()).await
-}
-
-/// [`run`] with the given limits.
-pub async fn run_with(opts: Options, limits: Limits) -> Result<()> {
-    let running = start_with(opts, limits).await?;
+    let running = start(opts).await?;
     let shutdown = running.shutdown.clone();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
