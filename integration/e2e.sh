@@ -9,7 +9,7 @@
 # 2. starts the control plane with controllers, registers fake Ready nodes for two pools;
 # 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
 #    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
-# 4. runs `cargo test -p poolguard-e2e --test e2e`, then the fail-closed test, which stops
+# 4. runs `cargo test -p poolguard-e2e --test e2e` and `--test bypasses`, then the fail-closed test, which stops
 #    poolguard (and starts it again at its end).
 # Everything started is stopped on exit; on failure the work directory (logs) is kept and the
 # tails of the poolguard and kube-apiserver logs are printed. See integration/README.md.
@@ -109,7 +109,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test fail_closed --test cert_renewal --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -181,6 +181,8 @@ for ((run = 1; run <= repeat; run++)); do
     log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
     cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
 done
+log "running tests/bypasses.rs (what a namespace editor might try)"
+cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture
 log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
 POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
 log "running tests/fail_closed.rs (stops poolguard, then starts it again)"

@@ -184,6 +184,10 @@ for name in names:
     def check(cond, msg):
         if not cond:
             errors.append(f"{name}: {msg}")
+    label = "agentpool"
+    for cm in kinds.get("ConfigMap", []):
+        if cm["metadata"]["name"].endswith("-config"):
+            label = (yaml.safe_load(cm["data"]["config.yaml"]) or {}).get("namespaceLabel", label)
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for cfg in kinds.get(kind, []):
             ann = (cfg["metadata"].get("annotations") or {})
@@ -191,6 +195,20 @@ for name in names:
             for wh in cfg["webhooks"]:
                 cc = wh["clientConfig"]
                 path = "/mutate" if kind.startswith("Mutating") else "/validate"
+                if wh["name"] == "pool-authority.poolguard.io":
+                    # Namespaces that carry the pool label before or after the change, whatever
+                    # namespace selector the others have; nothing else.
+                    check(wh["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                                           "resources": ["namespaces"], "scope": "Cluster"}],
+                          "the pool-authority webhook sees Namespace CREATE/UPDATE only")
+                    check(wh["objectSelector"] == {"matchExpressions": [{"key": label, "operator": "Exists"}]},
+                          "the pool-authority webhook selects namespaces that carry the pool label")
+                    check("namespaceSelector" not in wh and wh["failurePolicy"] == "Fail",
+                          "the pool-authority webhook fails closed for every namespace")
+                    continue
+                if kind.startswith("Mutating"):
+                    check({"key": label, "operator": "NotIn", "values": [""]} in wh["namespaceSelector"]["matchExpressions"],
+                          "the mutating webhook skips an empty pool label (no pool)")
                 if name == "url":
                     check(cc.get("url") == f"https://127.0.0.1:8443{path}" and "service" not in cc,
                           f"{kind} with webhook.url calls https://127.0.0.1:8443{path}, not the Service")
@@ -218,6 +236,9 @@ for name in names:
                           f"{kind} inject-ca-from annotation")
     check(len(kinds.get("MutatingWebhookConfiguration", [])) == 1, "one MutatingWebhookConfiguration")
     check(len(kinds.get("ValidatingWebhookConfiguration", [])) == 1, "one ValidatingWebhookConfiguration")
+    authority = [wh for cfg in kinds.get("ValidatingWebhookConfiguration", []) for wh in cfg["webhooks"]
+                 if wh["name"] == "pool-authority.poolguard.io"]
+    check(len(authority) == 1, "the pool-authority webhook is registered by default")
     for dep in kinds.get("Deployment", []):
         c = dep["spec"]["template"]["spec"]["containers"][0]
         check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")
