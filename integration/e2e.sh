@@ -182,7 +182,16 @@ for ((run = 1; run <= repeat; run++)); do
     cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
 done
 log "running tests/bypasses.rs (what a namespace editor might try)"
-cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture
+# The two tests about size run alone first, each with poolguard's peak RSS reset before it
+# (clear_refs 5) and read after it: the memory they cost through the API server.
+pg_pid="$(cat "${work}/poolguard.pid")"
+for t in wide_objects_are_refused_clearly large_storable_objects_are_decided; do
+    echo 5 > "/proc/${pg_pid}/clear_refs"
+    rss_before="$(awk '/VmRSS/ {print $2}' "/proc/${pg_pid}/status")"
+    cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --exact "${t}"
+    log "poolguard RSS during ${t}: peak $(awk '/VmHWM/ {print $2}' "/proc/${pg_pid}/status") kB (${rss_before} kB before)"
+done
+cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
 log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
 POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
 log "running tests/fail_closed.rs (stops poolguard, then starts it again)"

@@ -159,7 +159,7 @@ struct ServeArgs {
 #[derive(Args)]
 struct LimitArgs {
     /// Largest AdmissionReview accepted, in bytes; larger ones get 413 (counted and logged)
-    /// [default: 8 MiB: an UPDATE of an object at etcd's 1.5 MiB limit fits]
+    /// [default: 24 MiB: the UPDATE review of any object the API server can store fits]
     #[arg(long, value_name = "BYTES")]
     max_body_bytes: Option<usize>,
     /// Bytes of request bodies all requests may hold at once; past it 503 with Retry-After

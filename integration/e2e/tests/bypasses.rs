@@ -221,20 +221,28 @@ async fn wide_objects_are_refused_clearly() {
     .await;
 }
 
-/// An object as large as the API server stores (here ~800 KB of annotations) is decided, on
-/// CREATE and on UPDATE (whose review carries it twice), not refused for its size.
+/// An object as large as the API server stores is decided, on CREATE and on UPDATE (whose review
+/// carries it twice), not refused for its size. Its template carries 1,100 environment variables
+/// of 1 KB of `<`, which the API server stores as 1.1 MB but writes into the AdmissionReview as
+/// `\u003c` (JSON escaping of HTML characters): six times as many bytes, the largest review a
+/// storable object makes.
 #[tokio::test]
 async fn large_storable_objects_are_decided() {
     run("large_storable_objects_are_decided", |env| async move {
         let ns = env.namespace("large", Some(env.pool1())).await?;
-        let mut deployment = serde_json::to_value(env.deployment("large", &env.allowed_image, 0, None)?)?;
-        let filler: String = "x".repeat(800 * 1024);
-        deployment["metadata"]["annotations"] = json!({"example.com/filler": filler});
-        env.say("check: an 800 KB Deployment is created");
+        let large = |name: &str, image: &str| -> Result<Deployment> {
+            let mut d = serde_json::to_value(env.deployment(name, image, 0, None)?)?;
+            let vars: Vec<Value> = (0..1100)
+                .map(|i| json!({"name": format!("FILLER_{i}"), "value": "<".repeat(1024)}))
+                .collect();
+            d["spec"]["template"]["spec"]["containers"][0]["env"] = Value::Array(vars);
+            from_json(d)
+        };
+        env.say("check: a 1.1 MB Deployment (review ~7 MB) is created");
         let api = env.deployments(&ns);
-        api.create(&PostParams::default(), &from_json(deployment)?)
+        api.create(&PostParams::default(), &large("large", &env.allowed_image)?)
             .await
-            .context("creating an 800 KB Deployment")?;
+            .context("creating a 1.1 MB Deployment")?;
         env.say("check: and labelled (an UPDATE whose review holds it twice)");
         api.patch(
             "large",
@@ -242,11 +250,11 @@ async fn large_storable_objects_are_decided() {
             &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
         )
         .await
-        .context("labelling the 800 KB Deployment")?;
-        env.say("check: an 800 KB Deployment with a disallowed image is still refused (not let through for its size)");
-        let mut bad = serde_json::to_value(env.deployment("large-bad", &env.denied_image, 0, None)?)?;
-        bad["metadata"]["annotations"] = json!({"example.com/filler": "y".repeat(800 * 1024)});
-        let result = api.create(&PostParams::default(), &from_json(bad)?).await;
+        .context("labelling the 1.1 MB Deployment")?;
+        env.say("check: a 1.1 MB Deployment with a disallowed image is refused, not let through for its size");
+        let result = api
+            .create(&PostParams::default(), &large("large-bad", &env.denied_image)?)
+            .await;
         expect_refused("large bad deployment", result, 403, &["allowedrepositories"])?;
         Ok(())
     })
