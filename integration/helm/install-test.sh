@@ -154,7 +154,8 @@ can_i yes watch namespaces
 can_i yes get namespaces/team-a
 can_i no update namespaces/team-a
 can_i yes patch mutatingwebhookconfigurations/poolguard-mutating
-can_i yes update validatingwebhookconfigurations/poolguard-validating
+can_i yes patch validatingwebhookconfigurations/poolguard-validating
+can_i no update validatingwebhookconfigurations/poolguard-validating
 can_i no patch mutatingwebhookconfigurations/someone-else
 can_i no list mutatingwebhookconfigurations
 can_i no create validatingwebhookconfigurations
