@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite:
-#   1. unit, table, CLI and HTTPS server tests (cargo test), and the test client's own tests;
+#   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
+#      the shells, the test client; the end-to-end crate runs in step 4);
 #   2. the shipped Rego policies' own tests (poolguard policy test);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
 #      (a real helm, built from its Go module when none is installed);
@@ -12,8 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== cargo test"
-cargo test --locked
-cargo test --locked -p poolguard-testclient
+# Every workspace crate but the end-to-end tests, which need a cluster (step 4 runs them).
+cargo test --locked --workspace --exclude poolguard-e2e
 echo "== policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 echo "== helm chart"
