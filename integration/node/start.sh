@@ -9,8 +9,16 @@
 # CP_STATE is the control plane's state directory. Its kube-apiserver must listen on all addresses
 # and have the kubernetes Service's address in its certificate, so that pods reach it through the
 # Service (POOLGUARD_CP_APISERVER_ARGS=--bind-address=0.0.0.0 POOLGUARD_CP_APISERVER_SANS=IP:10.0.0.1;
-# start.sh checks and says so). IMAGE_TARs (OCI or docker archives) are imported into containerd's
-# k8s.io namespace before kubelet starts, next to the node's own sandbox ("pause") image.
+# start.sh checks and says so). For kubectl logs/exec it also needs
+# --kubelet-preferred-address-types=InternalIP and a client certificate for the kubelet
+# (--kubelet-client-certificate/--kubelet-client-key; test.sh passes the admin one). NODE_DIR must
+# be new or empty. IMAGE_TARs (OCI or docker archives) are imported into containerd's k8s.io
+# namespace before kubelet starts, next to the node's own sandbox ("pause") image.
+#
+# kubelet serves on the bridge address (its InternalIP), its healthz and kube-proxy's ports on
+# loopback; all ports are picked free. Other machine-wide traces: kubelet's iptables chains
+# (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT; stop.sh removes them), the shims'
+# sockets below /run/containerd/s (containerd's fixed place; each shim removes its own).
 #
 # The node (name POOLGUARD_NODE_NAME, default realnode-1) registers with the taint
 # poolguard.io/real-node=true:NoSchedule and the label poolguard.io/real-node=true: only pods that
@@ -78,6 +86,9 @@ fi
 mkdir -p "${node_dir}"
 node_dir="$(cd "${node_dir}" && pwd)"
 [[ ! -s "${node_dir}/pids" ]] || die "${node_dir}/pids exists: stop that node first (stop.sh ${node_dir})"
+# State of an earlier node (IP allocations, containerd's store, kubelet's checkpoints) would leak
+# into this one.
+[[ -z "$(ls -A "${node_dir}")" ]] || die "${node_dir} is not empty: give a new directory (or stop.sh ${node_dir} --purge first)"
 chmod 0711 "${node_dir}"
 pki="${node_dir}/pki"
 logs="${node_dir}/logs"
@@ -311,19 +322,10 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
   stream_server_port = "0"
 EOF
 note "containerd_sock=${sock}"
-PATH="${bin}:${PATH}" launch containerd "${bin}/containerd" --config "${cd_dir}/config.toml" --log-level info
-ctr() { "${bin}/ctr" --address "${sock}" --namespace k8s.io "$@"; }
-wait_for containerd 60 "containerd (${sock})" ctr version
-
-for t in "${pause_tar}" "${image_tars[@]}"; do
-    out="$(ctr images import --no-unpack=false --snapshotter overlayfs "${t}" 2>&1)" || die "ctr images import ${t}: ${out}"
-    log "imported ${t##*/}: $(tr '\n' ' ' <<<"${out}")"
-done
-ctr images ls -q | sed 's/^/[node]   image: /' >&2
 
 # CNI: the bridge above, addresses from host-local (state in node_dir); no gateway setup by the
 # plugin (the address is ours already, and isGateway would turn on IP forwarding).
-cat >"${node_dir}/cni/10-poolguard-node.conflist" <<EOF
+cat >"${node_dir}/cni/net.d/10-poolguard-node.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "poolguard-node",
@@ -345,8 +347,17 @@ cat >"${node_dir}/cni/10-poolguard-node.conflist" <<EOF
   ]
 }
 EOF
-# Moved in whole: containerd watches the directory and would read a half-written file.
-mv "${node_dir}/cni/10-poolguard-node.conflist" "${node_dir}/cni/net.d/"
+
+PATH="${bin}:${PATH}" launch containerd "${bin}/containerd" --config "${cd_dir}/config.toml" --log-level info
+ctr() { "${bin}/ctr" --address "${sock}" --namespace k8s.io "$@"; }
+wait_for containerd 60 "containerd (${sock})" ctr version
+
+for t in "${pause_tar}" "${image_tars[@]}"; do
+    out="$(ctr images import --no-unpack=false --snapshotter overlayfs "${t}" 2>&1)" || die "ctr images import ${t}: ${out}"
+    log "imported ${t##*/}: $(tr '\n' ' ' <<<"${out}")"
+done
+ctr images ls -q | sed 's/^/[node]   image: /' >&2
+
 
 # kubelet: cgroup v1 (these machines cannot switch), cgroupfs, its own cgroup root; disk and image
 # GC thresholds relaxed for small, full disks; serving on loopback only.
@@ -369,7 +380,7 @@ note "kubelet_root=${kl_dir}/root"
 cat >"${kl_dir}/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: ${gw}
 port: ${kubelet_port}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -404,6 +415,8 @@ registerWithTaints:
   effect: NoSchedule
 serializeImagePulls: false
 EOF
+# A Node object left from an earlier run would carry stale addresses and status.
+kubectl delete node "${node_name}" --ignore-not-found >/dev/null
 launch kubelet "${bin}/kubelet" \
     --config="${kl_dir}/config.yaml" \
     --kubeconfig="${node_dir}/kubelet.kubeconfig" \
@@ -435,8 +448,6 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 EOF
-note "kube_proxy=1"
-launch kube-proxy "${bin}/kube-proxy" --config="${node_dir}/kube-proxy.yaml" --v=2
 
 node_ready() {
     [[ "$(kubectl get node "${node_name}" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
@@ -447,6 +458,10 @@ wait_for kubelet 120 "node ${node_name}" node_ready
 # have no kubelet), so it is lifted here, keeping our own taint.
 kubectl patch node "${node_name}" --type=json -p '[{"op": "replace", "path": "/spec/taints",
     "value": [{"key": "poolguard.io/real-node", "value": "true", "effect": "NoSchedule"}]}]' >/dev/null
+# kube-proxy only once the Node object carries this run's address: it exits when the node's IPs
+# change under it.
+note "kube_proxy=1"
+launch kube-proxy "${bin}/kube-proxy" --config="${node_dir}/kube-proxy.yaml" --v=2
 proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:${proxy_healthz_port}/healthz"; }
 wait_for kube-proxy 60 "kube-proxy" proxy_healthy
 
