@@ -75,7 +75,7 @@ pause_tar="$("${here}/build-pause.sh" | tail -n1)"
 # One node per machine.
 lock_file="${TMPDIR:-/tmp}/poolguard-node.lock"
 exec 8>"${lock_file}"
-flock -n 8 || die "another node is starting on this machine (lock ${lock_file} is held)"
+flock -n 8 || die "another node is being started on this machine (lock ${lock_file} is held)"
 if pid="$(pgrep -x kube-proxy | head -n1)" && [[ -n "${pid}" ]]; then
     die "a kube-proxy already runs on this machine (pid ${pid}); stop that node first (stop.sh)"
 fi
@@ -237,7 +237,7 @@ EOF
 launch() { # name binary args...
     local name="$1"
     shift
-    "$@" >"${logs}/${name}.log" 2>&1 &
+    "$@" >"${logs}/${name}.log" 2>&1 8>&- & # (fd 8: the start lock, not theirs to hold)
     printf '%s %s\n' "$!" "${name}" >>"${node_dir}/pids"
     log "started ${name} (pid $!)"
 }
@@ -353,10 +353,13 @@ ctr() { "${bin}/ctr" --address "${sock}" --namespace k8s.io "$@"; }
 wait_for containerd 60 "containerd (${sock})" ctr version
 
 for t in "${pause_tar}" "${image_tars[@]}"; do
-    out="$(ctr images import --no-unpack=false --snapshotter overlayfs "${t}" 2>&1)" || die "ctr images import ${t}: ${out}"
-    log "imported ${t##*/}: $(tr '\n' ' ' <<<"${out}")"
+    if ! out="$(ctr images import --snapshotter overlayfs "${t}" 2>&1)"; then
+        # (ctr repeats containerd's cgroup v1 deprecation warning on every call.)
+        die "ctr images import ${t} failed: $(grep -v DEPRECATION <<<"${out}" | tail -n1)"
+    fi
+    log "imported ${t##*/}"
 done
-ctr images ls -q | sed 's/^/[node]   image: /' >&2
+ctr images ls -q 2>/dev/null | grep -v '^sha256:' | sed 's/^/[node]   image: /' >&2
 
 
 # kubelet: cgroup v1 (these machines cannot switch), cgroupfs, its own cgroup root; disk and image
