@@ -3,7 +3,11 @@
 # kube-controller-manager, kube-scheduler, kubectl) for integration tests.
 #
 #   BIN=$(integration/controlplane/build.sh | tail -1)
+#   BIN=$(integration/controlplane/build.sh kubelet kube-proxy | tail -1)
 #
+# Arguments name extra commands of the same Kubernetes module to provide as
+# well (only kubelet and kube-proxy, for integration/node); without arguments
+# nothing but the control plane is built.
 # The last line on stdout is the directory holding the binaries; every log line
 # goes to stderr.
 #
@@ -31,6 +35,13 @@ log() { printf '[controlplane] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler)
+extra_cmds=()
+for arg in "$@"; do
+    case "${arg}" in
+        kubelet | kube-proxy) extra_cmds+=("${arg}") ;;
+        *) die "unknown extra command '${arg}' (known: kubelet kube-proxy)" ;;
+    esac
+done
 
 # ---------------------------------------------------------------------------
 # Prebuilt binaries (envtest style)
@@ -44,6 +55,10 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
     done
     for b in kube-controller-manager kube-scheduler kubectl; do
         [[ -x "${assets}/${b}" ]] || log "warning: KUBEBUILDER_ASSETS has no ${b}"
+    done
+    for b in "${extra_cmds[@]}"; do
+        [[ -x "${assets}/${b}" ]] \
+            || die "KUBEBUILDER_ASSETS=${assets} has no executable ${b} (unset KUBEBUILDER_ASSETS to build from source)"
     done
     log "using prebuilt binaries from KUBEBUILDER_ASSETS; building nothing"
     printf '%s\n' "${assets}"
@@ -123,7 +138,7 @@ fi
 # Decide what is missing.
 todo_k8s=()
 todo_etcd=0
-for b in "${k8s_cmds[@]}"; do
+for b in "${k8s_cmds[@]}" "${extra_cmds[@]}"; do
     if is_current "${b}" "${bin}/${b}"; then
         log "${b}: up to date"
     else
