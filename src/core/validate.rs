@@ -10,7 +10,7 @@ use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResul
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
 use crate::pod_images;
-use crate::policy::{input, PolicySet};
+use crate::policy::{input, Outcome, PolicySet};
 
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
 const MAX_ERROR_CHARS: usize = 300;
@@ -131,6 +131,58 @@ fn rescheduling(
     }
 }
 
+/// What the validating webhook's checks find on one object, before admission turns it into a
+/// decision (and the audit into report results): the one place where placement and the policies
+/// are run on a pod spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checks {
+    /// The pod spec's placement against the namespace's pool; `None` when the namespace has no
+    /// pool (nothing to check).
+    pub placement: Option<Placement>,
+    /// Each applied policy's outcome, in policy name order (policies the config gives no
+    /// parameters for the pool are not run, so not listed); or, when the pod spec cannot be
+    /// read (a field of the wrong type, an invalid image reference, too many images), the
+    /// one-line reason, and no policy ran.
+    pub policies: Result<Vec<Outcome>, String>,
+}
+
+/// Runs placement and the policies on the pod spec at `path` inside `object`, for a namespace
+/// whose pool is `pool`. `review` is what policies that read `input.review` get (the
+/// AdmissionRequest at admission).
+pub fn check(
+    object: &Value,
+    path: &[&str],
+    namespace: &str,
+    pool: Option<&str>,
+    review: Option<&Value>,
+    config: &Config,
+    policies: &PolicySet,
+) -> Checks {
+    let spec = value_at(object, path);
+    let placement =
+        pool.map(|pool| placement::place(spec, path, namespace, pool, &config.placement_rules()));
+    let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
+        Ok(images) => images,
+        Err(reason) => {
+            return Checks {
+                placement,
+                policies: Err(reason),
+            }
+        }
+    };
+    if policies.is_empty() {
+        return Checks {
+            placement,
+            policies: Ok(Vec::new()),
+        };
+    }
+    let document = input::document(object, &images, pool);
+    Checks {
+        placement,
+        policies: Ok(policies.evaluate(&document, review, pool, config)),
+    }
+}
+
 fn findings(
     req: &Request,
     object: &Value,
@@ -142,8 +194,17 @@ fn findings(
 ) -> Findings {
     let mut found = Findings::default();
     let spec = value_at(object, path);
-    if let Some(pool) = pool {
-        match placement::place(spec, path, req.namespace, pool, &config.placement_rules()) {
+    let checks = check(
+        object,
+        path,
+        req.namespace,
+        pool,
+        Some(req.raw),
+        config,
+        policies,
+    );
+    if let (Some(pool), Some(placement)) = (pool, checks.placement) {
+        match placement {
             Placement::Satisfied => {}
             // A template's pods get the selector from the mutating webhook when they are created.
             Placement::Patch(_) if !is_pod => {}
@@ -165,18 +226,14 @@ fn findings(
             Placement::Invalid(message) => found.denials.push((400, message)),
         }
     }
-    let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
-        Ok(images) => images,
+    let outcomes = match checks.policies {
+        Ok(outcomes) => outcomes,
         Err(reason) => {
             found.denials.push((400, reason));
             return found;
         }
     };
-    if policies.is_empty() {
-        return found;
-    }
-    let document = input::document(object, &images, pool);
-    for outcome in policies.evaluate(&document, Some(req.raw), pool, config) {
+    for outcome in outcomes {
         let name = &outcome.policy;
         found.evaluations.push(PolicyResult {
             policy: name.clone(),
@@ -216,7 +273,7 @@ fn findings(
 }
 
 /// The first line of `text`, at most [`MAX_ERROR_CHARS`] characters.
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let mut out: String = first.trim().chars().take(MAX_ERROR_CHARS).collect();
     if out.len() < first.trim().len() || text.trim().lines().nth(1).is_some() {
