@@ -1,5 +1,5 @@
 //! Namespace labels from the text of Namespace objects (a namespaces file, or `kubectl get
-//! namespaces -o yaml|json` output).
+//! namespaces -o yaml|json` output); node labels from Node objects the same way.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +11,9 @@ use crate::placement::Labels;
 
 /// Labels by namespace name.
 pub type NamespaceLabels = BTreeMap<String, Labels>;
+
+/// Labels by node name.
+pub type NodeLabels = BTreeMap<String, Labels>;
 
 /// The parts of a Namespace, or of a List of them, that count; everything else in the file
 /// (annotations, spec, status, …) is skipped while parsing, never held in memory.
@@ -33,6 +36,18 @@ struct Metadata {
 /// `kubectl get namespaces -o json` prints) is read as a stream; the YAML reader holds a whole
 /// document's parse events at once, several times the size of its text.
 pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
+    parse_labels(text, origin, "Namespace")
+}
+
+/// Node objects (`kubectl get nodes -o yaml|json`), read as [`parse_file_text`] reads
+/// namespaces: their names and labels.
+pub fn parse_nodes_text(text: &str, origin: &str) -> Result<NodeLabels> {
+    parse_labels(text, origin, "Node")
+}
+
+/// Names and labels of the objects of `kind` (cluster-scoped, so names are unique) in `text`.
+fn parse_labels(text: &str, origin: &str, kind: &str) -> Result<BTreeMap<String, Labels>> {
+    let list_kind = format!("{kind}List");
     let docs: Box<dyn Iterator<Item = Result<Option<Document>, String>>> =
         if text.trim_start().starts_with('{') {
             Box::new(
@@ -52,27 +67,28 @@ pub fn parse_file_text(text: &str, origin: &str) -> Result<NamespaceLabels> {
             Err(e) => bail!("{at}: {e}"),
         };
         match doc.kind.as_deref() {
-            Some("Namespace") => add(&mut out, doc.metadata, &at)?,
-            Some("List" | "NamespaceList") => {
+            Some(k) if k == kind => add(&mut out, doc.metadata, &at, kind)?,
+            Some(k) if k == "List" || k == list_kind => {
                 let Some(items) = doc.items else {
                     bail!("{at}: a List needs `items`");
                 };
                 for (j, item) in items.into_iter().enumerate() {
-                    if let Some(kind) = item.kind.as_deref().filter(|k| *k != "Namespace") {
-                        bail!("{at}: items[{j}]: expected a Namespace, got kind {kind:?}");
+                    if let Some(other) = item.kind.as_deref().filter(|k| *k != kind) {
+                        bail!("{at}: items[{j}]: expected a {kind}, got kind {other:?}");
                     }
-                    add(&mut out, item.metadata, &format!("{at}: items[{j}]"))?;
+                    add(&mut out, item.metadata, &format!("{at}: items[{j}]"), kind)?;
                 }
             }
-            other => bail!("{at}: expected a Namespace or a v1 List of them, got kind {other:?}"),
+            other => bail!("{at}: expected a {kind} or a v1 List of them, got kind {other:?}"),
         }
     }
     Ok(out)
 }
 
-fn add(out: &mut NamespaceLabels, meta: Metadata, at: &str) -> Result<()> {
+fn add(out: &mut BTreeMap<String, Labels>, meta: Metadata, at: &str, kind: &str) -> Result<()> {
+    let noun = kind.to_lowercase();
     let Some(name) = meta.name.filter(|n| !n.is_empty()) else {
-        bail!("{at}: the Namespace has no metadata.name");
+        bail!("{at}: the {kind} has no metadata.name");
     };
     let labels = meta
         .labels
@@ -80,11 +96,11 @@ fn add(out: &mut NamespaceLabels, meta: Metadata, at: &str) -> Result<()> {
         .into_iter()
         .map(|(k, v)| match v {
             Value::String(s) => Ok((k, s)),
-            other => bail!("{at}: label {k:?} of namespace {name:?} must be a string, got {other}"),
+            other => bail!("{at}: label {k:?} of {noun} {name:?} must be a string, got {other}"),
         })
         .collect::<Result<Labels>>()?;
     if out.contains_key(&name) {
-        bail!("{at}: namespace {name:?} appears twice");
+        bail!("{at}: {noun} {name:?} appears twice");
     }
     out.insert(name, labels);
     Ok(())
@@ -131,6 +147,37 @@ items:
         assert!(ns["bare"].is_empty());
         assert_eq!(ns["gpu"]["agentpool"], "gpu");
         assert_eq!(ns.len(), 3);
+    }
+
+    #[test]
+    fn nodes_as_kubectl_prints_them() {
+        let text = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a, labels: {agentpool: pool1, kubernetes.io/os: linux}}
+  status: {capacity: {cpu: "2"}}
+---
+kind: NodeList
+items:
+- metadata: {name: node-b}
+"#;
+        let nodes = parse_nodes_text(text, "nodes.yaml").unwrap();
+        assert_eq!(nodes["node-a"]["agentpool"], "pool1");
+        assert!(nodes["node-b"].is_empty());
+        let err = parse_nodes_text("kind: Namespace\nmetadata: {name: a}\n", "nodes.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected a Node or a v1 List"), "{err}");
+        let err = parse_nodes_text(
+            "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: a}\n",
+            "nodes.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("node \"a\" appears twice"), "{err}");
     }
 
     #[test]
