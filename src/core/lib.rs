@@ -5,6 +5,7 @@
 //! the shells (HTTPS server, cluster watches, certificates, command line) around it.
 
 pub mod admission;
+pub mod audit;
 pub mod config;
 pub mod documents;
 pub mod image;

@@ -1,0 +1,769 @@
+//! The audit of objects already stored in the cluster: each Pod or workload poolguard validates
+//! gets one result per applied policy and one for its placement, from the same checks the
+//! validating webhook runs ([`validate::check`]); for a Pod bound to a node, the node's pool is
+//! checked too. Pure: the objects, namespace labels and node labels are given.
+//!
+//! Result semantics (the `result` of a PolicyReport entry):
+//! - `placement`: `pass` when the object selects its namespace's pool (a Pod bound to a node:
+//!   and that node is in the pool; a workload template without the selector: its pods get it when
+//!   created); `fail` for a Pod without the pool's selector, any conflicting or unreadable
+//!   selector, or a Pod bound to a node of another pool or of no pool; `error` when the Pod's
+//!   node is not in the node list given; `skip` when the namespace has no pool.
+//! - a policy: `pass` without infringements; `fail` with any, whatever the policy's enforcement
+//!   (deny, warn and dryrun alike: the object does not meet the policy; the enforcement, which
+//!   decides what admission does about it, is in `properties`); `error` when the policy could
+//!   not be evaluated or the pod spec cannot be read. Policies the config gives no parameters
+//!   for the namespace's pool are not applied, at admission as here, and get no result.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::admission::pod_spec_path;
+use crate::config::{Config, Enforcement};
+use crate::namespaces::NodeLabels;
+use crate::placement::{self, Labels, Placement};
+use crate::policy::PolicySet;
+use crate::validate::{self, one_line};
+
+/// The policy (and rule) name of the placement result.
+pub const PLACEMENT: &str = "placement";
+/// The rule of a policy's result: SIT policies have one entry rule.
+pub const INFRINGEMENT_RULE: &str = "infringement";
+/// The policy of a result for an object that cannot be read at all.
+pub const OBJECT_POLICY: &str = "poolguard";
+/// Longest message of one result (several infringements are joined into one).
+const MAX_MESSAGE_CHARS: usize = 1000;
+
+/// The outcome of one check, as PolicyReports spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Warn => "warn",
+            Verdict::Error => "error",
+            Verdict::Skip => "skip",
+        }
+    }
+}
+
+/// How much a result matters, as PolicyReports spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Critical,
+    High,
+    Medium,
+    Low,
+    Info,
+}
+
+impl Severity {
+    /// Placement and deny-enforced policies are high; warn medium; dryrun low.
+    pub fn of(enforcement: Enforcement) -> Severity {
+        match enforcement {
+            Enforcement::Deny => Severity::High,
+            Enforcement::Warn => Severity::Medium,
+            Enforcement::Dryrun => Severity::Low,
+        }
+    }
+}
+
+/// The object a result is about (an ObjectReference).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+impl Resource {
+    /// The reference to `object`, from its apiVersion, kind and metadata.
+    pub fn of(object: &Value) -> Resource {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let meta = &object["metadata"];
+        Resource {
+            api_version: text(&object["apiVersion"]),
+            kind: text(&object["kind"]),
+            name: text(&meta["name"]),
+            namespace: text(&meta["namespace"]),
+            uid: text(&meta["uid"]),
+        }
+    }
+}
+
+/// One check of one object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditResult {
+    pub resource: Resource,
+    pub policy: String,
+    pub rule: String,
+    pub result: Verdict,
+    pub message: String,
+    pub severity: Severity,
+    /// `pool`, `enforcement`, `infringements`, `node`, `nodePool`, as they apply.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl AuditResult {
+    /// The `error` result of an object that cannot be audited at all (not an object, no
+    /// namespace, a document that does not parse); `resource` says what is known of it.
+    pub fn unreadable(resource: Resource, reason: &str) -> AuditResult {
+        AuditResult {
+            resource,
+            policy: OBJECT_POLICY.to_string(),
+            rule: "read".to_string(),
+            result: Verdict::Error,
+            message: cap(one_line(reason)),
+            severity: Severity::High,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// Whether poolguard audits objects of this apiVersion and kind: Pods and the workload kinds
+/// whose templates the validating webhook checks.
+pub fn audited(api_version: &str, kind: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    pod_spec_path(group, kind).is_some()
+}
+
+/// The results for one stored object: none for a kind poolguard does not validate; else its
+/// placement result, then one per applied policy in name order. `labels` are its namespace's
+/// labels; `nodes` the labels of the cluster's nodes, when known (without them a bound Pod's
+/// node is not checked).
+pub fn audit(
+    object: &Value,
+    labels: Option<&Labels>,
+    nodes: Option<&NodeLabels>,
+    config: &Config,
+    policies: &PolicySet,
+) -> Vec<AuditResult> {
+    let resource = Resource::of(object);
+    let (group, version) = resource
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &resource.api_version));
+    let Some(path) = pod_spec_path(group, &resource.kind) else {
+        return Vec::new();
+    };
+    if resource.namespace.is_empty() {
+        return vec![AuditResult::unreadable(
+            resource,
+            "the object has no metadata.namespace",
+        )];
+    }
+    let namespace = resource.namespace.as_str();
+    let pool = placement::pool_of(labels, &config.namespace_label);
+    // An audit has no AdmissionRequest: policies reading `input.review` get the object and
+    // where it lives, with no operation, user or old object.
+    let review = json!({
+        "kind": {"group": group, "version": version, "kind": resource.kind},
+        "namespace": namespace,
+        "name": resource.name,
+        "object": object,
+    });
+    let checks = validate::check(
+        object,
+        path,
+        namespace,
+        pool,
+        Some(&review),
+        config,
+        policies,
+    );
+    let mut base = BTreeMap::new();
+    if let Some(pool) = pool {
+        base.insert("pool".to_string(), pool.to_string());
+    }
+    let mut results = vec![placement_result(
+        object,
+        path.len() == 1,
+        &resource,
+        pool,
+        checks.placement,
+        nodes,
+        config,
+        base.clone(),
+    )];
+    let result = |policy: &str, enforcement: Enforcement, verdict, message: String| {
+        let mut properties = base.clone();
+        properties.insert("enforcement".into(), enforcement.as_str().into());
+        AuditResult {
+            resource: resource.clone(),
+            policy: policy.to_string(),
+            rule: INFRINGEMENT_RULE.to_string(),
+            result: verdict,
+            message: cap(message),
+            severity: Severity::of(enforcement),
+            properties,
+        }
+    };
+    match checks.policies {
+        Err(reason) => {
+            for name in policies.names() {
+                if let Some(settings) = config.effective_policy(name, pool) {
+                    results.push(result(
+                        name,
+                        settings.enforcement,
+                        Verdict::Error,
+                        format!("not evaluated: the pod spec cannot be read: {reason}"),
+                    ));
+                }
+            }
+        }
+        Ok(outcomes) => {
+            for outcome in outcomes {
+                let (verdict, message, count) = match &outcome.result {
+                    Ok(found) if found.is_empty() => {
+                        (Verdict::Pass, "no infringement".to_string(), Some(0))
+                    }
+                    Ok(found) => (Verdict::Fail, found.join("; "), Some(found.len())),
+                    Err(error) => (
+                        Verdict::Error,
+                        format!("could not be evaluated: {}", one_line(error)),
+                        None,
+                    ),
+                };
+                let mut r = result(&outcome.policy, outcome.enforcement, verdict, message);
+                if let Some(count) = count {
+                    r.properties
+                        .insert("infringements".into(), count.to_string());
+                }
+                results.push(r);
+            }
+        }
+    }
+    results
+}
+
+#[allow(clippy::too_many_arguments)]
+fn placement_result(
+    object: &Value,
+    is_pod: bool,
+    resource: &Resource,
+    pool: Option<&str>,
+    placement: Option<Placement>,
+    nodes: Option<&NodeLabels>,
+    config: &Config,
+    mut properties: BTreeMap<String, String>,
+) -> AuditResult {
+    let namespace = &resource.namespace;
+    let key = &config.node_selector_key;
+    let node = object["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| is_pod && !n.is_empty());
+    if let Some(node) = node {
+        properties.insert("node".into(), node.to_string());
+    }
+    let (verdict, message) = match (pool, placement) {
+        (None, _) | (_, None) => (
+            Verdict::Skip,
+            format!(
+                "namespace {namespace:?} has no pool (no {} label)",
+                config.namespace_label
+            ),
+        ),
+        (Some(pool), Some(placement)) => match placement {
+            Placement::Conflict(message) | Placement::Invalid(message) => (Verdict::Fail, message),
+            Placement::Patch(_) if !is_pod => (
+                Verdict::Pass,
+                format!("its pods get nodeSelector {key}={pool} when they are created"),
+            ),
+            Placement::Patch(_) => (
+                Verdict::Fail,
+                format!(
+                    "namespace {namespace:?} is assigned to pool {pool:?} but the pod has no nodeSelector {key}={pool}: it was created before the namespace had its pool, or the mutating webhook did not run"
+                ),
+            ),
+            Placement::Satisfied => match (node, nodes) {
+                (Some(node), Some(nodes)) => match nodes.get(node) {
+                    None => (
+                        Verdict::Error,
+                        format!("the pod is bound to node {node:?}, which is not in the node list, so its pool is unknown"),
+                    ),
+                    Some(labels) => match labels.get(key.as_str()).filter(|p| !p.is_empty()) {
+                        Some(node_pool) => {
+                            properties.insert("nodePool".into(), node_pool.clone());
+                            if node_pool == pool {
+                                (Verdict::Pass, format!("runs on node {node:?} of pool {pool:?}"))
+                            } else {
+                                (
+                                    Verdict::Fail,
+                                    format!("namespace {namespace:?} is assigned to pool {pool:?} but the pod runs on node {node:?} of pool {node_pool:?}"),
+                                )
+                            }
+                        }
+                        None => (
+                            Verdict::Fail,
+                            format!("namespace {namespace:?} is assigned to pool {pool:?} but the pod runs on node {node:?}, which has no {key} label (no pool)"),
+                        ),
+                    },
+                },
+                (Some(node), None) => (
+                    Verdict::Pass,
+                    format!("selects pool {pool:?} (node {node:?} not checked: no node list)"),
+                ),
+                (None, _) => (Verdict::Pass, format!("selects pool {pool:?}")),
+            },
+        },
+    };
+    AuditResult {
+        resource: resource.clone(),
+        policy: PLACEMENT.to_string(),
+        rule: PLACEMENT.to_string(),
+        result: verdict,
+        message: cap(message),
+        severity: Severity::High,
+        properties,
+    }
+}
+
+/// `text`, at most [`MAX_MESSAGE_CHARS`] characters.
+fn cap(text: String) -> String {
+    if text.chars().count() <= MAX_MESSAGE_CHARS {
+        return text;
+    }
+    let mut out: String = text.chars().take(MAX_MESSAGE_CHARS).collect();
+    out.push_str(" ...");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::template;
+
+    const REPOS: &str = r#"package repos
+infringement[{"msg": msg}] {
+  some name
+  image := input.services[_].functional_requirements[name].image
+  not startswith(image, input.parameters.prefix)
+  msg := sprintf("%v pulls %v", [name, image])
+}
+"#;
+    const BROKEN: &str = r#"package broken
+infringement[{"msg": msg}] {
+  input.services[_]
+  msg := 1 / 0
+}
+"#;
+
+    fn policies() -> PolicySet {
+        PolicySet::compile(&[
+            template::from_rego("repos", REPOS.to_string(), "repos.rego".into()),
+            template::from_rego("broken", BROKEN.to_string(), "broken.rego".into()),
+        ])
+        .unwrap()
+    }
+
+    /// `repos` on everywhere (warn in pool gpu), `broken` only in pool "broken".
+    fn config() -> Config {
+        Config::parse(
+            r#"
+policies:
+  repos:
+    parameters: {prefix: "registry.example.com/"}
+pools:
+  gpu:
+    policies:
+      repos: {enforcement: warn}
+  broken:
+    policies:
+      broken: {parameters: {}}
+"#,
+            "config",
+        )
+        .unwrap()
+    }
+
+    fn labels(pool: &str) -> Labels {
+        Labels::from([("agentpool".to_string(), pool.to_string())])
+    }
+
+    fn pod(name: &str, namespace: &str, spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
+               "spec": spec})
+    }
+
+    fn good_spec(pool: &str, node: Option<&str>) -> Value {
+        let mut spec = json!({"nodeSelector": {"agentpool": pool},
+                              "containers": [{"name": "app", "image": "registry.example.com/app:1"}]});
+        if let Some(node) = node {
+            spec["nodeName"] = json!(node);
+        }
+        spec
+    }
+
+    fn nodes() -> NodeLabels {
+        NodeLabels::from([
+            ("n1".to_string(), labels("pool1")),
+            ("g1".to_string(), labels("gpu")),
+            ("bare".to_string(), Labels::new()),
+        ])
+    }
+
+    /// (policy, verdict, message part, property checks)
+    type Want = (
+        &'static str,
+        Verdict,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    /// (case, object, its namespace's labels, node labels, wanted results)
+    type Case = (
+        &'static str,
+        Value,
+        Option<Labels>,
+        Option<NodeLabels>,
+        Vec<Want>,
+    );
+
+    #[test]
+    fn audit_table() {
+        let deployment = |selector: Value, image: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "web", "namespace": "team"},
+                   "spec": {"template": {"spec": {"nodeSelector": selector,
+                            "containers": [{"name": "web", "image": image}]}}}})
+        };
+        let cases: Vec<Case> = vec![
+            (
+                "pod on a node of its pool",
+                pod("a", "team", good_spec("pool1", Some("n1"))),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Pass,
+                        "node \"n1\" of pool \"pool1\"",
+                        &[("pool", "pool1"), ("node", "n1"), ("nodePool", "pool1")],
+                    ),
+                    (
+                        "repos",
+                        Verdict::Pass,
+                        "no infringement",
+                        &[("enforcement", "deny"), ("infringements", "0")],
+                    ),
+                ],
+            ),
+            (
+                "pod on a node of another pool",
+                pod("b", "team", good_spec("pool1", Some("g1"))),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "pool \"pool1\" but the pod runs on node \"g1\" of pool \"gpu\"",
+                        &[("nodePool", "gpu")],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod on a node of no pool",
+                pod("c", "team", good_spec("pool1", Some("bare"))),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "which has no agentpool label",
+                        &[],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod on an unknown node",
+                pod("d", "team", good_spec("pool1", Some("gone"))),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Error,
+                        "not in the node list",
+                        &[("node", "gone")],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod bound, no node list: selector only",
+                pod("e", "team", good_spec("pool1", Some("g1"))),
+                Some(labels("pool1")),
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Pass, "not checked", &[]),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod not bound yet",
+                pod("f", "team", good_spec("pool1", None)),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (PLACEMENT, Verdict::Pass, "selects pool \"pool1\"", &[]),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod without the selector",
+                pod(
+                    "g",
+                    "team",
+                    json!({"containers": [{"name": "app", "image": "registry.example.com/app"}]}),
+                ),
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "has no nodeSelector agentpool=pool1",
+                        &[],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod selecting another pool (even if placed by the mutating webhook once)",
+                {
+                    let mut p = pod("h", "team", good_spec("gpu", Some("g1")));
+                    p["metadata"]["annotations"] = json!({"poolguard.io/pool": "gpu"});
+                    p
+                },
+                Some(labels("pool1")),
+                Some(nodes()),
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "agentpool=\"gpu\" is not allowed here",
+                        &[],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod with a foreign image, warn in pool gpu: fail, enforcement in properties",
+                pod(
+                    "i",
+                    "ml",
+                    json!({"nodeSelector": {"agentpool": "gpu"},
+                    "containers": [{"name": "app", "image": "docker.io/evil/miner"}, {"name": "side", "image": "nginx"}]}),
+                ),
+                Some(labels("gpu")),
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Pass, "", &[]),
+                    (
+                        "repos",
+                        Verdict::Fail,
+                        "app pulls docker.io/evil/miner; side pulls nginx",
+                        &[
+                            ("enforcement", "warn"),
+                            ("infringements", "2"),
+                            ("pool", "gpu"),
+                        ],
+                    ),
+                ],
+            ),
+            (
+                "namespace without a pool: placement skipped, cluster-wide policies run",
+                pod(
+                    "j",
+                    "free",
+                    json!({"containers": [{"name": "app", "image": "nginx"}]}),
+                ),
+                None,
+                Some(nodes()),
+                vec![
+                    (PLACEMENT, Verdict::Skip, "has no pool", &[]),
+                    (
+                        "repos",
+                        Verdict::Fail,
+                        "app pulls nginx",
+                        &[("enforcement", "deny")],
+                    ),
+                ],
+            ),
+            (
+                "a policy that errors; a policy applied only in its pool",
+                pod("k", "b", good_spec("broken", None)),
+                Some(labels("broken")),
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Pass, "", &[]),
+                    (
+                        "broken",
+                        Verdict::Error,
+                        "could not be evaluated",
+                        &[("enforcement", "deny")],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "unreadable pod spec: every applied policy is an error",
+                pod(
+                    "l",
+                    "team",
+                    json!({"nodeSelector": {"agentpool": "pool1"}, "containers": {"name": "x"}}),
+                ),
+                Some(labels("pool1")),
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Pass, "", &[]),
+                    (
+                        "repos",
+                        Verdict::Error,
+                        "pod spec cannot be read: spec.containers must be a list",
+                        &[],
+                    ),
+                ],
+            ),
+            (
+                "workload template without the selector: its pods get it",
+                deployment(json!(null), "registry.example.com/web"),
+                Some(labels("pool1")),
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Pass, "when they are created", &[]),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "workload template conflicting, foreign image",
+                deployment(json!({"agentpool": "gpu"}), "quay.io/x"),
+                Some(labels("pool1")),
+                None,
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "agentpool=\"gpu\" is not allowed here",
+                        &[],
+                    ),
+                    ("repos", Verdict::Fail, "web pulls quay.io/x", &[]),
+                ],
+            ),
+            (
+                "workload template selector not an object",
+                deployment(json!("pool1"), "registry.example.com/web"),
+                Some(labels("pool1")),
+                None,
+                vec![
+                    (
+                        PLACEMENT,
+                        Verdict::Fail,
+                        "nodeSelector must be an object",
+                        &[],
+                    ),
+                    ("repos", Verdict::Pass, "", &[]),
+                ],
+            ),
+            (
+                "pod without a namespace",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "m"}, "spec": {}}),
+                None,
+                None,
+                vec![(OBJECT_POLICY, Verdict::Error, "no metadata.namespace", &[])],
+            ),
+        ];
+        let (config, policies) = (config(), policies());
+        for (name, object, labels, nodes, want) in cases {
+            let got = audit(&object, labels.as_ref(), nodes.as_ref(), &config, &policies);
+            let summary: Vec<_> = got
+                .iter()
+                .map(|r| (&r.policy, r.result, &r.message))
+                .collect();
+            assert_eq!(got.len(), want.len(), "{name}: {summary:#?}");
+            for (r, (policy, verdict, part, props)) in got.iter().zip(want) {
+                assert_eq!(
+                    (r.policy.as_str(), r.result),
+                    (policy, verdict),
+                    "{name}: {summary:#?}"
+                );
+                assert!(
+                    r.message.contains(part),
+                    "{name}: {:?} lacks {part:?}",
+                    r.message
+                );
+                for (k, v) in props {
+                    assert_eq!(
+                        r.properties.get(*k).map(String::as_str),
+                        Some(*v),
+                        "{name}: {policy} {k}: {:?}",
+                        r.properties
+                    );
+                }
+                assert_eq!(r.resource, Resource::of(&object), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_kinds_are_not_audited() {
+        let (config, policies) = (config(), policies());
+        for object in [
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "team"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+            json!({"apiVersion": "extensions/v1beta1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"}}),
+        ] {
+            assert!(
+                audit(&object, None, None, &config, &policies).is_empty(),
+                "{object}"
+            );
+        }
+        assert!(
+            audited("apps/v1", "StatefulSet")
+                && audited("batch/v1", "CronJob")
+                && audited("v1", "Pod")
+        );
+        assert!(!audited("v1", "ConfigMap"));
+    }
+
+    #[test]
+    fn severity_follows_enforcement_and_messages_are_capped() {
+        let (config, policies) = (config(), policies());
+        let many: Vec<Value> = (0..200)
+            .map(|i| json!({"name": format!("container-{i}"), "image": format!("quay.io/some/long/image-{i}")}))
+            .collect();
+        let object = pod(
+            "big",
+            "ml",
+            json!({"nodeSelector": {"agentpool": "gpu"}, "containers": many}),
+        );
+        let got = audit(&object, Some(&labels("gpu")), None, &config, &policies);
+        assert_eq!(got[0].severity, Severity::High);
+        assert_eq!(got[1].severity, Severity::Medium, "warn in pool gpu");
+        assert_eq!(got[1].properties["infringements"], "200");
+        assert_eq!(got[1].message.chars().count(), MAX_MESSAGE_CHARS + 4);
+        assert!(got[1].message.ends_with(" ..."));
+    }
+}
