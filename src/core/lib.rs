@@ -15,6 +15,7 @@ pub mod placement;
 pub mod pod_images;
 pub mod policy;
 pub mod pool_authority;
+pub mod report;
 pub mod ruleset;
 pub mod validate;
 pub mod webhook;

@@ -1,0 +1,343 @@
+//! Audit results as policy reports, one per namespace: `wgpolicyk8s.io/v1alpha2` `PolicyReport`
+//! (the Kubernetes policy working group's format, which Kyverno and Policy Reporter read) or its
+//! successor `openreports.io/v1alpha1` `Report` (same fields, plus a report-level `source`).
+//! Plain data built by a pure function: the timestamp is given, never read from a clock.
+//!
+//! A report holds at most a given number of results, failures and errors first; `summary`
+//! counts every result of the namespace, listed or not, and the annotation
+//! [`OMITTED_ANNOTATION`] says how many are not listed (the CRDs allow no other summary field).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::audit::{AuditResult, Resource, Severity, Verdict};
+
+/// The `source` of every result: the engine that wrote it.
+pub const SOURCE: &str = "poolguard";
+/// The name of poolguard's report in each namespace.
+pub const REPORT_NAME: &str = "poolguard-audit";
+/// Annotation counting the results left out of a report by the cap.
+pub const OMITTED_ANNOTATION: &str = "poolguard.io/results-omitted";
+/// Label marking the reports poolguard owns.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolguard");
+
+/// Which report API to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportApi {
+    /// `wgpolicyk8s.io/v1alpha2` `PolicyReport`.
+    PolicyReport,
+    /// `openreports.io/v1alpha1` `Report`.
+    OpenReports,
+}
+
+impl ReportApi {
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ReportApi::PolicyReport => "wgpolicyk8s.io/v1alpha2",
+            ReportApi::OpenReports => "openreports.io/v1alpha1",
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            ReportApi::PolicyReport => "PolicyReport",
+            ReportApi::OpenReports => "Report",
+        }
+    }
+}
+
+/// A point in time as `metav1.Timestamp` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Timestamp {
+    pub seconds: i64,
+    pub nanos: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub metadata: Metadata,
+    /// Report-level source: `openreports.io` only (the PolicyReport CRD has no such field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    /// The namespace the report covers.
+    pub scope: Resource,
+    pub summary: Summary,
+    pub results: Vec<ReportResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metadata {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Results by outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Summary {
+    pub pass: usize,
+    pub fail: usize,
+    pub warn: usize,
+    pub error: usize,
+    pub skip: usize,
+}
+
+impl Summary {
+    fn count(&mut self, verdict: Verdict) {
+        let n = match verdict {
+            Verdict::Pass => &mut self.pass,
+            Verdict::Fail => &mut self.fail,
+            Verdict::Warn => &mut self.warn,
+            Verdict::Error => &mut self.error,
+            Verdict::Skip => &mut self.skip,
+        };
+        *n += 1;
+    }
+}
+
+/// One result entry of a report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportResult {
+    pub source: &'static str,
+    pub policy: String,
+    pub rule: String,
+    pub result: Verdict,
+    pub message: String,
+    pub severity: Severity,
+    pub timestamp: Timestamp,
+    pub resources: Vec<Resource>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Which results a full report keeps first.
+fn priority(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Fail => 0,
+        Verdict::Error => 1,
+        Verdict::Warn => 2,
+        Verdict::Skip => 3,
+        Verdict::Pass => 4,
+    }
+}
+
+/// One report per namespace that has results, in namespace order, each listing at most
+/// `max_results` of its results (failures, then errors, warnings, skips and passes; in their
+/// given order otherwise). Results without a namespace belong to no report.
+pub fn reports(
+    results: &[AuditResult],
+    api: ReportApi,
+    timestamp: Timestamp,
+    max_results: usize,
+) -> Vec<Report> {
+    let mut by_namespace: BTreeMap<&str, Vec<&AuditResult>> = BTreeMap::new();
+    for r in results.iter().filter(|r| !r.resource.namespace.is_empty()) {
+        by_namespace
+            .entry(r.resource.namespace.as_str())
+            .or_default()
+            .push(r);
+    }
+    by_namespace
+        .into_iter()
+        .map(|(namespace, results)| {
+            let mut summary = Summary::default();
+            for r in &results {
+                summary.count(r.result);
+            }
+            let mut order: Vec<usize> = (0..results.len()).collect();
+            order.sort_by_key(|&i| (priority(results[i].result), i));
+            order.truncate(max_results);
+            order.sort_unstable();
+            let omitted = results.len() - order.len();
+            let mut annotations = BTreeMap::new();
+            if omitted > 0 {
+                annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
+            }
+            Report {
+                api_version: api.api_version(),
+                kind: api.kind(),
+                metadata: Metadata {
+                    name: REPORT_NAME.to_string(),
+                    namespace: namespace.to_string(),
+                    labels: BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]),
+                    annotations,
+                },
+                source: (api == ReportApi::OpenReports).then_some(SOURCE),
+                scope: Resource {
+                    api_version: "v1".to_string(),
+                    kind: "Namespace".to_string(),
+                    name: namespace.to_string(),
+                    ..Resource::default()
+                },
+                summary,
+                results: order
+                    .into_iter()
+                    .map(|i| entry(results[i], timestamp))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn entry(r: &AuditResult, timestamp: Timestamp) -> ReportResult {
+    ReportResult {
+        source: SOURCE,
+        policy: r.policy.clone(),
+        rule: r.rule.clone(),
+        result: r.result,
+        message: r.message.clone(),
+        severity: r.severity,
+        timestamp,
+        resources: vec![r.resource.clone()],
+        properties: r.properties.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(namespace: &str, name: &str, policy: &str, verdict: Verdict) -> AuditResult {
+        AuditResult {
+            resource: Resource {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: name.into(),
+                namespace: namespace.into(),
+                uid: format!("uid-{name}"),
+            },
+            policy: policy.into(),
+            rule: "infringement".into(),
+            result: verdict,
+            message: format!("{policy} on {name}"),
+            severity: Severity::High,
+            properties: BTreeMap::from([("pool".into(), "pool1".into())]),
+        }
+    }
+
+    const T: Timestamp = Timestamp {
+        seconds: 1_700_000_000,
+        nanos: 5,
+    };
+
+    #[test]
+    fn one_report_per_namespace_with_its_summary() {
+        let results = vec![
+            result("b", "p1", "placement", Verdict::Pass),
+            result("a", "p2", "placement", Verdict::Fail),
+            result("a", "p2", "repos", Verdict::Error),
+            result("", "broken", "poolguard", Verdict::Error),
+            result("a", "p3", "placement", Verdict::Skip),
+        ];
+        let reports = reports(&results, ReportApi::PolicyReport, T, 100);
+        let namespaces: Vec<&str> = reports
+            .iter()
+            .map(|r| r.metadata.namespace.as_str())
+            .collect();
+        assert_eq!(namespaces, ["a", "b"]);
+        let a = serde_json::to_value(&reports[0]).unwrap();
+        assert_eq!(
+            a,
+            json!({
+                "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                "kind": "PolicyReport",
+                "metadata": {"name": "poolguard-audit", "namespace": "a",
+                             "labels": {"app.kubernetes.io/managed-by": "poolguard"}},
+                "scope": {"apiVersion": "v1", "kind": "Namespace", "name": "a"},
+                "summary": {"pass": 0, "fail": 1, "warn": 0, "error": 1, "skip": 1},
+                "results": [
+                    {"source": "poolguard", "policy": "placement", "rule": "infringement", "result": "fail",
+                     "message": "placement on p2", "severity": "high",
+                     "timestamp": {"seconds": 1_700_000_000, "nanos": 5},
+                     "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p2", "namespace": "a", "uid": "uid-p2"}],
+                     "properties": {"pool": "pool1"}},
+                    {"source": "poolguard", "policy": "repos", "rule": "infringement", "result": "error",
+                     "message": "repos on p2", "severity": "high",
+                     "timestamp": {"seconds": 1_700_000_000, "nanos": 5},
+                     "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p2", "namespace": "a", "uid": "uid-p2"}],
+                     "properties": {"pool": "pool1"}},
+                    {"source": "poolguard", "policy": "placement", "rule": "infringement", "result": "skip",
+                     "message": "placement on p3", "severity": "high",
+                     "timestamp": {"seconds": 1_700_000_000, "nanos": 5},
+                     "resources": [{"apiVersion": "v1", "kind": "Pod", "name": "p3", "namespace": "a", "uid": "uid-p3"}],
+                     "properties": {"pool": "pool1"}},
+                ],
+            })
+        );
+        assert_eq!(reports[1].summary.pass, 1);
+    }
+
+    #[test]
+    fn openreports_variant_has_a_report_level_source() {
+        let results = vec![result("a", "p", "placement", Verdict::Pass)];
+        let report =
+            serde_json::to_value(&reports(&results, ReportApi::OpenReports, T, 10)[0]).unwrap();
+        assert_eq!(report["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(report["kind"], "Report");
+        assert_eq!(report["source"], "poolguard");
+        assert_eq!(report["results"][0]["source"], "poolguard");
+        let policy_report =
+            serde_json::to_value(&reports(&results, ReportApi::PolicyReport, T, 10)[0]).unwrap();
+        assert!(policy_report.get("source").is_none());
+    }
+
+    #[test]
+    fn the_cap_keeps_failures_first_and_counts_the_rest() {
+        let verdicts = [
+            Verdict::Pass,
+            Verdict::Skip,
+            Verdict::Fail,
+            Verdict::Pass,
+            Verdict::Error,
+            Verdict::Warn,
+            Verdict::Fail,
+        ];
+        let results: Vec<AuditResult> = verdicts
+            .iter()
+            .enumerate()
+            .map(|(i, v)| result("a", &format!("p{i}"), "placement", *v))
+            .collect();
+        let cases: [(usize, &[&str], Option<&str>); 4] = [
+            (100, &["p0", "p1", "p2", "p3", "p4", "p5", "p6"], None),
+            (3, &["p2", "p4", "p6"], Some("4")),
+            (5, &["p1", "p2", "p4", "p5", "p6"], Some("2")),
+            (0, &[], Some("7")),
+        ];
+        for (max, kept, omitted) in cases {
+            let report = &reports(&results, ReportApi::PolicyReport, T, max)[0];
+            let names: Vec<&str> = report
+                .results
+                .iter()
+                .map(|r| r.resources[0].name.as_str())
+                .collect();
+            assert_eq!(names, kept, "cap {max}");
+            assert_eq!(
+                report
+                    .metadata
+                    .annotations
+                    .get(OMITTED_ANNOTATION)
+                    .map(String::as_str),
+                omitted,
+                "cap {max}"
+            );
+            assert_eq!(
+                report.summary,
+                Summary {
+                    pass: 2,
+                    fail: 2,
+                    warn: 1,
+                    error: 1,
+                    skip: 1
+                },
+                "the summary counts every result"
+            );
+        }
+    }
+}
