@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
-use poolguard_core::namespaces::{parse_file_text, NamespaceLabels};
+use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
@@ -121,6 +121,12 @@ pub fn load_namespaces(path: &Path) -> Result<NamespaceLabels> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading namespaces file {}", path.display()))?;
     parse_file_text(&text, &path.display().to_string())
+}
+
+pub fn load_nodes(path: &Path) -> Result<NodeLabels> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading nodes file {}", path.display()))?;
+    parse_nodes_text(&text, &path.display().to_string())
 }
 
 /// Reads `path`, or standard input for `-`.

@@ -318,3 +318,253 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
     let err = text(&out.stderr);
     assert!(err.contains("reading kubeconfig"), "{err}");
 }
+
+const AUDIT: [&str; 8] = [
+    "audit",
+    "--manifests",
+    "testdata/audit/manifests",
+    "--namespaces-file",
+    NS,
+    "--nodes-file",
+    "testdata/audit/nodes.yaml",
+    "--config=testdata/config/example.yaml",
+];
+
+/// (namespace, kind/name or document, policy, result)
+type Row = (String, String, String, String);
+
+/// The exit status and the results of `audit --output json`.
+fn audit_json(extra: &[&str]) -> (Option<i32>, Vec<Row>) {
+    let args: Vec<&str> = AUDIT.iter().chain(extra).copied().collect();
+    let out = poolguard(&args, None);
+    let results: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    let rows = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let res = &r["resource"];
+            let object = format!(
+                "{}/{}",
+                res["kind"].as_str().unwrap(),
+                res["name"].as_str().unwrap()
+            );
+            let field = |k: &str| r[k].as_str().unwrap().to_string();
+            (
+                res["namespace"].as_str().unwrap_or("").to_string(),
+                object,
+                field("policy"),
+                field("result"),
+            )
+        })
+        .collect();
+    (out.status.code(), rows)
+}
+
+#[test]
+fn audit_reports_every_pod_and_workload_and_exits_1_on_failures() {
+    let (code, rows) = audit_json(&["--output", "json"]);
+    assert_eq!(code, Some(1));
+    let want = [
+        (
+            "",
+            "/testdata/audit/manifests/broken.yaml: document 1",
+            "poolguard",
+            "error",
+        ),
+        ("mapped", "Pod/web-ok", "placement", "pass"),
+        ("mapped", "Pod/web-ok", "allowedrepositories", "pass"),
+        ("mapped", "Pod/web-elsewhere", "placement", "fail"),
+        ("mapped", "Pod/web-elsewhere", "allowedrepositories", "pass"),
+        ("gpu-team", "Pod/trainer", "placement", "pass"),
+        ("gpu-team", "Pod/trainer", "allowedrepositories", "fail"),
+        ("mapped", "Deployment/api", "placement", "fail"),
+        ("mapped", "Deployment/api", "allowedrepositories", "pass"),
+    ];
+    let got: Vec<(&str, &str, &str, &str)> = rows
+        .iter()
+        .map(|(a, b, c, d)| (a.as_str(), b.as_str(), c.as_str(), d.as_str()))
+        .collect();
+    assert_eq!(got, want, "the Service is not audited; files in name order");
+
+    // Without the node list a pod's node is not checked.
+    let args: Vec<&str> = AUDIT
+        .iter()
+        .copied()
+        .filter(|a| !a.contains("nodes"))
+        .collect();
+    let out = poolguard(&args, None);
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAMESPACE"), "{table}");
+    let line = table
+        .lines()
+        .find(|l| l.contains("Pod/web-elsewhere") && l.contains("placement"))
+        .unwrap();
+    assert!(
+        line.contains(" pass ") && line.contains("not checked"),
+        "{line}"
+    );
+}
+
+#[test]
+fn audit_table_names_the_pools() {
+    let out = poolguard(&AUDIT, None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.contains("Pod/web-elsewhere") && l.contains("placement"))
+        .unwrap();
+    assert!(line.starts_with("mapped "), "{line}");
+    assert!(
+        line.contains("fail")
+            && line.contains("\"pool1\"")
+            && line.contains("node \"node-gpu-a\" of pool \"gpu\""),
+        "{line}"
+    );
+    let line = table.lines().find(|l| l.contains("broken.yaml")).unwrap();
+    assert!(line.contains("error"), "{line}");
+}
+
+#[test]
+fn audit_writes_one_report_per_namespace() {
+    for (api, api_version, kind) in [
+        ("policyreport", "wgpolicyk8s.io/v1alpha2", "PolicyReport"),
+        ("openreports", "openreports.io/v1alpha1", "Report"),
+    ] {
+        let mut args = AUDIT.to_vec();
+        args.extend([
+            "--output",
+            "reports",
+            "--report-api",
+            api,
+            "--max-results-per-report",
+            "3",
+        ]);
+        let out = poolguard(&args, None);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let reports = poolguard_core::documents::parse(&text(&out.stdout), "stdout").unwrap();
+        let namespaces: Vec<&str> = reports
+            .iter()
+            .map(|r| r["metadata"]["namespace"].as_str().unwrap())
+            .collect();
+        assert_eq!(namespaces, ["gpu-team", "mapped"], "{api}");
+        for r in &reports {
+            assert_eq!(
+                (r["apiVersion"].as_str(), r["kind"].as_str()),
+                (Some(api_version), Some(kind))
+            );
+            assert_eq!(r["metadata"]["name"], "poolguard-audit");
+        }
+        let mapped = &reports[1];
+        assert_eq!(
+            mapped["summary"],
+            serde_json::json!({"pass": 4, "fail": 2, "warn": 0, "error": 0, "skip": 0})
+        );
+        // 6 results, 3 listed: both failures first, then the earliest pass.
+        let listed: Vec<&str> = mapped["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["result"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, ["pass", "fail", "fail"], "{api}");
+        assert_eq!(
+            mapped["metadata"]["annotations"]["poolguard.io/results-omitted"],
+            "3"
+        );
+        let result = &mapped["results"][1];
+        assert_eq!(result["source"], "poolguard");
+        assert_eq!(
+            result["resources"][0]["uid"],
+            "0b1c6a52-0001-4000-8000-000000000002"
+        );
+        assert!(result["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
+        // The unparsable document belongs to no namespace: it is named on stderr.
+        assert!(
+            text(&out.stderr).contains("broken.yaml: document 1 (in no report)"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn audit_of_compliant_objects_exits_0_and_bad_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: mapped}\nspec:\n  nodeSelector: {agentpool: pool1}\n  containers: [{name: c, image: registry.example.com/c}]\n",
+    )
+    .unwrap();
+    let manifests = dir.path().to_str().unwrap();
+    let out = poolguard(
+        &[
+            "audit",
+            "--manifests",
+            manifests,
+            "--namespaces-file",
+            NS,
+            "--config",
+            "testdata/config/example.yaml",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["audit", "--manifests", "nope", "--namespaces-file", NS],
+            "manifests directory nope",
+        ),
+        (
+            vec![
+                "audit",
+                "--manifests",
+                empty.path().to_str().unwrap(),
+                "--namespaces-file",
+                NS,
+            ],
+            "no *.yaml",
+        ),
+        (
+            vec![
+                "audit",
+                "--manifests",
+                manifests,
+                "--namespaces-file",
+                NS,
+                "--nodes-file",
+                NS,
+            ],
+            "expected a Node",
+        ),
+        (
+            vec![
+                "audit",
+                "--manifests",
+                manifests,
+                "--namespaces-file",
+                "nope.yaml",
+            ],
+            "nope.yaml",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = poolguard(&args, None);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(want) && stderr.lines().count() == 1,
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The `poolguard` command line: argument parsing and one function per command.
 
+pub mod audit;
 pub mod eval;
 
 use std::net::{IpAddr, SocketAddr};
@@ -10,6 +11,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use poolguard_core::policy::rego_tests;
+use poolguard_core::report::{ReportApi, Timestamp};
 use poolguard_core::webhook::Webhook;
 
 use crate::certs::authority as certs;
@@ -41,6 +43,19 @@ enum Command {
     /// workload manifest (one or more documents) prints a readable verdict as comments and, when
     /// mutating, the patched object. Exit status: 0 allowed, 1 denied, 2 bad input.
     Eval(EvalArgs),
+    /// Audit objects dumped from a cluster, without a cluster: the results the background audit
+    /// reports.
+    ///
+    /// Reads every *.yaml, *.yml and *.json file in --manifests (`kubectl get -o yaml|json`
+    /// output: Lists or several documents). Every Pod and workload (Deployment, ReplicaSet,
+    /// StatefulSet, DaemonSet, Job, CronJob, ReplicationController) gets one result for its
+    /// placement and one per policy applied in its namespace's pool, from the checks the
+    /// validating webhook runs: pass, fail (any infringement, whatever the policy's enforcement;
+    /// a missing or conflicting pool selector; a pod bound to a node of another pool), error (a
+    /// policy that cannot be evaluated, a pod spec or document that cannot be read, a pod's
+    /// node not in --nodes-file) or skip (placement, in a namespace without a pool). Other
+    /// kinds are ignored. Exit status: 0 no fail or error, 1 some, 2 bad input.
+    Audit(AuditArgs),
     /// Rego policy tools.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -75,6 +90,43 @@ struct EvalArgs {
     /// AdmissionReview or manifest file; `-` reads standard input.
     #[arg(default_value = "-", value_name = "FILE|-")]
     input: String,
+}
+
+#[derive(Args)]
+struct AuditArgs {
+    /// Directory of manifests to audit (its *.yaml, *.yml and *.json files; not recursive).
+    #[arg(long, value_name = "DIR")]
+    manifests: PathBuf,
+    /// Namespace objects (YAML or JSON, a v1 List or several documents). A namespace not in the
+    /// file has no labels, so no pool.
+    #[arg(long, value_name = "FILE")]
+    namespaces_file: PathBuf,
+    /// Node objects, read like --namespaces-file: a pod bound to a node (spec.nodeName) must
+    /// run on a node whose nodeSelectorKey label is its namespace's pool. Without it, a pod's
+    /// node is not checked.
+    #[arg(long, value_name = "FILE")]
+    nodes_file: Option<PathBuf>,
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// What to print.
+    #[arg(long, value_enum, default_value = "table")]
+    output: audit::Output,
+    /// With --output reports: the report API to write.
+    #[arg(long, value_enum, default_value = "policyreport")]
+    report_api: ReportApiArg,
+    /// With --output reports: results listed in one report (failures and errors first); the
+    /// number left out is in the annotation poolguard.io/results-omitted.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_results_per_report: usize,
+}
+
+/// The report API, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReportApiArg {
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport
+    Policyreport,
+    /// openreports.io/v1alpha1 Report
+    Openreports,
 }
 
 #[derive(Args)]
@@ -399,6 +451,50 @@ fn run(command: Command) -> Result<ExitCode> {
                 &mut stdout,
             )?;
             Ok(if allowed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Audit(args) => {
+            let sources = Sources {
+                config: args.rules.config,
+                policies_dir: args.rules.policies_dir,
+            };
+            let rules = sources.load()?;
+            let namespaces = sources::load_namespaces(&args.namespaces_file)?;
+            let nodes = match &args.nodes_file {
+                Some(path) => Some(sources::load_nodes(path)?),
+                None => None,
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let reports = audit::ReportOptions {
+                api: match args.report_api {
+                    ReportApiArg::Policyreport => ReportApi::PolicyReport,
+                    ReportApiArg::Openreports => ReportApi::OpenReports,
+                },
+                max_results: args.max_results_per_report,
+                timestamp: Timestamp {
+                    seconds: now.as_secs() as i64,
+                    nanos: now.subsec_nanos() as i32,
+                },
+            };
+            let inputs = audit::Inputs {
+                manifests: &args.manifests,
+                namespaces: &namespaces,
+                nodes: nodes.as_ref(),
+            };
+            let clean = audit::run(
+                &inputs,
+                &rules,
+                args.output,
+                &reports,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            )?;
+            Ok(if clean {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

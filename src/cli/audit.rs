@@ -1,0 +1,238 @@
+//! `poolguard audit --manifests DIR`: the background audit's results for objects dumped from a
+//! cluster (`kubectl get pods,deployments,... -A -o yaml`), without a cluster. Every Pod and
+//! workload gets [`audit::audit`]'s results, printed as a table, as JSON, or as the policy
+//! reports (one per namespace) the cluster audit writes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use poolguard_core::audit::{self, AuditResult, Resource, Verdict};
+use poolguard_core::documents;
+use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
+use poolguard_core::report::{self, ReportApi, Timestamp};
+use poolguard_core::ruleset::RuleSet;
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// One line per result: namespace, object, policy, result, message.
+    Table,
+    /// A JSON array of results.
+    Json,
+    /// The policy reports, one YAML document per namespace.
+    Reports,
+}
+
+/// What the audit reads besides the rules.
+pub struct Inputs<'a> {
+    pub manifests: &'a Path,
+    pub namespaces: &'a NamespaceLabels,
+    pub nodes: Option<&'a NodeLabels>,
+}
+
+/// How reports are written.
+pub struct ReportOptions {
+    pub api: ReportApi,
+    pub max_results: usize,
+    pub timestamp: Timestamp,
+}
+
+/// Audits every object in the manifest files and writes the results to `out` (and, for
+/// reports, the results that belong to no namespace to `err`). True when no result is `fail` or
+/// `error`.
+pub fn run(
+    inputs: &Inputs,
+    rules: &RuleSet,
+    output: Output,
+    reports: &ReportOptions,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<bool> {
+    let mut results = Vec::new();
+    for path in manifest_files(inputs.manifests)? {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let origin = path.display().to_string();
+        for (i, doc) in documents::each::<Value>(&text).into_iter().enumerate() {
+            let at = format!("{origin}: document {}", i + 1);
+            match doc {
+                Ok(Value::Null) => {}
+                Ok(doc) => {
+                    for (object, at) in objects(doc, &at) {
+                        results.extend(audit_one(object, &at, inputs, rules));
+                    }
+                }
+                Err(e) => results.push(unreadable(&at, &e)),
+            }
+        }
+    }
+    let clean = !results
+        .iter()
+        .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
+    match output {
+        Output::Table => table(&results, out)?,
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut *out, &results)?;
+            writeln!(out)?;
+        }
+        Output::Reports => {
+            let reports = report::reports(
+                &results,
+                reports.api,
+                reports.timestamp,
+                reports.max_results,
+            );
+            for (i, report) in reports.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out, "---")?;
+                }
+                write!(
+                    out,
+                    "{}",
+                    documents::to_yaml(&serde_json::to_value(report)?)?
+                )?;
+            }
+            for r in results.iter().filter(|r| r.resource.namespace.is_empty()) {
+                writeln!(
+                    err,
+                    "poolguard: {} {} (in no report): {}",
+                    r.result.as_str(),
+                    object_name(&r.resource),
+                    r.message
+                )?;
+            }
+        }
+    }
+    Ok(clean)
+}
+
+/// Every `*.yaml`, `*.yml` and `*.json` file directly in `dir`, sorted (hidden files skipped).
+fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("reading manifests directory {}", dir.display()))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("reading manifests directory {}", dir.display()))?
+            .path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+        let manifest = [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|ext| name.ends_with(ext));
+        if manifest && !name.starts_with('.') && path.is_file() {
+            paths.push(path);
+        }
+    }
+    if paths.is_empty() {
+        bail!(
+            "{}: no *.yaml, *.yml or *.json files to audit",
+            dir.display()
+        );
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+/// The objects of a document: a List's (or `PodList`'s, …) items, or the document itself.
+fn objects(doc: Value, at: &str) -> Vec<(Value, String)> {
+    let is_list =
+        doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) && doc["items"].is_array();
+    if !is_list {
+        return vec![(doc, at.to_string())];
+    }
+    let Value::Array(items) = doc["items"].clone() else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(j, item)| (item, format!("{at}: items[{j}]")))
+        .collect()
+}
+
+fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<AuditResult> {
+    if !object.is_object() {
+        return vec![unreadable(at, "expected an object")];
+    }
+    let (Some(api_version), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
+    else {
+        return vec![unreadable(at, "the object has no apiVersion or kind")];
+    };
+    if !audit::audited(api_version, kind) {
+        return Vec::new();
+    }
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    audit::audit(
+        &object,
+        inputs.namespaces.get(namespace),
+        inputs.nodes,
+        &rules.config,
+        &rules.policies,
+    )
+}
+
+/// The result for a document that cannot be audited, named after where it is.
+fn unreadable(at: &str, reason: &str) -> AuditResult {
+    AuditResult::unreadable(
+        Resource {
+            name: at.to_string(),
+            ..Resource::default()
+        },
+        reason,
+    )
+}
+
+fn object_name(resource: &Resource) -> String {
+    if resource.kind.is_empty() {
+        resource.name.clone()
+    } else {
+        format!("{}/{}", resource.kind, resource.name)
+    }
+}
+
+fn table(results: &[AuditResult], out: &mut impl Write) -> Result<()> {
+    let header = ["NAMESPACE", "OBJECT", "POLICY", "RESULT", "MESSAGE"];
+    let rows: Vec<[String; 5]> = results
+        .iter()
+        .map(|r| {
+            [
+                r.resource.namespace.clone(),
+                object_name(&r.resource),
+                r.policy.clone(),
+                r.result.as_str().to_string(),
+                r.message.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5], out: &mut dyn Write| -> std::io::Result<()> {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate().take(4) {
+            text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+        }
+        text.push_str(cells[4]);
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(header, out)?;
+    for row in &rows {
+        line(
+            [
+                row[0].as_str(),
+                row[1].as_str(),
+                row[2].as_str(),
+                row[3].as_str(),
+                row[4].as_str(),
+            ],
+            out,
+        )?;
+    }
+    Ok(())
+}
