@@ -32,8 +32,9 @@ enum Command {
     /// Run the webhook server: POST /mutate and /validate over HTTPS, and an operations port
     /// with /healthz, /readyz and /metrics.
     ///
-    /// Namespace labels come from --namespaces-file, else from the cluster (in-cluster config or
-    /// KUBECONFIG) through a watch cache. Certificate, config and policy files are reloaded when
+    /// Namespace labels come from --namespaces-file, else (with --dev: only when --kubeconfig is
+    /// given; else the embedded testdata namespaces) from the cluster (--kubeconfig, in-cluster
+    /// config, KUBECONFIG or ~/.kube/config) through a watch cache. Certificate, config and policy files are reloaded when
     /// they change; a change that does not load keeps the last good version. SIGTERM stops
     /// accepting connections, finishes in-flight requests and exits 0.
     Serve(Box<ServeArgs>),
