@@ -38,6 +38,7 @@ log() { printf '[controlplane] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 command -v openssl >/dev/null 2>&1 || die "openssl is required"
+command -v curl >/dev/null 2>&1 || die "curl is required (Debian: apt-get install -y curl)"
 
 if [[ -n "${POOLGUARD_CP_BIN:-}" ]]; then
     bin="$(cd "${POOLGUARD_CP_BIN}" && pwd)"
@@ -79,6 +80,7 @@ trap on_exit EXIT
 # --- free loopback ports ------------------------------------------------------
 # shellcheck source=integration/controlplane/free-port.sh
 source "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+etcd_port="" etcd_peer_port="" api_port="" kcm_port="" scheduler_port="" # set by pick_port
 pick_port etcd_port
 pick_port etcd_peer_port
 pick_port api_port
@@ -148,17 +150,24 @@ alive() { # component
     pid="$(awk -v n="$1" '$2 == n { print $1 }' "${state}/pids")"
     [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null
 }
+# A port taken by something else is the usual reason a component stops: name it in the error.
+port_clash() { # component
+    grep -m1 -oE '[^"]*address already in use' "${logs}/$1.log" 2>/dev/null | sed 's/^.*listen /listen /' || true
+}
 wait_for() { # component timeout-seconds description command...
-    local name="$1" limit="$2" what="$3" deadline
+    local name="$1" limit="$2" what="$3" deadline clash
     shift 3
     deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
-        alive "${name}" || { tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited"; }
+        clash="$(port_clash "${name}")"
+        alive "${name}" || { tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited${clash:+: ${clash}}"; }
+        [[ -z "${clash}" ]] || die "${name}: ${clash}"
         ((SECONDS < deadline)) || { tail -n 30 "${logs}/${name}.log" >&2; die "${what} not ready after ${limit}s"; }
         sleep 0.5
     done
 }
-tcp_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# etcd's own health answer (an open port alone could be another program's).
+etcd_healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
 
 launch etcd \
     --name=poolguard-test \
@@ -170,7 +179,7 @@ launch etcd \
     --initial-cluster="poolguard-test=http://127.0.0.1:${etcd_peer_port}" \
     --unsafe-no-fsync=true \
     --log-level=warn
-wait_for etcd 60 "etcd on 127.0.0.1:${etcd_port}" tcp_open "${etcd_port}"
+wait_for etcd 60 "etcd on 127.0.0.1:${etcd_port}" etcd_healthy "${etcd_port}"
 
 read -r -a apiserver_extra <<< "${POOLGUARD_CP_APISERVER_ARGS:-}"
 launch kube-apiserver \

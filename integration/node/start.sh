@@ -116,6 +116,11 @@ pick_port kubelet_healthz_port
 pick_port proxy_healthz_port
 pick_port proxy_metrics_port
 
+# containerd's registry configuration (below) sends every pull to 127.0.0.1:9, which must be closed.
+if (exec 3<>/dev/tcp/127.0.0.1/9) 2>/dev/null; then
+    die "port 127.0.0.1:9 is in use; containerd's registry configuration points every pull there, so it must be closed"
+fi
+
 # --- network ------------------------------------------------------------------------------
 x=""
 for ((i = 0; i < 64; i++)); do
@@ -246,20 +251,35 @@ alive() { # name
     pid="$(awk -v n="$1" '$2 == n { print $1 }' "${node_dir}/pids")"
     [[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null
 }
+# A port taken by something else is the usual reason a component stops or never gets ready
+# (kube-proxy retries its healthz port forever): name it in the error.
+port_clash() { # name
+    grep -m1 -oE '[^"]*address already in use' "${logs}/$1.log" 2>/dev/null | sed 's/^.*listen /listen /' || true
+}
 wait_for() { # name timeout description command...
-    local name="$1" limit="$2" what="$3" deadline
+    local name="$1" limit="$2" what="$3" deadline clash
     shift 3
     deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
+        clash="$(port_clash "${name}")"
         alive "${name}" || {
             tail -n 30 "${logs}/${name}.log" >&2
-            die "${name} exited"
+            die "${name} exited${clash:+: ${clash}}"
         }
+        [[ -z "${clash}" ]] || die "${name}: ${clash}"
         ((SECONDS < deadline)) || {
             tail -n 30 "${logs}/${name}.log" >&2
             die "${what} not ready after ${limit}s"
         }
         sleep 0.5
+    done
+}
+# The ports a component is about to bind must still be free (they were picked free a moment ago).
+ports_free() { # name port...
+    local name="$1" p
+    shift
+    for p in "$@"; do
+        ! port_in_use "${p}" || die "port ${p}, picked for ${name}, is in use now (by $(ss -Htlnp "sport = :${p}" 2>/dev/null | grep -oE 'users:\(\("[^"]+"' | cut -d'"' -f2 | head -n1 || echo '?')); start again"
     done
 }
 
@@ -420,6 +440,7 @@ serializeImagePulls: false
 EOF
 # A Node object left from an earlier run would carry stale addresses and status.
 kubectl delete node "${node_name}" --ignore-not-found >/dev/null
+ports_free kubelet "${kubelet_port}" "${kubelet_healthz_port}"
 launch kubelet "${bin}/kubelet" \
     --config="${kl_dir}/config.yaml" \
     --kubeconfig="${node_dir}/kubelet.kubeconfig" \
@@ -464,6 +485,7 @@ kubectl patch node "${node_name}" --type=json -p '[{"op": "replace", "path": "/s
 # kube-proxy only once the Node object carries this run's address: it exits when the node's IPs
 # change under it.
 note "kube_proxy=1"
+ports_free kube-proxy "${proxy_healthz_port}" "${proxy_metrics_port}"
 launch kube-proxy "${bin}/kube-proxy" --config="${node_dir}/kube-proxy.yaml" --v=2
 proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:${proxy_healthz_port}/healthz"; }
 wait_for kube-proxy 60 "kube-proxy" proxy_healthy

@@ -1,4 +1,5 @@
-//! Helpers for poolguard's end-to-end tests (`tests/e2e.rs`, `tests/fail_closed.rs`).
+//! Helpers for poolguard's end-to-end tests (`tests/e2e.rs`, `tests/fail_closed.rs`, ...) and
+//! the `under_load` harness (`src/bin/under_load.rs`).
 //!
 //! The tests talk to a cluster that already runs poolguard behind its two webhook
 //! configurations; how it got there (local control plane, kind, ...) does not matter.
@@ -15,6 +16,7 @@
 //! | `POOLGUARD_E2E_DENIED_IMAGE` | `nginx:1.27` | an image the config does not allow |
 //! | `POOLGUARD_E2E_STOP_CMD` | required by `fail_closed` | shell command that stops poolguard (returns once it is down) |
 //! | `POOLGUARD_E2E_START_CMD` | optional | shell command that starts it again (returns once it is ready) |
+//! | `POOLGUARD_E2E_VALIDATES_UNLABELLED` | unset | `1`: the validating webhook also covers namespaces without the pool label (the chart's default); `fail_closed` then expects refusals there too |
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

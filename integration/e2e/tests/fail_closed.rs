@@ -1,5 +1,6 @@
-//! poolguard down: the webhooks fail closed for namespaces with the pool label and do not
-//! apply elsewhere. This test STOPS poolguard (POOLGUARD_E2E_STOP_CMD) and, when
+//! poolguard down: the webhooks fail closed for namespaces with the pool label; elsewhere they do
+//! not apply (or, with `POOLGUARD_E2E_VALIDATES_UNLABELLED=1`, the validating one fails closed
+//! there too); kube-system is never affected. This test STOPS poolguard (POOLGUARD_E2E_STOP_CMD) and, when
 //! POOLGUARD_E2E_START_CMD is set, starts it again at the end. It is `#[ignore]`d so that a plain
 //! `cargo test` never runs it next to the other tests; run it alone:
 //!
@@ -9,6 +10,17 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use poolguard_e2e::{expect_refused, node_selector, random_suffix, run};
+
+/// `POOLGUARD_E2E_VALIDATES_UNLABELLED=1`: the validating webhook is called for namespaces
+/// without the pool label too (the chart's default, `validating.requireNamespaceLabel=false`),
+/// so with poolguard down a pod there is refused as well. Unset: only labelled namespaces are
+/// validated (`integration/e2e.sh`'s webhook configurations).
+fn validates_unlabelled() -> bool {
+    matches!(
+        std::env::var("POOLGUARD_E2E_VALIDATES_UNLABELLED").as_deref(),
+        Ok("1" | "true")
+    )
+}
 
 #[tokio::test]
 #[ignore = "stops poolguard; run alone: --test fail_closed -- --ignored"]
@@ -63,19 +75,36 @@ async fn fail_closed_when_poolguard_is_down() {
         )?;
         env.say(format!("  ok: 500 {msg}"));
 
-        env.say(format!(
-            "check: a pod in unlabelled namespace {plain} is created normally"
-        ));
-        let pod = env
-            .create_pod(&plain, &env.pod("during", &env.allowed_image, None)?)
-            .await
-            .context("a pod in an unlabelled namespace must not need poolguard")?;
-        ensure!(
-            node_selector(&pod).is_empty(),
-            "unexpected nodeSelector {:?}",
-            node_selector(&pod)
-        );
-        env.say("  ok: created, no nodeSelector");
+        if validates_unlabelled() {
+            env.say(format!(
+                "check: a pod in unlabelled namespace {plain} is refused too (the validating \
+                 webhook covers every namespace: validating.requireNamespaceLabel=false)"
+            ));
+            let result = env
+                .create_pod(&plain, &env.pod("during", &env.allowed_image, None)?)
+                .await;
+            let msg = expect_refused(
+                "pod in an unlabelled namespace",
+                result,
+                500,
+                &["failed calling webhook"],
+            )?;
+            env.say(format!("  ok: 500 {msg}"));
+        } else {
+            env.say(format!(
+                "check: a pod in unlabelled namespace {plain} is created normally"
+            ));
+            let pod = env
+                .create_pod(&plain, &env.pod("during", &env.allowed_image, None)?)
+                .await
+                .context("a pod in an unlabelled namespace must not need poolguard")?;
+            ensure!(
+                node_selector(&pod).is_empty(),
+                "unexpected nodeSelector {:?}",
+                node_selector(&pod)
+            );
+            env.say("  ok: created, no nodeSelector");
+        }
 
         env.say("check: a pod in kube-system is created normally");
         let name = format!("pg-e2e-down-{}", random_suffix());

@@ -1,0 +1,862 @@
+//! Operations on poolguard's Deployment while pods are being created (issue 12): a steady stream
+//! of pod CREATEs in a namespace of a pool goes through both webhooks while an operator restarts
+//! the rollout, deletes one replica's pod, or drains the node of a replica. Counts what was
+//! attempted, refused or failed, and whether any admitted pod was lost or left without its pool;
+//! prints a table. Exit status 1 when anything failed.
+//!
+//! Needs KUBECONFIG (the cluster admin: the harness creates a namespace and runs kubectl drain)
+//! and poolguard installed by the chart. `integration/node/test.sh` runs it against the real
+//! node; `integration/kind/run.sh` against kind.
+//!
+//! The load's pods name a scheduler that does not exist, so they stay Pending: admission is what
+//! is measured, and the scheduler and the (fake) nodes carry no extra work. They are deleted
+//! after each operation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, Config};
+use poolguard_e2e::{node_selector, random_suffix};
+use serde_json::json;
+use tokio::task::JoinSet;
+
+const USAGE: &str = "\
+usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the chart)
+
+  --rate N            pod CREATEs per second (default 20)
+  --seconds N         least load time per operation (default 30); the load goes on until the
+                      operation has finished and --tail seconds more have passed
+  --tail N            load seconds after the operation has finished (default 5)
+  --lead N            load seconds before the operation starts (default 3)
+  --operations LIST   comma-separated, in order: baseline, rollout-restart, delete-pod, drain
+                      (default rollout-restart,delete-pod,drain)
+  --namespace NS      poolguard's namespace (default poolguard-system)
+  --release NAME      its Deployment and Service (default poolguard)
+  --pool NAME         pool of the load's namespace (default pool1)
+  --label KEY         poolguard's namespaceLabel (default agentpool)
+  --selector-key KEY  poolguard's nodeSelectorKey (default: the label)
+  --image IMAGE       an image the config allows (default registry.k8s.io/pause:3.10)
+  --drain-timeout N   kubectl drain --timeout seconds (default 30)
+  --kubectl PATH      kubectl to run (default $KUBECTL, else kubectl)";
+
+/// Label of every pod of the load (value: the operation's run id).
+const LOAD_LABEL: &str = "poolguard-load";
+/// A scheduler nobody runs: the load's pods stay Pending.
+const NO_SCHEDULER: &str = "poolguard-load-unscheduled";
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+const POLL: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Operation {
+    Baseline,
+    RolloutRestart,
+    DeletePod,
+    Drain,
+}
+
+impl Operation {
+    fn parse(s: &str) -> Result<Operation> {
+        Ok(match s.trim() {
+            "baseline" => Operation::Baseline,
+            "rollout-restart" => Operation::RolloutRestart,
+            "delete-pod" => Operation::DeletePod,
+            "drain" => Operation::Drain,
+            other => bail!(
+                "unknown operation {other:?} (known: baseline, rollout-restart, delete-pod, drain)"
+            ),
+        })
+    }
+
+    fn id(self) -> &'static str {
+        match self {
+            Operation::Baseline => "baseline",
+            Operation::RolloutRestart => "restart",
+            Operation::DeletePod => "delete",
+            Operation::Drain => "drain",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Operation::Baseline => "none (baseline)",
+            Operation::RolloutRestart => "rollout restart",
+            Operation::DeletePod => "delete one replica's pod",
+            Operation::Drain => "drain a replica's node",
+        }
+    }
+}
+
+struct Args {
+    rate: u32,
+    seconds: u64,
+    tail: u64,
+    lead: u64,
+    operations: Vec<Operation>,
+    namespace: String,
+    release: String,
+    pool: String,
+    label: String,
+    selector_key: Option<String>,
+    image: String,
+    drain_timeout: u64,
+    kubectl: String,
+}
+
+impl Args {
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>> {
+        let mut a = Args {
+            rate: 20,
+            seconds: 30,
+            tail: 5,
+            lead: 3,
+            operations: vec![
+                Operation::RolloutRestart,
+                Operation::DeletePod,
+                Operation::Drain,
+            ],
+            namespace: "poolguard-system".into(),
+            release: "poolguard".into(),
+            pool: "pool1".into(),
+            label: "agentpool".into(),
+            selector_key: None,
+            image: "registry.k8s.io/pause:3.10".into(),
+            drain_timeout: 30,
+            kubectl: std::env::var("KUBECTL")
+                .ok()
+                .filter(|k| !k.is_empty())
+                .unwrap_or_else(|| "kubectl".into()),
+        };
+        while let Some(flag) = args.next() {
+            if flag == "-h" || flag == "--help" {
+                return Ok(None);
+            }
+            let value = args
+                .next()
+                .with_context(|| format!("{flag} needs a value\n{USAGE}"))?;
+            let number = |v: &str| -> Result<u64> {
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("{flag}: expected a positive number, got {v:?}"))
+            };
+            match flag.as_str() {
+                "--rate" => a.rate = u32::try_from(number(&value)?)?,
+                "--seconds" => a.seconds = number(&value)?,
+                "--tail" => a.tail = number(&value)?,
+                "--lead" => a.lead = number(&value)?,
+                "--drain-timeout" => a.drain_timeout = number(&value)?,
+                "--operations" => {
+                    a.operations = value
+                        .split(',')
+                        .filter(|s| !s.trim().is_empty())
+                        .map(Operation::parse)
+                        .collect::<Result<_>>()?;
+                    if a.operations.is_empty() {
+                        bail!("--operations names no operation");
+                    }
+                }
+                "--namespace" => a.namespace = value,
+                "--release" => a.release = value,
+                "--pool" => a.pool = value,
+                "--label" => a.label = value,
+                "--selector-key" => a.selector_key = Some(value),
+                "--image" => a.image = value,
+                "--kubectl" => a.kubectl = value,
+                other => bail!("unknown option {other}\n{USAGE}"),
+            }
+        }
+        Ok(Some(a))
+    }
+
+    fn selector_key(&self) -> &str {
+        self.selector_key.as_deref().unwrap_or(&self.label)
+    }
+}
+
+fn log(msg: impl Display) {
+    eprintln!("[under-load] {msg}");
+}
+
+/// What one pod CREATE of the load came to.
+enum Outcome {
+    /// Admitted with the pool's nodeSelector.
+    Placed,
+    /// Admitted without it (admitted without poolguard's mutation).
+    Unplaced(BTreeMap<String, String>),
+    /// Refused or failed (status code and message, or the client error).
+    Failed(String),
+}
+
+struct Attempt {
+    name: String,
+    latency: Duration,
+    outcome: Outcome,
+}
+
+/// One row of the table.
+struct Row {
+    operation: Operation,
+    load_secs: f64,
+    attempted: usize,
+    admitted: usize,
+    failed: usize,
+    lost: usize,
+    unplaced: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    min_ready: usize,
+    outcome: String,
+    failures: BTreeMap<String, usize>,
+}
+
+struct Harness {
+    client: Client,
+    args: Args,
+    /// The load's namespace.
+    ns: String,
+    /// matchLabels of poolguard's Deployment, as a label selector.
+    pod_selector: String,
+    replicas: i32,
+}
+
+/// Ready endpoints in the EndpointSlices of Service `namespace/service`.
+async fn ready_endpoints(client: &Client, namespace: &str, service: &str) -> Result<usize> {
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let list = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .count())
+}
+
+async fn connect() -> Result<Client> {
+    match std::env::var_os("KUBECONFIG") {
+        Some(v) if !v.is_empty() => {}
+        _ => bail!("KUBECONFIG is not set: point it at a cluster where poolguard is installed"),
+    }
+    let mut config = Config::infer().await.context("loading KUBECONFIG")?;
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(30));
+    config.write_timeout = Some(Duration::from_secs(30));
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+impl Harness {
+    async fn setup(client: Client, args: Args) -> Result<Harness> {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &args.namespace);
+        let d = deployments
+            .get(&args.release)
+            .await
+            .with_context(|| format!("reading deployment {}/{}", args.namespace, args.release))?;
+        let spec = d.spec;
+        let replicas = spec.replicas.unwrap_or(1);
+        let pod_selector = spec
+            .selector
+            .match_labels
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        if pod_selector.is_empty() {
+            bail!("the Deployment's selector has no matchLabels");
+        }
+        let ns = format!("pg-load-{}", random_suffix());
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {
+            "name": ns,
+            "labels": {args.label.clone(): args.pool, "poolguard-e2e": "true"},
+        }}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {ns}"))?;
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+        match Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &sa)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).context("creating the default ServiceAccount"),
+        }
+        log(format!(
+            "namespace {ns} ({}={}); poolguard: deployment {}/{} ({replicas} replicas, pods {pod_selector})",
+            args.label, args.pool, args.namespace, args.release
+        ));
+        Ok(Harness {
+            client,
+            args,
+            ns,
+            pod_selector,
+            replicas,
+        })
+    }
+
+    async fn cleanup(&self) {
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+
+    async fn ready_endpoints(&self) -> Result<usize> {
+        ready_endpoints(&self.client, &self.args.namespace, &self.args.release).await
+    }
+
+    /// poolguard's pods that are Ready and not being deleted: (name, node).
+    async fn ready_pods(&self) -> Result<Vec<(String, String)>> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.args.namespace);
+        let list = pods
+            .list(&ListParams::default().labels(&self.pod_selector))
+            .await?;
+        let mut ready = Vec::new();
+        for p in list.items {
+            if p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let is_ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if is_ready {
+                let node = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default();
+                ready.push((p.metadata.name.unwrap_or_default(), node));
+            }
+        }
+        ready.sort();
+        Ok(ready)
+    }
+
+    /// Waits until the Deployment is fully rolled out: all replicas updated, ready and
+    /// available, no old pod left, and as many ready endpoints. Returns the time it took.
+    async fn wait_rolled_out(&self) -> Result<Duration> {
+        let deployments: Api<Deployment> =
+            Api::namespaced(self.client.clone(), &self.args.namespace);
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < READY_TIMEOUT {
+            let d = deployments.get(&self.args.release).await?;
+            let generation = d.metadata.generation.unwrap_or(0);
+            let want = d.spec.replicas.unwrap_or(1);
+            let st = d.status.unwrap_or_default();
+            let pods = self.ready_pods().await?.len();
+            let endpoints = self.ready_endpoints().await?;
+            last = format!(
+                "generation {generation} observed {:?}, replicas {:?}, updated {:?}, ready {:?}, \
+                 available {:?}; ready pods {pods}, ready endpoints {endpoints}",
+                st.observed_generation,
+                st.replicas,
+                st.updated_replicas,
+                st.ready_replicas,
+                st.available_replicas
+            );
+            let all = Some(want);
+            if st.observed_generation.unwrap_or(0) >= generation
+                && st.replicas == all
+                && st.updated_replicas == all
+                && st.ready_replicas == all
+                && st.available_replicas == all
+                && pods == want as usize
+                && endpoints == want as usize
+            {
+                return Ok(start.elapsed());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        bail!(
+            "deployment {}/{} not rolled out within {}s: {last}",
+            self.args.namespace,
+            self.args.release,
+            READY_TIMEOUT.as_secs()
+        )
+    }
+
+    /// Runs kubectl; returns (success, combined output). Output lines are logged.
+    async fn kubectl(&self, args: &[&str], limit: Duration) -> Result<(bool, String)> {
+        log(format!("$ kubectl {}", args.join(" ")));
+        let mut cmd = tokio::process::Command::new(&self.args.kubectl);
+        cmd.args(args).kill_on_drop(true);
+        let out = tokio::time::timeout(limit, cmd.output())
+            .await
+            .with_context(|| {
+                format!(
+                    "kubectl {} did not return within {}s",
+                    args.join(" "),
+                    limit.as_secs()
+                )
+            })?
+            .with_context(|| format!("running {}", self.args.kubectl))?;
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            log(format!("  {line}"));
+        }
+        Ok((out.status.success(), text))
+    }
+
+    /// Carries out the operation; returns a one-line account of it.
+    async fn operate(&self, op: Operation) -> Result<String> {
+        let ns = self.args.namespace.as_str();
+        let deploy = format!("deployment/{}", self.args.release);
+        let long = READY_TIMEOUT + Duration::from_secs(10);
+        match op {
+            Operation::Baseline => Ok("no operation".into()),
+            Operation::RolloutRestart => {
+                let start = Instant::now();
+                let (ok, text) = self
+                    .kubectl(&["-n", ns, "rollout", "restart", &deploy], long)
+                    .await?;
+                if !ok {
+                    bail!("kubectl rollout restart failed: {}", text.trim());
+                }
+                let timeout = format!("--timeout={}s", READY_TIMEOUT.as_secs());
+                let (ok, text) = self
+                    .kubectl(&["-n", ns, "rollout", "status", &deploy, &timeout], long)
+                    .await?;
+                if !ok {
+                    bail!("kubectl rollout status failed: {}", text.trim());
+                }
+                self.wait_rolled_out().await?;
+                Ok(format!(
+                    "restarted; rollout complete after {:.1}s",
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            Operation::DeletePod => {
+                let pods = self.ready_pods().await?;
+                let (pod, node) = pods.first().context("no ready poolguard pod to delete")?;
+                let start = Instant::now();
+                let (ok, text) = self
+                    .kubectl(
+                        &[
+                            "-n",
+                            ns,
+                            "delete",
+                            "pod",
+                            pod,
+                            "--wait=true",
+                            "--timeout=120s",
+                        ],
+                        long,
+                    )
+                    .await?;
+                if !ok {
+                    bail!("kubectl delete pod failed: {}", text.trim());
+                }
+                let gone = start.elapsed();
+                self.wait_rolled_out().await?;
+                Ok(format!(
+                    "deleted {pod} (on {node}): gone after {:.1}s, {} ready again after {:.1}s",
+                    gone.as_secs_f64(),
+                    self.replicas,
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            Operation::Drain => {
+                let pods = self.ready_pods().await?;
+                let (_, node) = pods.first().context("no ready poolguard pod")?;
+                let node = node.clone();
+                let on_node = pods.iter().filter(|(_, n)| *n == node).count();
+                let start = Instant::now();
+                let timeout = format!("--timeout={}s", self.args.drain_timeout);
+                let drained = self
+                    .kubectl(
+                        &[
+                            "drain",
+                            &node,
+                            "--ignore-daemonsets",
+                            "--delete-emptydir-data",
+                            &timeout,
+                        ],
+                        Duration::from_secs(self.args.drain_timeout + 30),
+                    )
+                    .await;
+                let took = start.elapsed();
+                // Whatever happened, the node is put back into service.
+                let (uncordoned, text) = self
+                    .kubectl(&["uncordon", &node], Duration::from_secs(30))
+                    .await?;
+                if !uncordoned {
+                    bail!("kubectl uncordon {node} failed: {}", text.trim());
+                }
+                let (ok, text) = drained?;
+                let evicted = text.lines().filter(|l| l.ends_with(" evicted")).count();
+                let refused = text
+                    .lines()
+                    .filter(|l| l.contains("disruption budget"))
+                    .count();
+                self.wait_rolled_out().await?;
+                let back = start.elapsed();
+                let what = if ok {
+                    format!("drained {node} in {:.1}s", took.as_secs_f64())
+                } else {
+                    format!(
+                        "drain of {node} did not finish in {}s",
+                        self.args.drain_timeout
+                    )
+                };
+                Ok(format!(
+                    "{what} ({on_node} of {} replicas there; {evicted} evicted, {refused} eviction(s) \
+                     refused by the PodDisruptionBudget); uncordoned, {} ready again {:.1}s after the start",
+                    self.replicas,
+                    self.replicas,
+                    back.as_secs_f64()
+                ))
+            }
+        }
+    }
+
+    /// One operation under load.
+    async fn run(&self, op: Operation, index: usize) -> Result<Row> {
+        let settled = self.wait_rolled_out().await?;
+        let run_id = format!("{}-{index}", op.id());
+        log(format!(
+            "=== {} (deployment settled in {:.1}s; load {}/s in {}, pods labelled {LOAD_LABEL}={run_id})",
+            op.title(),
+            settled.as_secs_f64(),
+            self.args.rate,
+            self.ns
+        ));
+
+        // Ready endpoints of the Service, sampled while the operation runs.
+        let stop_sampler = Arc::new(AtomicBool::new(false));
+        let min_ready = Arc::new(AtomicUsize::new(usize::MAX));
+        let sampler = {
+            let (stop, min) = (stop_sampler.clone(), min_ready.clone());
+            let (client, namespace, service) = (
+                self.client.clone(),
+                self.args.namespace.clone(),
+                self.args.release.clone(),
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(n) = ready_endpoints(&client, &namespace, &service).await {
+                        min.fetch_min(n, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            })
+        };
+
+        let stop_load = Arc::new(AtomicBool::new(false));
+        let load = tokio::spawn(generate(
+            self.client.clone(),
+            self.ns.clone(),
+            run_id.clone(),
+            self.args.rate,
+            self.args.image.clone(),
+            self.args.selector_key().to_string(),
+            self.args.pool.clone(),
+            stop_load.clone(),
+        ));
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(self.args.lead)).await;
+        let op_result = self.operate(op).await;
+        let op_done = Instant::now();
+        let least = Duration::from_secs(self.args.seconds);
+        let tail = Duration::from_secs(self.args.tail);
+        while started.elapsed() < least || op_done.elapsed() < tail {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop_load.store(true, Ordering::SeqCst);
+        let load_secs = started.elapsed().as_secs_f64();
+        let attempts = load.await.context("load task")?;
+        stop_sampler.store(true, Ordering::SeqCst);
+        let _ = sampler.await;
+        let outcome = match op_result {
+            Ok(s) => s,
+            Err(e) => format!("operation failed: {e:#}"),
+        };
+        log(format!("{}: {outcome}", op.title()));
+
+        // Every admitted pod must still exist.
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let listed: BTreeSet<String> = pods
+            .list(&ListParams::default().labels(&format!("{LOAD_LABEL}={run_id}")))
+            .await
+            .context("listing the load's pods")?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let mut row = Row {
+            operation: op,
+            load_secs,
+            attempted: attempts.len(),
+            admitted: 0,
+            failed: 0,
+            lost: 0,
+            unplaced: 0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            max_ms: 0.0,
+            min_ready: match min_ready.load(Ordering::SeqCst) {
+                usize::MAX => 0,
+                n => n,
+            },
+            outcome,
+            failures: BTreeMap::new(),
+        };
+        let mut latencies: Vec<f64> = Vec::with_capacity(attempts.len());
+        for a in &attempts {
+            latencies.push(a.latency.as_secs_f64() * 1000.0);
+            match &a.outcome {
+                Outcome::Failed(msg) => {
+                    row.failed += 1;
+                    *row.failures.entry(msg.clone()).or_default() += 1;
+                }
+                other => {
+                    row.admitted += 1;
+                    if let Outcome::Unplaced(sel) = other {
+                        row.unplaced += 1;
+                        log(format!(
+                            "pod {} admitted without its pool: nodeSelector {sel:?}",
+                            a.name
+                        ));
+                    }
+                    if !listed.contains(&a.name) {
+                        row.lost += 1;
+                        log(format!("pod {} was admitted but is gone", a.name));
+                    }
+                }
+            }
+        }
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| -> f64 {
+            if latencies.is_empty() {
+                return 0.0;
+            }
+            let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
+            latencies[i]
+        };
+        row.p50_ms = pct(0.5);
+        row.p99_ms = pct(0.99);
+        row.max_ms = latencies.last().copied().unwrap_or(0.0);
+        for (msg, n) in &row.failures {
+            log(format!("{n} x {msg}"));
+        }
+        log(format!(
+            "row: op={} attempted={} admitted={} failed={} lost={} unplaced={} min_ready={}",
+            op.id(),
+            row.attempted,
+            row.admitted,
+            row.failed,
+            row.lost,
+            row.unplaced,
+            row.min_ready
+        ));
+        log(format!(
+            "{}: {} attempted in {load_secs:.1}s, {} admitted, {} failed, {} lost, {} unplaced; \
+             ready endpoints never below {}",
+            op.title(),
+            row.attempted,
+            row.admitted,
+            row.failed,
+            row.lost,
+            row.unplaced,
+            row.min_ready
+        ));
+
+        // The load's pods go before the next operation.
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        pods.delete_collection(
+            &force,
+            &ListParams::default().labels(&format!("{LOAD_LABEL}={run_id}")),
+        )
+        .await
+        .context("deleting the load's pods")?;
+        Ok(row)
+    }
+}
+
+/// Creates pods at `rate` per second until `stop`; returns every attempt once all have answered.
+#[allow(clippy::too_many_arguments)]
+async fn generate(
+    client: Client,
+    ns: String,
+    run_id: String,
+    rate: u32,
+    image: String,
+    key: String,
+    pool: String,
+    stop: Arc<AtomicBool>,
+) -> Vec<Attempt> {
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tasks = JoinSet::new();
+    let mut n = 0usize;
+    loop {
+        tick.tick().await;
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        n += 1;
+        let name = format!("l-{run_id}-{n:05}");
+        let (pods, key, pool) = (pods.clone(), key.clone(), pool.clone());
+        let pod: Pod = match serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {LOAD_LABEL: run_id}},
+            "spec": {
+                "schedulerName": NO_SCHEDULER,
+                "containers": [{"name": "main", "image": image}],
+                "terminationGracePeriodSeconds": 0,
+            }
+        })) {
+            Ok(p) => p,
+            Err(e) => {
+                log(format!("building pod {name}: {e}"));
+                continue;
+            }
+        };
+        tasks.spawn(async move {
+            let start = Instant::now();
+            let result = pods.create(&PostParams::default(), &pod).await;
+            let latency = start.elapsed();
+            let outcome = match result {
+                Ok(p) => {
+                    let sel = node_selector(&p);
+                    if sel.get(&key) == Some(&pool) {
+                        Outcome::Placed
+                    } else {
+                        Outcome::Unplaced(sel)
+                    }
+                }
+                Err(kube::Error::Api(s)) => {
+                    Outcome::Failed(format!("{} {}", s.code, truncate(&s.message, 200)))
+                }
+                Err(e) => Outcome::Failed(truncate(&e.to_string(), 200)),
+            };
+            Attempt {
+                name,
+                latency,
+                outcome,
+            }
+        });
+    }
+    let mut attempts = Vec::with_capacity(n);
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(a) = done {
+            attempts.push(a);
+        }
+    }
+    attempts
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+fn print_table(args: &Args, rows: &[Row]) {
+    println!(
+        "operations under load: {} pod CREATEs/s in a namespace of pool {} (each through both webhooks)",
+        args.rate, args.pool
+    );
+    println!(
+        "{:<26} {:>6} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7} {:>7} {:>7} {:>9}",
+        "operation",
+        "load s",
+        "attempted",
+        "admitted",
+        "failed",
+        "lost",
+        "unplaced",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "min ready"
+    );
+    for r in rows {
+        println!(
+            "{:<26} {:>6.1} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7.0} {:>7.0} {:>7.0} {:>9}",
+            r.operation.title(),
+            r.load_secs,
+            r.attempted,
+            r.admitted,
+            r.failed,
+            r.lost,
+            r.unplaced,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.min_ready
+        );
+    }
+    for r in rows {
+        println!("{}: {}", r.operation.title(), r.outcome);
+        for (msg, n) in &r.failures {
+            println!("  {n} failed: {msg}");
+        }
+    }
+}
+
+async fn main_inner() -> Result<bool> {
+    let Some(args) = Args::parse(std::env::args().skip(1))? else {
+        println!("{USAGE}");
+        return Ok(true);
+    };
+    let client = connect().await?;
+    let operations = args.operations.clone();
+    let harness = Harness::setup(client, args).await?;
+    let mut rows = Vec::new();
+    let mut error = None;
+    for (i, op) in operations.iter().enumerate() {
+        match harness.run(*op, i + 1).await {
+            Ok(row) => rows.push(row),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    harness.cleanup().await;
+    print_table(&harness.args, &rows);
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let clean = rows.iter().all(|r| {
+        r.failed == 0
+            && r.lost == 0
+            && r.unplaced == 0
+            && !r.outcome.starts_with("operation failed")
+    });
+    Ok(clean)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match main_inner().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            log("FAILED: admissions failed, or pods were lost or admitted without their pool");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            log(format!("error: {e:#}"));
+            ExitCode::from(2)
+        }
+    }
+}
