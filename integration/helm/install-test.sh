@@ -36,14 +36,10 @@ die() { log "FAIL: $*"; exit 1; }
 for cmd in jq openssl base64; do
     command -v "$cmd" >/dev/null 2>&1 || die "$cmd is required"
 done
-poolguard="${POOLGUARD_BIN:-}"
-if [[ -z "$poolguard" ]]; then
-    target_dir="${CARGO_TARGET_DIR:-target}"
-    for candidate in "${target_dir}/debug/poolguard" "${target_dir}/release/poolguard"; do
-        [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
-    done
-fi
-[[ -n "$poolguard" && -x "$poolguard" ]] \
+# shellcheck source=integration/helm/poolguard-bin.sh
+source integration/helm/poolguard-bin.sh
+poolguard="$(poolguard_bin)"
+[[ -n "$poolguard" ]] \
     || die "no poolguard binary (set POOLGUARD_BIN or build one: cargo build --bin poolguard)"
 poolguard="$(cd "$(dirname "$poolguard")" && pwd)/$(basename "$poolguard")"
 

@@ -24,14 +24,10 @@ die() { log "FAIL: $*"; exit 1; }
 # Prerequisites first: a check that cannot run is a failure, not a skip.
 python3 -c 'import yaml' 2>/dev/null \
     || die "python3 with PyYAML is required (Debian: apt-get install python3-yaml)"
-poolguard="${POOLGUARD_BIN:-}"
-if [[ -z "$poolguard" ]]; then
-    target_dir="${CARGO_TARGET_DIR:-target}"
-    for candidate in "${target_dir}/debug/poolguard" "${target_dir}/release/poolguard"; do
-        [[ -x "$candidate" ]] && { poolguard="$candidate"; break; }
-    done
-fi
-[[ -n "$poolguard" && -x "$poolguard" ]] \
+# shellcheck source=integration/helm/poolguard-bin.sh
+source integration/helm/poolguard-bin.sh
+poolguard="$(poolguard_bin)"
+[[ -n "$poolguard" ]] \
     || die "no poolguard binary (set POOLGUARD_BIN or build one: cargo build --bin poolguard)"
 helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 
