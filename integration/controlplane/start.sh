@@ -160,7 +160,7 @@ wait_for() { # component timeout-seconds description command...
     deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
         clash="$(port_clash "${name}")"
-        alive "${name}" || { tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited${clash:+: ${clash}}"; }
+        alive "${name}" || { [[ -n "${clash}" ]] || tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited${clash:+: ${clash}}"; }
         [[ -z "${clash}" ]] || die "${name}: ${clash}"
         ((SECONDS < deadline)) || { tail -n 30 "${logs}/${name}.log" >&2; die "${what} not ready after ${limit}s"; }
         sleep 0.5
