@@ -316,8 +316,10 @@ sa="$(kubectl -n "${ns}" get deployment "${release}" -o jsonpath='{.spec.templat
 [[ "${whoami}" == "system:serviceaccount:${ns}:${sa}" ]] \
     && ok "the token kubelet projected into ${pods[0]} authenticates as ${whoami}: poolguard's Secret and caBundle writes ran under the chart's RBAC" \
     || bad "poolguard's token authenticates as '${whoami}' (token ${token_file:-not found})"
-nft list table ip kube-proxy 2>/dev/null | grep -q "${svc_ip}" \
-    && ok "kube-proxy's nftables rules route ${svc_ip}" || bad "no nftables rule of kube-proxy mentions ${svc_ip}"
+# (Read whole before searching: grep -q would stop reading, and nft dies of SIGPIPE on a big table.)
+rules="$(nft list table ip kube-proxy 2>&1 || true)"
+grep -qF "${svc_ip}" <<<"${rules}" \
+    && ok "kube-proxy's nftables rules route ${svc_ip}" || bad "no nftables rule of kube-proxy mentions ${svc_ip}: $(tail -n1 <<<"${rules}")"
 if out="$(KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 90 2>&1)"; then
     ok "webhooks in effect through Service ${ns}/${release} (ClusterIP ${svc_ip}, kube-proxy nftables; no aggregator routing): ${out//$'\n'/; }"
 else
