@@ -3,8 +3,8 @@
 //! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
 //! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
 //! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection
-//! cap, idle connections, HTTP/2 settings and reset floods), and SIGTERM with a request in
-//! flight.
+//! cap, idle connections, HTTP/2 settings and reset floods), SIGTERM with a request in flight,
+//! and HTTP/1.1 connections during the shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -1121,6 +1121,68 @@ async fn idle_connections_are_closed() {
         assert!(started.elapsed() >= Duration::from_millis(300));
     }
     running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+/// Shutting down, poolguard does not close an HTTP/1.1 connection under its client: that races
+/// with the next request the client writes, which kube-apiserver (HTTP/1.1 only) does not send
+/// again. A request that comes after the shutdown began is answered, with `Connection: close`,
+/// and then the connection ends; a connection left idle is closed once it has had no request
+/// for half the drain time (here 5 s / 2).
+#[tokio::test]
+async fn shutting_down_http1_connections_end_after_an_answer_not_under_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, ca) = start_limited(dir.path(), example_rules(), Limits::default()).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    let mut connections = Vec::new();
+    for _ in 0..2 {
+        let tls = client.tls(running.addr).await.unwrap();
+        let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.unwrap();
+        let conn = tokio::spawn(conn);
+        sender.ready().await.unwrap();
+        let response = sender
+            .send_request(post("/mutate", review("pod-create-mapped.json")))
+            .await
+            .unwrap();
+        assert!(response.headers().get("connection").is_none());
+        assert_eq!(read(response).await.0, 200);
+        connections.push((sender, conn));
+    }
+    let (idle, idle_conn) = connections.pop().unwrap();
+    let (mut busy, busy_conn) = connections.pop().unwrap();
+
+    running.shutdown.cancel();
+    let shutdown = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    busy.ready()
+        .await
+        .expect("the connection is still open 300 ms into the shutdown");
+    let response = busy
+        .send_request(post("/mutate", review("pod-create-mapped.json")))
+        .await
+        .expect("a request written during the shutdown is answered");
+    assert_eq!(
+        response.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
+    assert_eq!(read(response).await.0, 200);
+    tokio::time::timeout(Duration::from_secs(2), busy_conn)
+        .await
+        .expect("after that answer the connection ends")
+        .unwrap()
+        .unwrap();
+
+    tokio::time::timeout(Duration::from_secs(5), idle_conn)
+        .await
+        .expect("the idle connection is closed within the drain time")
+        .unwrap()
+        .unwrap();
+    assert!(
+        shutdown.elapsed() >= Duration::from_secs(2),
+        "the idle connection was closed {:?} into the shutdown, before it had been idle for 2.5 s",
+        shutdown.elapsed()
+    );
+    drop(idle);
     running.wait().await.unwrap();
 }
 

@@ -4,14 +4,14 @@
 # kube-controller-manager + kube-scheduler; extra controller-manager flags
 # from POOLGUARD_CP_CONTROLLER_MANAGER_ARGS).
 #
-# Optional, for tests that reach the API server from outside loopback (e.g. a
-# network namespace, integration/chart-path/test.sh); unset, nothing changes:
+# Optional, for tests that reach the API server from outside loopback (e.g. pods
+# of the real node, integration/node/test.sh); unset, nothing changes:
 #   POOLGUARD_CP_APISERVER_ARGS  extra kube-apiserver flags, whitespace-separated
 #                                (no quoting), appended after the defaults, so
 #                                they win (e.g. --bind-address=0.0.0.0)
 #   POOLGUARD_CP_APISERVER_SANS  extra subjectAltName entries of the API
 #                                server's serving certificate, comma-separated
-#                                (e.g. IP:10.250.7.1)
+#                                (e.g. IP:10.0.0.1)
 #
 #   STATE=$(integration/controlplane/start.sh [STATE_DIR] | tail -1)
 #   export KUBECONFIG=$STATE/kubeconfig      # or: source "$STATE/env"
@@ -160,7 +160,7 @@ wait_for() { # component timeout-seconds description command...
     deadline=$((SECONDS + limit))
     until "$@" >/dev/null 2>&1; do
         clash="$(port_clash "${name}")"
-        alive "${name}" || { tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited${clash:+: ${clash}}"; }
+        alive "${name}" || { [[ -n "${clash}" ]] || tail -n 30 "${logs}/${name}.log" >&2; die "${name} exited${clash:+: ${clash}}"; }
         [[ -z "${clash}" ]] || die "${name}: ${clash}"
         ((SECONDS < deadline)) || { tail -n 30 "${logs}/${name}.log" >&2; die "${what} not ready after ${limit}s"; }
         sleep 0.5

@@ -76,7 +76,11 @@ pause_tar="$("${here}/build-pause.sh" | tail -n1)"
 lock_file="${TMPDIR:-/tmp}/poolguard-node.lock"
 exec 8>"${lock_file}"
 flock -n 8 || die "another node is being started on this machine (lock ${lock_file} is held)"
-if pid="$(pgrep -x kube-proxy | head -n1)" && [[ -n "${pid}" ]]; then
+# (A kube-proxy just stopped can linger as a zombie until init reaps it: not a running one.)
+pid="$(pgrep -x kube-proxy | while read -r p; do
+    [[ "$(awk '{ print $3 }' "/proc/${p}/stat" 2>/dev/null)" =~ ^[RSD]$ ]] && echo "${p}"
+done | head -n1 || true)"
+if [[ -n "${pid}" ]]; then
     die "a kube-proxy already runs on this machine (pid ${pid}); stop that node first (stop.sh)"
 fi
 
@@ -263,7 +267,7 @@ wait_for() { # name timeout description command...
     until "$@" >/dev/null 2>&1; do
         clash="$(port_clash "${name}")"
         alive "${name}" || {
-            tail -n 30 "${logs}/${name}.log" >&2
+            [[ -n "${clash}" ]] || tail -n 30 "${logs}/${name}.log" >&2
             die "${name} exited${clash:+: ${clash}}"
         }
         [[ -z "${clash}" ]] || die "${name}: ${clash}"

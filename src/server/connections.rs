@@ -1,22 +1,27 @@
 //! Accepting connections: a cap on how many are open, TLS handshakes with the current
 //! certificate, HTTP/1.1 and HTTP/2 with their limits, idle connections closed, graceful
-//! shutdown.
+//! shutdown, closed connections lingering until the client has closed too.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Result;
 use arc_swap::ArcSwap;
 use axum::extract::Request;
+use axum::http::{header, HeaderValue, Version};
 use axum::middleware::Next;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -46,10 +51,25 @@ const HTTP2_MAX_ERROR_RESETS: usize = 100;
 /// before the connection is closed as dead.
 const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a closed connection goes on reading (and discarding) what the client still sends,
+/// at most (see [`LingeringStream`]).
+const LINGER: Duration = Duration::from_secs(2);
 
 /// Accepts TLS connections on `listener` until `shutdown`, at most `connections`' permits at
 /// once, each with the TLS configuration current at its handshake; then waits up to `drain` for
 /// in-flight requests to finish.
+///
+/// On `shutdown` an HTTP/2 connection gets GOAWAY and ends once its streams have been answered.
+/// An HTTP/1.1 connection is not closed under the client: a keep-alive connection that the
+/// server closes races with the next request the client writes on it, and kube-apiserver (which
+/// calls webhooks over HTTP/1.1 only) does not send a POST again, so with `failurePolicy: Fail`
+/// that request is refused (`http: server closed idle connection`, `write: broken pipe`; seen
+/// under load when a pod was deleted, kubernetes issue 127335). Instead every answer from then
+/// on carries `Connection: close`, so the client closes the connection after reading it, and
+/// poolguard closes only connections on which no request has come for half the drain time
+/// (the longer a connection has been idle, the less likely its client picks it at the moment it
+/// closes). The chart's preStop sleep has taken the pod out of the Service's endpoints by then,
+/// so the client's next connection goes to another replica.
 ///
 /// At the cap the loop stops accepting rather than accepting and closing: the kernel keeps new
 /// connections in the listen backlog, and each is served as soon as an open one closes, so a
@@ -65,6 +85,7 @@ pub async fn serve_tls(
 ) -> Result<()> {
     let builder = Arc::new(http_builder(limits));
     let idle_timeout = limits.idle_timeout;
+    let shutdown_idle = drain / 2;
     loop {
         let permit = tokio::select! {
             permit = connections.clone().acquire_owned() => permit?,
@@ -94,15 +115,23 @@ pub async fn serve_tls(
                 let activity = activity.clone();
                 async move {
                     let _busy = activity.begin();
-                    next.run(request).await
+                    let http1 = request.version() < Version::HTTP_2;
+                    let mut response = next.run(request).await;
+                    if http1 && activity.draining() {
+                        response
+                            .headers_mut()
+                            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    response
                 }
             }
         })));
         let (builder, stop) = (builder.clone(), shutdown.clone());
+        // The stream holds the connection's permit until it is closed for good.
+        let stream = LingeringStream::new(stream, permit);
         tokio::spawn(async move {
-            let _permit = permit;
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
-            let tls_stream = tokio::select! {
+            let mut tls_stream = tokio::select! {
                 done = handshake => match done {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
@@ -117,10 +146,17 @@ pub async fn serve_tls(
                 // Shutting down: a connection with no request yet is not waited for.
                 () = stop.cancelled() => return,
             };
+            tls_stream.get_mut().0.linger_on_close();
+            let http2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
             let conn = builder.serve_connection(TokioIo::new(tls_stream), service);
             tokio::pin!(conn);
             let mut closing = false;
             loop {
+                let idle = if activity.draining() {
+                    shutdown_idle
+                } else {
+                    idle_timeout
+                };
                 tokio::select! {
                     ended = conn.as_mut() => {
                         if let Err(e) = ended {
@@ -128,11 +164,14 @@ pub async fn serve_tls(
                         }
                         break;
                     }
-                    () = stop.cancelled(), if !closing => {
-                        conn.as_mut().graceful_shutdown();
-                        closing = true;
+                    () = stop.cancelled(), if !activity.draining() => {
+                        activity.start_draining();
+                        if http2 {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
                     }
-                    () = activity.idle_for(idle_timeout), if !closing => {
+                    () = activity.idle_for(idle), if !closing => {
                         tracing::debug!(%peer, "closing an idle connection");
                         conn.as_mut().graceful_shutdown();
                         closing = true;
@@ -142,7 +181,7 @@ pub async fn serve_tls(
         });
     }
     drop(listener);
-    // Every connection holds a permit until it has closed.
+    // Every connection holds a permit until it has closed (lingering included).
     let all = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
     tokio::select! {
         _ = connections.acquire_many(all) => tracing::info!("all connections closed"),
@@ -174,10 +213,12 @@ fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
     builder
 }
 
-/// Requests in flight on one connection, and when the last one ended.
+/// Requests in flight on one connection, when the last one ended, and whether poolguard is
+/// shutting down.
 struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
+    draining: AtomicBool,
 }
 
 /// One request in flight; ends when dropped (its answer is ready).
@@ -188,7 +229,16 @@ impl Activity {
         Activity {
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
     }
 
     fn begin(&self) -> Busy<'_> {
@@ -222,5 +272,205 @@ impl Drop for Busy<'_> {
     fn drop(&mut self) {
         *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A client's TCP stream that is not simply closed when dropped.
+///
+/// A socket closed while bytes from the client wait unread in it, or that receives bytes
+/// afterwards, makes the kernel answer with RST, and a client that receives an RST loses what it
+/// had not read yet and fails what it writes next (`write: broken pipe`). For HTTP/2 what it
+/// loses is the GOAWAY frame naming the last stream poolguard processed, which tells it which
+/// requests it may send again on a new connection.
+///
+/// So once the connection has been served, a dropped stream shuts its write side (FIN), then
+/// reads and discards whatever the client still sends until the client closes as well or
+/// [`LINGER`] has passed, and only then lets the socket and its connection permit go (shutdown
+/// waits for the permits). A stream that never completed its TLS handshake is closed at once.
+struct LingeringStream {
+    /// `None` only once dropped.
+    inner: Option<TcpStream>,
+    permit: Option<OwnedSemaphorePermit>,
+    linger: bool,
+}
+
+impl LingeringStream {
+    fn new(stream: TcpStream, permit: OwnedSemaphorePermit) -> LingeringStream {
+        LingeringStream {
+            inner: Some(stream),
+            permit: Some(permit),
+            linger: false,
+        }
+    }
+
+    /// From now on, a drop lingers.
+    fn linger_on_close(&mut self) {
+        self.linger = true;
+    }
+
+    fn stream(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(
+            self.inner
+                .as_mut()
+                .expect("the stream is taken only when dropped"),
+        )
+    }
+}
+
+impl AsyncRead for LingeringStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.stream().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for LingeringStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.stream().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.stream().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.as_ref().is_some_and(|s| s.is_write_vectored())
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream().poll_shutdown(cx)
+    }
+}
+
+impl Drop for LingeringStream {
+    fn drop(&mut self) {
+        let (Some(stream), permit) = (self.inner.take(), self.permit.take()) else {
+            return;
+        };
+        if !self.linger {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                linger(stream).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// FIN, then read until the client's FIN (or an error) for at most [`LINGER`].
+async fn linger(mut stream: TcpStream) {
+    // Fails harmlessly when TLS has already shut the write side.
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a client sees when the server writes `GOAWAY`, leaves the client's request unread and
+    /// closes: the result of writing one more request after the close (as a client does that
+    /// has not read the GOAWAY yet), and then what it reads.
+    struct Seen {
+        write: io::Result<()>,
+        read: io::Result<Vec<u8>>,
+        permits: Arc<Semaphore>,
+        /// Still open.
+        client: TcpStream,
+    }
+
+    async fn close_with_unread_request(linger: bool) -> Seen {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let permits = Arc::new(Semaphore::new(1));
+        let server = tokio::spawn({
+            let permits = permits.clone();
+            async move {
+                let (stream, _) = listener.accept().await.unwrap();
+                let permit = permits.acquire_owned().await.unwrap();
+                let mut stream = LingeringStream::new(stream, permit);
+                if linger {
+                    stream.linger_on_close();
+                }
+                stream.write_all(b"GOAWAY").await.unwrap();
+                // The client's request arrives and is never read.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"a request").await.unwrap();
+        server.await.unwrap();
+        // Whatever the server's close sent (FIN or RST) has arrived.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let write = client.write_all(b"another request").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut got = Vec::new();
+        let read = client.read_to_end(&mut got).await.map(|_| got);
+        Seen {
+            write,
+            read,
+            permits,
+            client,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_lingers_so_the_client_reads_everything() {
+        let seen = close_with_unread_request(true).await;
+        seen.write
+            .expect("the request written after the close is taken");
+        assert_eq!(seen.read.expect("a clean end, not a reset"), b"GOAWAY");
+        assert_eq!(
+            seen.permits.available_permits(),
+            0,
+            "the permit is held while lingering"
+        );
+        // Once the client closes too, the permit comes back.
+        drop(seen.client);
+        let _permit = tokio::time::timeout(LINGER, seen.permits.acquire())
+            .await
+            .expect("the permit is released when the client has closed")
+            .unwrap();
+    }
+
+    /// Why: closed at once with the request unread, the socket answers with RST, and the next
+    /// request the client writes fails (the API server's `write: broken pipe`).
+    #[tokio::test]
+    async fn without_lingering_the_next_request_fails() {
+        let seen = close_with_unread_request(false).await;
+        let err = seen.write.expect_err("the kernel reset the connection");
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{err}"
+        );
+        assert_eq!(seen.permits.available_permits(), 1);
     }
 }

@@ -54,6 +54,8 @@ const LOAD_LABEL: &str = "poolguard-load";
 const NO_SCHEDULER: &str = "poolguard-load-unscheduled";
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
+/// Longest a pod CREATE of the load may take (the webhooks' timeouts are 5 s each).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Operation {
@@ -248,10 +250,12 @@ async fn connect() -> Result<Client> {
         Some(v) if !v.is_empty() => {}
         _ => bail!("KUBECONFIG is not set: point it at a cluster where poolguard is installed"),
     }
+    // kube's default read timeout (295 s) rather than a short one: the load opens many pooled
+    // connections to the API server, and the read timeout also ends a pooled connection that has
+    // been idle that long, which races with the next request sent on it (a failure of the
+    // harness, not of an admission). Each CREATE is bounded by CREATE_TIMEOUT instead.
     let mut config = Config::infer().await.context("loading KUBECONFIG")?;
     config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(30));
-    config.write_timeout = Some(Duration::from_secs(30));
     Client::try_from(config).context("building the Kubernetes client")
 }
 
@@ -731,21 +735,30 @@ async fn generate(
         };
         tasks.spawn(async move {
             let start = Instant::now();
-            let result = pods.create(&PostParams::default(), &pod).await;
+            let result =
+                tokio::time::timeout(CREATE_TIMEOUT, pods.create(&PostParams::default(), &pod))
+                    .await;
             let latency = start.elapsed();
             let outcome = match result {
-                Ok(p) => {
-                    let sel = node_selector(&p);
-                    if sel.get(&key) == Some(&pool) {
-                        Outcome::Placed
-                    } else {
-                        Outcome::Unplaced(sel)
+                Err(_) => {
+                    Outcome::Failed(format!("no answer within {}s", CREATE_TIMEOUT.as_secs()))
+                }
+                Ok(result) => match result {
+                    Ok(p) => {
+                        let sel = node_selector(&p);
+                        if sel.get(&key) == Some(&pool) {
+                            Outcome::Placed
+                        } else {
+                            Outcome::Unplaced(sel)
+                        }
                     }
-                }
-                Err(kube::Error::Api(s)) => {
-                    Outcome::Failed(format!("{} {}", s.code, truncate(&s.message, 200)))
-                }
-                Err(e) => Outcome::Failed(truncate(&e.to_string(), 200)),
+                    Err(kube::Error::Api(s)) => {
+                        Outcome::Failed(format!("{} {}", s.code, truncate(&s.message, 300)))
+                    }
+                    Err(e) => {
+                        Outcome::Failed(truncate(&format!("{:#}", anyhow::Error::from(e)), 300))
+                    }
+                },
             };
             Attempt {
                 name,
