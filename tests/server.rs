@@ -1124,6 +1124,50 @@ async fn idle_connections_are_closed() {
     running.wait().await.unwrap();
 }
 
+/// An HTTP/1.1 keep-alive connection waiting for its next request is under the idle time, not
+/// the request-head clock (kube-apiserver keeps idle webhook connections for 90 s, and a close
+/// from poolguard races with the request it writes next); a head that has begun and does not
+/// finish is cut off at the head clock.
+#[tokio::test]
+async fn http1_waiting_for_a_request_is_idle_time_and_a_slow_head_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(30),
+        header_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+
+    let tls = client.tls(running.addr).await.unwrap();
+    let (mut sender, conn) = http1::handshake(TokioIo::new(tls)).await.unwrap();
+    let conn = tokio::spawn(conn);
+    for _ in 0..2 {
+        let status = send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
+            .await
+            .0;
+        assert_eq!(status, 200);
+        // Three times the head clock with nothing sent.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(!conn.is_finished(), "the waiting connection was closed");
+    }
+
+    let mut slow = client.tls(running.addr).await.unwrap();
+    slow.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    slow.flush().await.unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "an unfinished head kept its connection open");
+    assert!(rest.is_empty(), "answered an unfinished head: {rest:?}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
 /// Shutting down, poolguard does not close an HTTP/1.1 connection under its client: that races
 /// with the next request the client writes, which kube-apiserver (HTTP/1.1 only) does not send
 /// again. A request that comes after the shutdown began is answered, with `Connection: close`,

@@ -232,7 +232,8 @@ struct LimitArgs {
     /// Open HTTPS connections; at the cap new ones wait in the listen backlog [default: 64]
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
-    /// Seconds a connection with no request in flight stays open [default: 60]
+    /// Seconds a connection with no request in flight stays open; keep it above the API
+    /// server's 90 s idle-connection time, so the API server closes idle connections [default: 120]
     #[arg(long, value_name = "SECONDS")]
     idle_timeout_seconds: Option<u64>,
     /// HTTP/2 streams one connection may have open [default: 100]
@@ -254,6 +255,7 @@ impl LimitArgs {
                 .unwrap_or(d.max_queued_evaluations),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             idle_timeout: self.idle_timeout_seconds.map_or(d.idle_timeout, secs),
+            header_timeout: d.header_timeout,
             http2_max_concurrent_streams: self
                 .http2_max_concurrent_streams
                 .unwrap_or(d.http2_max_concurrent_streams),

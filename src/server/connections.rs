@@ -29,9 +29,6 @@ use super::limits::Limits;
 
 /// Time a client gets to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// HTTP/1.1: time a client gets to send a request's headers. hyper starts this clock whenever
-/// it waits for a request head, so it also closes keep-alive connections left unused this long.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/1.1: largest read buffer, which bounds the request head.
 const HTTP1_MAX_BUFFER: usize = 64 * 1024;
 /// HTTP/2 flow control: what a client may send ahead of poolguard reading it, per stream and
@@ -85,6 +82,7 @@ pub async fn serve_tls(
 ) -> Result<()> {
     let builder = Arc::new(http_builder(limits));
     let idle_timeout = limits.idle_timeout;
+    let header_timeout = limits.header_timeout;
     let shutdown_idle = drain / 2;
     loop {
         let permit = tokio::select! {
@@ -148,6 +146,14 @@ pub async fn serve_tls(
             };
             tls_stream.get_mut().0.linger_on_close();
             let http2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            if !http2 {
+                // The first request's head is due from the handshake on (the bytes that follow
+                // the client's handshake may already be read); later ones from their first
+                // byte. Without ALPN the client may still speak HTTP/2 (prior knowledge); its
+                // frames then count as request heads, which only brings the idle close forward.
+                activity.bytes_arrived();
+                tls_stream.get_mut().0.report_reads(activity.clone());
+            }
             let conn = builder.serve_connection(TokioIo::new(tls_stream), service);
             tokio::pin!(conn);
             let mut closing = false;
@@ -176,6 +182,10 @@ pub async fn serve_tls(
                         conn.as_mut().graceful_shutdown();
                         closing = true;
                     }
+                    () = activity.head_overdue(header_timeout), if !http2 => {
+                        tracing::debug!(%peer, "request head not complete in time; closing");
+                        break;
+                    }
                 }
             }
         });
@@ -196,7 +206,10 @@ fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // hyper's clock starts whenever it waits for a request head, so it would also close a
+        // keep-alive connection that waits for its next request; poolguard's own clock
+        // (`Limits::header_timeout`) starts at the head's first byte instead.
+        .header_read_timeout(None)
         .max_buf_size(HTTP1_MAX_BUFFER);
     builder
         .http2()
@@ -213,11 +226,12 @@ fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
     builder
 }
 
-/// Requests in flight on one connection, when the last one ended, and whether poolguard is
-/// shutting down.
+/// Requests in flight on one connection, when the last one ended, when the first bytes of the
+/// next one arrived (HTTP/1.1), and whether poolguard is shutting down.
 struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
+    head_since: Mutex<Option<Instant>>,
     draining: AtomicBool,
 }
 
@@ -229,7 +243,31 @@ impl Activity {
         Activity {
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
+            head_since: Mutex::new(None),
             draining: AtomicBool::new(false),
+        }
+    }
+
+    /// Bytes came from the client: with no request in flight they begin the next request head.
+    fn bytes_arrived(&self) {
+        if self.in_flight.load(Ordering::SeqCst) == 0 {
+            let mut since = self.head_since.lock().unwrap_or_else(|e| e.into_inner());
+            since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Returns once a request head has been arriving for `limit` without being complete.
+    async fn head_overdue(&self, limit: Duration) {
+        let step = (limit / 4).max(Duration::from_millis(10));
+        loop {
+            let since = *self.head_since.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let wake = match since {
+                Some(at) if now >= at + limit => return,
+                Some(at) => at + limit,
+                None => now + step,
+            };
+            tokio::time::sleep_until(wake).await;
         }
     }
 
@@ -241,8 +279,10 @@ impl Activity {
         self.draining.store(true, Ordering::SeqCst);
     }
 
+    /// A request's head has arrived in full and its handling begins.
     fn begin(&self) -> Busy<'_> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
+        *self.head_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
         Busy(self)
     }
 
@@ -292,6 +332,8 @@ struct LingeringStream {
     inner: Option<TcpStream>,
     permit: Option<OwnedSemaphorePermit>,
     linger: bool,
+    /// Told about every read that brings bytes.
+    reads: Option<Arc<Activity>>,
 }
 
 impl LingeringStream {
@@ -300,7 +342,13 @@ impl LingeringStream {
             inner: Some(stream),
             permit: Some(permit),
             linger: false,
+            reads: None,
         }
+    }
+
+    /// From now on, reads that bring bytes are reported to `activity`.
+    fn report_reads(&mut self, activity: Arc<Activity>) {
+        self.reads = Some(activity);
     }
 
     /// From now on, a drop lingers.
@@ -323,7 +371,14 @@ impl AsyncRead for LingeringStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.stream().poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = self.stream().poll_read(cx, buf);
+        if buf.filled().len() > before {
+            if let Some(activity) = &self.reads {
+                activity.bytes_arrived();
+            }
+        }
+        polled
     }
 }
 

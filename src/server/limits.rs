@@ -36,8 +36,15 @@ pub struct Limits {
     /// Open HTTPS connections (TLS handshakes included). At the cap, poolguard stops accepting:
     /// new connections wait in the listen backlog until one closes.
     pub max_connections: usize,
-    /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY).
+    /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY). Longer
+    /// than the 90 seconds kube-apiserver keeps an idle connection to a webhook, so that the API
+    /// server, not poolguard, closes idle keep-alive connections: a close from poolguard races
+    /// with the next request the API server writes on it, which it does not send again.
     pub idle_timeout: Duration,
+    /// HTTP/1.1: time a request head gets to arrive in full, counted from its first byte (the
+    /// connection's first request: from the TLS handshake). A connection waiting for its next
+    /// request is under `idle_timeout` instead.
+    pub header_timeout: Duration,
     /// HTTP/2 streams a client may have open on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub http2_max_concurrent_streams: u32,
 }
@@ -52,7 +59,8 @@ impl Default for Limits {
             max_evaluations: cpus,
             max_queued_evaluations: 64,
             max_connections: 64,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
+            header_timeout: Duration::from_secs(10),
             http2_max_concurrent_streams: 100,
         }
     }
