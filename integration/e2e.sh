@@ -25,6 +25,8 @@
 #   POOLGUARD_E2E_CONFIG  poolguard config, default integration/e2e/manifests/poolguard-config.yaml
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
+#   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
+#                         e2e bypasses cert_renewal audit fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -109,7 +111,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -167,6 +169,11 @@ kubectl apply -f "${work}/webhooks.yaml"
 KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 30 >&2 ||
     die "poolguard's webhooks did not become active"
 log "webhooks active; poolguard set up in $(since "${t_pg}")s"
+# The report CRDs, as the chart installs them (the audit test writes PolicyReports).
+"${HELM}" template poolguard charts/poolguard --show-only templates/report-crds.yaml \
+    > "${work}/report-crds.yaml" || die "rendering the report CRDs from charts/poolguard failed"
+kubectl apply -f "${work}/report-crds.yaml"
+kubectl wait --for condition=established --timeout=30s crd/policyreports.wgpolicyk8s.io
 
 # --- 4. the tests ------------------------------------------------------------------
 export POOLGUARD_E2E_POOLS="${pools_csv}"
@@ -176,26 +183,41 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit fail_closed} "
+suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
-for ((run = 1; run <= repeat; run++)); do
-    log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
-    cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
-done
-log "running tests/bypasses.rs (what a namespace editor might try)"
-# The two tests about size run alone first, each with poolguard's peak RSS reset before it
-# (clear_refs 5) and read after it: the memory they cost through the API server.
-pg_pid="$(cat "${work}/poolguard.pid")"
-for t in wide_objects_are_refused_clearly large_storable_objects_are_decided; do
-    echo 5 > "/proc/${pg_pid}/clear_refs"
-    rss_before="$(awk '/VmRSS/ {print $2}' "/proc/${pg_pid}/status")"
-    cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --exact "${t}"
-    log "poolguard RSS during ${t}: peak $(awk '/VmHWM/ {print $2}' "/proc/${pg_pid}/status") kB (${rss_before} kB before)"
-done
-cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
-log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
-POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
-log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
-cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
+if suite e2e; then
+    for ((run = 1; run <= repeat; run++)); do
+        log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
+        cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
+    done
+fi
+if suite bypasses; then
+    log "running tests/bypasses.rs (what a namespace editor might try)"
+    # The two tests about size run alone first, each with poolguard's peak RSS reset before it
+    # (clear_refs 5) and read after it: the memory they cost through the API server.
+    pg_pid="$(cat "${work}/poolguard.pid")"
+    for t in wide_objects_are_refused_clearly large_storable_objects_are_decided; do
+        echo 5 > "/proc/${pg_pid}/clear_refs"
+        rss_before="$(awk '/VmRSS/ {print $2}' "/proc/${pg_pid}/status")"
+        cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --exact "${t}"
+        log "poolguard RSS during ${t}: peak $(awk '/VmHWM/ {print $2}' "/proc/${pg_pid}/status") kB (${rss_before} kB before)"
+    done
+    cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
+fi
+if suite cert_renewal; then
+    log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
+    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
+fi
+if suite audit; then
+    log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
+    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")" \
+        cargo test --locked -p poolguard-e2e --test audit -- --nocapture
+fi
+if suite fail_closed; then
+    log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
+    cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
+fi
 
 # --- 5. API server gone: poolguard answers from its namespace cache ------------------------------
 log "API server down: poolguard must keep answering from its namespace cache, and fail closed on the unknown"

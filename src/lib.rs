@@ -3,6 +3,7 @@
 //! certificates), certificate making and rotation planning (`certs`), where namespace labels
 //! come from (`namespaces`), file loading (`sources`) and the command line (`cli`).
 
+pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

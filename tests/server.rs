@@ -111,6 +111,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         dev: false,
         kubeconfig: None,
         manage_certs: None,
+        audit: None,
         limits: Limits::default(),
     }
 }

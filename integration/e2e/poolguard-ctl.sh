@@ -38,6 +38,7 @@ case "${action}" in
 start)
     running && die "poolguard is already running (pid $(cat "${pid_file}"))"
     printf '=== start %s\n' "$(date -u +%FT%TZ)" >> "${log_file}"
+    # No background audit here: tests/audit.rs runs replicas of its own for it.
     NO_COLOR=1 KUBECONFIG="${PG_KUBECONFIG}" "${PG_BIN}" serve \
         --addr "${PG_ADDR}" \
         --tls-cert-file "${PG_CERT_DIR}/tls.crt" \
@@ -45,6 +46,7 @@ start)
         --config "${PG_CONFIG}" \
         --policies-dir "${PG_POLICIES_DIR}" \
         --metrics-addr "${PG_METRICS_ADDR}" \
+        --audit-interval 0 \
         </dev/null >>"${log_file}" 2>&1 &
     pid=$!
     printf '%s\n' "${pid}" > "${pid_file}"

@@ -1,7 +1,8 @@
-//! `poolguard audit --manifests DIR`: the background audit's results for objects dumped from a
-//! cluster (`kubectl get pods,deployments,... -A -o yaml`), without a cluster. Every Pod and
-//! workload gets [`audit::audit`]'s results, printed as a table, as JSON, or as the policy
-//! reports (one per namespace) the cluster audit writes.
+//! `poolguard audit`: the background audit's results, once, printed as a table, as JSON, or as
+//! the policy reports (one per namespace) the background audit writes. Against the cluster (one
+//! pass of the background audit's listing, without writing reports), or with `--manifests DIR`
+//! for objects dumped from a cluster (`kubectl get pods,deployments,... -A -o yaml`), without
+//! one. Either way every Pod and workload gets [`audit::audit`]'s results.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -40,17 +41,8 @@ pub struct ReportOptions {
     pub timestamp: Timestamp,
 }
 
-/// Audits every object in the manifest files and writes the results to `out` (and, for
-/// reports, the results that belong to no namespace to `err`). True when no result is `fail` or
-/// `error`.
-pub fn run(
-    inputs: &Inputs,
-    rules: &RuleSet,
-    output: Output,
-    reports: &ReportOptions,
-    out: &mut impl Write,
-    err: &mut impl Write,
-) -> Result<bool> {
+/// The results for every object in the manifest files.
+pub fn manifests(inputs: &Inputs, rules: &RuleSet) -> Result<Vec<AuditResult>> {
     let mut results = Vec::new();
     for path in manifest_files(inputs.manifests)? {
         let text = std::fs::read_to_string(&path)
@@ -69,22 +61,30 @@ pub fn run(
             }
         }
     }
+    Ok(results)
+}
+
+/// Writes `results` to `out` (and, for reports, the results that belong to no namespace to
+/// `err`). True when no result is `fail` or `error`.
+pub fn print(
+    results: &[AuditResult],
+    output: Output,
+    reports: &ReportOptions,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<bool> {
     let clean = !results
         .iter()
         .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
     match output {
-        Output::Table => table(&results, out)?,
+        Output::Table => table(results, out)?,
         Output::Json => {
-            serde_json::to_writer_pretty(&mut *out, &results)?;
+            serde_json::to_writer_pretty(&mut *out, results)?;
             writeln!(out)?;
         }
         Output::Reports => {
-            let reports = report::reports(
-                &results,
-                reports.api,
-                reports.timestamp,
-                reports.max_results,
-            );
+            let reports =
+                report::reports(results, reports.api, reports.timestamp, reports.max_results);
             for (i, report) in reports.iter().enumerate() {
                 if i > 0 {
                     writeln!(out, "---")?;

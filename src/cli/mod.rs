@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use poolguard_core::policy::rego_tests;
-use poolguard_core::report::{ReportApi, Timestamp};
+use poolguard_core::report::ReportApi;
 use poolguard_core::webhook::Webhook;
 
 use crate::certs::authority as certs;
@@ -44,11 +44,14 @@ enum Command {
     /// workload manifest (one or more documents) prints a readable verdict as comments and, when
     /// mutating, the patched object. Exit status: 0 allowed, 1 denied, 2 bad input.
     Eval(EvalArgs),
-    /// Audit objects dumped from a cluster, without a cluster: the results the background audit
-    /// reports.
+    /// Audit once what the cluster runs (or, with --manifests, objects dumped from a cluster,
+    /// without a cluster): the results the background audit reports.
     ///
-    /// Reads every *.yaml, *.yml and *.json file in --manifests (`kubectl get -o yaml|json`
-    /// output: Lists or several documents). Every Pod and workload (Deployment, ReplicaSet,
+    /// Against the cluster (--kubeconfig, in-cluster config, KUBECONFIG or ~/.kube/config): the
+    /// namespaces --namespace-selector selects, the nodes, and every Pod and workload in those
+    /// namespaces, listed in pages; nothing is written. With --manifests: every *.yaml, *.yml and
+    /// *.json file in the directory (`kubectl get -o yaml|json` output: Lists or several
+    /// documents) with --namespaces-file (and --nodes-file). Every Pod and workload (Deployment, ReplicaSet,
     /// StatefulSet, DaemonSet, Job, CronJob, ReplicationController) gets one result for its
     /// placement and one per policy applied in its namespace's pool, from the checks the
     /// validating webhook runs: pass, fail (any infringement, whatever the policy's enforcement;
@@ -95,18 +98,31 @@ struct EvalArgs {
 
 #[derive(Args)]
 struct AuditArgs {
-    /// Directory of manifests to audit (its *.yaml, *.yml and *.json files; not recursive).
-    #[arg(long, value_name = "DIR")]
-    manifests: PathBuf,
-    /// Namespace objects (YAML or JSON, a v1 List or several documents). A namespace not in the
-    /// file has no labels, so no pool.
-    #[arg(long, value_name = "FILE")]
-    namespaces_file: PathBuf,
-    /// Node objects, read like --namespaces-file: a pod bound to a node (spec.nodeName) must
-    /// run on a node whose nodeSelectorKey label is its namespace's pool. Without it, a pod's
-    /// node is not checked.
-    #[arg(long, value_name = "FILE")]
+    /// Directory of manifests to audit (its *.yaml, *.yml and *.json files; not recursive)
+    /// instead of the cluster.
+    #[arg(long, value_name = "DIR", requires = "namespaces_file")]
+    manifests: Option<PathBuf>,
+    /// With --manifests: Namespace objects (YAML or JSON, a v1 List or several documents). A
+    /// namespace not in the file has no labels, so no pool.
+    #[arg(long, value_name = "FILE", requires = "manifests")]
+    namespaces_file: Option<PathBuf>,
+    /// With --manifests: Node objects, read like --namespaces-file: a pod bound to a node
+    /// (spec.nodeName) must run on a node whose nodeSelectorKey label is its namespace's pool.
+    /// Without it, a pod's node is not checked.
+    #[arg(long, value_name = "FILE", requires = "manifests")]
     nodes_file: Option<PathBuf>,
+    /// The cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "FILE", conflicts_with = "manifests")]
+    kubeconfig: Option<PathBuf>,
+    /// Against the cluster: label selector of the namespaces to audit (`kubectl -l` syntax).
+    /// Default: every namespace.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = "",
+        conflicts_with = "manifests"
+    )]
+    namespace_selector: String,
     #[command(flatten)]
     rules: RuleArgs,
     /// What to print.
@@ -161,6 +177,8 @@ struct ServeArgs {
     drain_seconds: u64,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    audit: ServeAuditArgs,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -206,6 +224,91 @@ struct ServeArgs {
     /// --namespaces-file or --kubeconfig is given.
     #[arg(long)]
     dev: bool,
+}
+
+/// The background audit of `serve`.
+#[derive(Args)]
+struct ServeAuditArgs {
+    /// Time between background audit passes: every Pod and workload in the audited namespaces
+    /// checked as /validate checks them, one policy report per namespace. Only the replica
+    /// holding the lease (--lease-name) audits. 0 turns the audit off; --dev without
+    /// --kubeconfig never audits.
+    #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    audit_interval: std::time::Duration,
+    /// Label selector of the namespaces audited (`kubectl -l` syntax); the chart sets the
+    /// validating webhook's namespace scope. Default: every namespace.
+    #[arg(long, default_value = "", value_name = "SELECTOR")]
+    audit_namespace_selector: String,
+    /// The report API written (its CRD must be installed).
+    #[arg(long, value_enum, default_value = "policyreport")]
+    audit_report_api: ReportApiArg,
+    /// Results listed in one report (failures and errors first); the number left out is in the
+    /// annotation poolguard.io/results-omitted.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    audit_max_results_per_report: usize,
+    /// Objects per list call of the audit.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    audit_page_size: u32,
+    /// The coordination.k8s.io Lease that elects the auditing replica.
+    #[arg(long, default_value = "poolguard-audit", value_name = "NAME")]
+    lease_name: String,
+    /// Namespace of the Lease.
+    #[arg(
+        long,
+        env = "POD_NAMESPACE",
+        default_value = "default",
+        value_name = "NAMESPACE"
+    )]
+    lease_namespace: String,
+    /// This replica's name in the Lease [default: POD_NAME, else host name and process id]
+    #[arg(long, value_name = "ID")]
+    lease_identity: Option<String>,
+    /// How long the lease outlives its holder's last renewal: the longest time without an
+    /// auditing replica after one dies (a replica that stops releases it at once).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    lease_duration: std::time::Duration,
+}
+
+impl ServeAuditArgs {
+    fn settings(self) -> Result<Option<crate::audit::schedule::Settings>> {
+        if self.audit_interval.is_zero() {
+            return Ok(None);
+        }
+        if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
+            anyhow::bail!(
+                "--audit-max-results-per-report and --audit-page-size must be at least 1"
+            );
+        }
+        if self.lease_duration < std::time::Duration::from_secs(2) {
+            anyhow::bail!("--lease-duration must be at least 2s");
+        }
+        Ok(Some(crate::audit::schedule::Settings {
+            interval: self.audit_interval,
+            scan: crate::audit::scan::ScanOptions {
+                namespace_selector: self.audit_namespace_selector,
+                page_size: self.audit_page_size,
+            },
+            report_api: self.audit_report_api.into(),
+            max_results: self.audit_max_results_per_report,
+            lease: crate::audit::leader::LeaseSettings {
+                name: self.lease_name,
+                namespace: self.lease_namespace,
+                identity: self
+                    .lease_identity
+                    .unwrap_or_else(crate::audit::leader::default_identity),
+                duration: self.lease_duration,
+            },
+        }))
+    }
+}
+
+impl From<ReportApiArg> for ReportApi {
+    fn from(arg: ReportApiArg) -> ReportApi {
+        match arg {
+            ReportApiArg::Policyreport => ReportApi::PolicyReport,
+            ReportApiArg::Openreports => ReportApi::OpenReports,
+        }
+    }
 }
 
 /// What clients can make `serve` hold (defaults in brackets).
@@ -421,10 +524,30 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         kubeconfig: args.kubeconfig,
         limits: args.limits.limits()?,
         manage_certs,
+        audit: args.audit.settings()?,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(serve::run(options))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One listing pass of the background audit against the cluster, without writing reports.
+fn cluster_audit(
+    kubeconfig: Option<&std::path::Path>,
+    namespace_selector: String,
+    rules: poolguard_core::ruleset::RuleSet,
+) -> Result<Vec<poolguard_core::audit::AuditResult>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = serve::kube_client(kubeconfig).await?;
+        let options = crate::audit::scan::ScanOptions {
+            namespace_selector,
+            page_size: 500,
+        };
+        let scan = crate::audit::scan::scan(&client, &options, std::sync::Arc::new(rules)).await?;
+        Ok(scan.results)
+    })
 }
 
 fn run(command: Command) -> Result<ExitCode> {
@@ -465,33 +588,29 @@ fn run(command: Command) -> Result<ExitCode> {
                 policies_dir: args.rules.policies_dir,
             };
             let rules = sources.load()?;
-            let namespaces = sources::load_namespaces(&args.namespaces_file)?;
-            let nodes = match &args.nodes_file {
-                Some(path) => Some(sources::load_nodes(path)?),
-                None => None,
+            let results = match (&args.manifests, &args.namespaces_file) {
+                (Some(manifests), Some(namespaces_file)) => {
+                    let namespaces = sources::load_namespaces(namespaces_file)?;
+                    let nodes = match &args.nodes_file {
+                        Some(path) => Some(sources::load_nodes(path)?),
+                        None => None,
+                    };
+                    let inputs = audit::Inputs {
+                        manifests,
+                        namespaces: &namespaces,
+                        nodes: nodes.as_ref(),
+                    };
+                    audit::manifests(&inputs, &rules)?
+                }
+                _ => cluster_audit(args.kubeconfig.as_deref(), args.namespace_selector, rules)?,
             };
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
             let reports = audit::ReportOptions {
-                api: match args.report_api {
-                    ReportApiArg::Policyreport => ReportApi::PolicyReport,
-                    ReportApiArg::Openreports => ReportApi::OpenReports,
-                },
+                api: args.report_api.into(),
                 max_results: args.max_results_per_report,
-                timestamp: Timestamp {
-                    seconds: now.as_secs() as i64,
-                    nanos: now.subsec_nanos() as i32,
-                },
+                timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
             };
-            let inputs = audit::Inputs {
-                manifests: &args.manifests,
-                namespaces: &namespaces,
-                nodes: nodes.as_ref(),
-            };
-            let clean = audit::run(
-                &inputs,
-                &rules,
+            let clean = audit::print(
+                &results,
                 args.output,
                 &reports,
                 &mut std::io::stdout().lock(),

@@ -138,6 +138,88 @@ impl AuditResult {
     }
 }
 
+/// A resource the cluster audit lists: the kinds [`audited`] accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// The resource name in API paths.
+    pub plural: &'static str,
+}
+
+impl Listed {
+    /// `v1` or `group/version`, as objects spell it.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The API path that lists this resource in every namespace.
+    pub fn list_path(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}/{}", self.version, self.plural)
+        } else {
+            format!("/apis/{}/{}/{}", self.group, self.version, self.plural)
+        }
+    }
+}
+
+/// Everything the cluster audit lists, Pods first.
+pub const LISTED: [Listed; 8] = [
+    Listed {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+    },
+    Listed {
+        group: "",
+        version: "v1",
+        kind: "ReplicationController",
+        plural: "replicationcontrollers",
+    },
+    Listed {
+        group: "apps",
+        version: "v1",
+        kind: "Deployment",
+        plural: "deployments",
+    },
+    Listed {
+        group: "apps",
+        version: "v1",
+        kind: "ReplicaSet",
+        plural: "replicasets",
+    },
+    Listed {
+        group: "apps",
+        version: "v1",
+        kind: "StatefulSet",
+        plural: "statefulsets",
+    },
+    Listed {
+        group: "apps",
+        version: "v1",
+        kind: "DaemonSet",
+        plural: "daemonsets",
+    },
+    Listed {
+        group: "batch",
+        version: "v1",
+        kind: "Job",
+        plural: "jobs",
+    },
+    Listed {
+        group: "batch",
+        version: "v1",
+        kind: "CronJob",
+        plural: "cronjobs",
+    },
+];
+
 /// Whether poolguard audits objects of this apiVersion and kind: Pods and the workload kinds
 /// whose templates the validating webhook checks.
 pub fn audited(api_version: &str, kind: &str) -> bool {
@@ -348,6 +430,33 @@ fn cap(text: String) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_listed_resources_are_exactly_the_audited_kinds() {
+        for listed in LISTED {
+            assert!(audited(&listed.api_version(), listed.kind), "{listed:?}");
+        }
+        assert_eq!(LISTED[0].list_path(), "/api/v1/pods");
+        assert_eq!(LISTED[2].list_path(), "/apis/apps/v1/deployments");
+        assert_eq!(LISTED[7].api_version(), "batch/v1");
+        // Every kind with a pod spec is listed.
+        for (group, kind) in [
+            ("", "Pod"),
+            ("", "ReplicationController"),
+            ("apps", "Deployment"),
+            ("apps", "ReplicaSet"),
+            ("apps", "StatefulSet"),
+            ("apps", "DaemonSet"),
+            ("batch", "Job"),
+            ("batch", "CronJob"),
+        ] {
+            assert!(
+                LISTED.iter().any(|l| l.group == group && l.kind == kind),
+                "{kind}"
+            );
+        }
+        assert!(!audited("v1", "Namespace"));
+    }
+
     use super::*;
     use crate::policy::template;
 

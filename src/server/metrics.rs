@@ -6,6 +6,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use poolguard_core::audit::AuditResult;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -66,6 +69,25 @@ pub struct ReloadLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuditResultLabels {
+    /// A policy's name, or `placement`.
+    pub policy: String,
+    /// pass | fail | warn | error | skip
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// success | failure
+    pub result: String,
+}
+
 /// Every metric, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -79,6 +101,12 @@ pub struct Metrics {
     pub evaluations_waiting: Gauge,
     pub body_bytes_reserved: Gauge,
     pub connections: Gauge,
+    pub audit_results: Family<AuditResultLabels, Gauge>,
+    pub audit_objects: Family<KindLabels, Gauge>,
+    pub audit_runs: Family<OutcomeLabels, Counter>,
+    pub audit_duration_seconds: Gauge<f64, AtomicU64>,
+    pub audit_last_success: Gauge,
+    pub audit_leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -156,8 +184,48 @@ impl Metrics {
             "connections",
             "Open HTTPS connections, TLS handshakes included",
         );
+        let audit_results = Family::<AuditResultLabels, Gauge>::default();
+        registry.register(
+            "audit_results",
+            "Results of the last audit pass, by policy (or placement) and result",
+            audit_results.clone(),
+        );
+        let audit_objects = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "audit_objects",
+            "Objects the last audit pass listed, by kind",
+            audit_objects.clone(),
+        );
+        let audit_runs = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "audit_runs",
+            "Audit passes by this replica, by result",
+            audit_runs.clone(),
+        );
+        let audit_duration_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "audit_duration_seconds",
+            "Time the last successful audit pass took, listing and report writing included",
+            audit_duration_seconds.clone(),
+        );
+        let audit_last_success = gauge(
+            &mut registry,
+            "audit_last_success_timestamp_seconds",
+            "When the last successful audit pass by this replica ended (Unix time)",
+        );
+        let audit_leader = gauge(
+            &mut registry,
+            "audit_leader",
+            "1 while this replica holds the audit lease, else 0",
+        );
         Metrics {
             registry,
+            audit_results,
+            audit_objects,
+            audit_runs,
+            audit_duration_seconds,
+            audit_last_success,
+            audit_leader,
             requests,
             latency,
             policy_evaluations,
@@ -177,6 +245,46 @@ impl Metrics {
         self.reloads
             .get_or_create(&ReloadLabels {
                 what: what.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records a finished audit pass: its results and objects replace the last pass's.
+    pub fn audit_pass(
+        &self,
+        results: &[AuditResult],
+        objects: &[(&str, usize)],
+        seconds: f64,
+        finished_unix: i64,
+    ) {
+        self.audit_results.clear();
+        for r in results {
+            self.audit_results
+                .get_or_create(&AuditResultLabels {
+                    policy: r.policy.clone(),
+                    result: r.result.as_str().to_string(),
+                })
+                .inc();
+        }
+        self.audit_objects.clear();
+        for (kind, count) in objects {
+            self.audit_objects
+                .get_or_create(&KindLabels {
+                    kind: kind.to_string(),
+                })
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+        self.audit_duration_seconds.set(seconds);
+        self.audit_last_success.set(finished_unix);
+        self.audit_run(true);
+    }
+
+    /// Counts one audit pass.
+    pub fn audit_run(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.audit_runs
+            .get_or_create(&OutcomeLabels {
                 result: result.to_string(),
             })
             .inc();

@@ -60,6 +60,9 @@ pub struct Options {
     pub manage_certs: Option<ManagedCerts>,
     /// What clients can make the server hold.
     pub limits: Limits,
+    /// The background audit; `None`: off. It needs the cluster, so `dev` without `kubeconfig`
+    /// never audits.
+    pub audit: Option<crate::audit::schedule::Settings>,
 }
 
 /// `--manage-certs`: where the certificate lives and who must trust it.
@@ -81,6 +84,8 @@ pub struct Running {
     pub shutdown: CancellationToken,
     pub app: Arc<ServerState>,
     task: JoinHandle<Result<()>>,
+    /// The audit loop, which releases its lease when `shutdown` is cancelled.
+    audit: Option<JoinHandle<()>>,
     _watcher: notify::RecommendedWatcher,
 }
 
@@ -88,6 +93,11 @@ impl Running {
     /// Waits until the server has stopped (after `shutdown` is cancelled and connections drained).
     pub async fn wait(self) -> Result<()> {
         let _watcher = self._watcher;
+        if let Some(audit) = self.audit {
+            if let Err(e) = audit.await {
+                tracing::warn!(error = %e, "the audit task failed");
+            }
+        }
         self.task.await.context("the server task failed")?
     }
 }
@@ -121,7 +131,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     ));
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref(), &tls, &app),
-        metrics,
+        metrics.clone(),
     )?;
 
     let listener = TcpListener::bind(opts.addr)
@@ -135,6 +145,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
 
     let shutdown = CancellationToken::new();
+    let audit = start_audit(&opts, &app, &metrics, &shutdown).await?;
     let ops_router = ops::router(app.clone());
     let router = endpoints::router(app.clone());
     let stop = shutdown.clone();
@@ -163,8 +174,44 @@ pub async fn start(opts: Options) -> Result<Running> {
         shutdown,
         app,
         task,
+        audit,
         _watcher: watcher,
     })
+}
+
+/// Starts the audit loop when it is on and there is a cluster to audit (with a namespaces file
+/// and no cluster configured, the audit is off with a warning).
+async fn start_audit(
+    opts: &Options,
+    app: &Arc<ServerState>,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) -> Result<Option<JoinHandle<()>>> {
+    let Some(settings) = opts.audit.clone() else {
+        return Ok(None);
+    };
+    if opts.dev && opts.kubeconfig.is_none() {
+        tracing::info!("audit off: --dev without --kubeconfig reads no cluster");
+        return Ok(None);
+    }
+    let client = match kube_client(opts.kubeconfig.as_deref()).await {
+        Ok(client) => client,
+        // Namespace labels from a file and no cluster at all: nothing to audit.
+        Err(e) if opts.namespaces_file.is_some() => {
+            tracing::warn!(error = %format!("{e:#}"), "audit off: no cluster to audit (--audit-interval 0 silences this)");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.context("the audit needs the Kubernetes API (--audit-interval 0 turns it off)")),
+    };
+    let state = app.clone();
+    let rules: crate::audit::schedule::Rules = Arc::new(move || state.rules.load_full());
+    Ok(Some(tokio::spawn(crate::audit::schedule::run(
+        client,
+        settings,
+        rules,
+        metrics.clone(),
+        shutdown.clone(),
+    ))))
 }
 
 /// Starts, then runs until SIGTERM or Ctrl-C, then drains and returns.

@@ -95,6 +95,8 @@ async fn certificates_renew_without_a_failed_admission() -> Result<()> {
                 "15s",
             ])
             .args(["--cert-check-interval", "1s", "--ca-publish-grace", "3s"])
+            // tests/audit.rs covers the audit.
+            .args(["--audit-interval", "0"])
             .kill_on_drop(true)
             .spawn()
     };

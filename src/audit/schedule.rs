@@ -1,0 +1,198 @@
+//! `serve`'s audit loop: while this replica holds the lease, a pass at once and then every
+//! interval; each pass lists the cluster, builds the reports and writes them. A pass that fails
+//! leaves the reports of the last good one in place and is retried at the next interval.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::leader::{self, LeaseSettings};
+use super::report_writer::{self, Written};
+use super::scan::{self, Scan, ScanOptions};
+use crate::server::metrics::Metrics;
+use poolguard_core::audit::Verdict;
+use poolguard_core::report::{self, ReportApi, Timestamp};
+use poolguard_core::ruleset::RuleSet;
+
+/// How the audit runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Time between passes (from the end of one to the start of the next).
+    pub interval: Duration,
+    pub scan: ScanOptions,
+    pub report_api: ReportApi,
+    /// Results listed per report (the rest counted in an annotation).
+    pub max_results: usize,
+    pub lease: LeaseSettings,
+}
+
+/// The rules of the moment (they change when the config or policies are reloaded).
+pub type Rules = Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>;
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct Pass {
+    pub scan: Scan,
+    pub written: Written,
+    pub seconds: f64,
+}
+
+/// One pass: list, audit, write the reports. `now` stamps the results.
+pub async fn pass(
+    client: &Client,
+    settings: &Settings,
+    rules: Arc<RuleSet>,
+    now: SystemTime,
+) -> Result<Pass> {
+    let started = Instant::now();
+    let scan = scan::scan(client, &settings.scan, rules).await?;
+    let reports = report::reports(
+        &scan.results,
+        settings.report_api,
+        timestamp(now),
+        settings.max_results,
+    );
+    let written = report_writer::write(client, settings.report_api, &reports).await?;
+    Ok(Pass {
+        scan,
+        written,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// A point in time as reports spell it.
+pub fn timestamp(at: SystemTime) -> Timestamp {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Timestamp {
+        seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// Competes for the lease and audits while leading, until `shutdown`; then releases the lease.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    rules: Rules,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let mut retry = Duration::from_secs(1);
+    let leadership = loop {
+        match leader::compete(client.clone(), &settings.lease).await {
+            Ok(leadership) => break leadership,
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), retry_seconds = retry.as_secs(), "the audit cannot use its lease; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(retry) => {}
+                }
+                retry = (retry * 2).min(Duration::from_secs(60));
+            }
+        }
+    };
+    let mut leading = leadership.leading;
+    tracing::info!(lease = %format!("{}/{}", settings.lease.namespace, settings.lease.name), identity = %settings.lease.identity, interval_seconds = settings.interval.as_secs(), "audit: competing for the lease");
+    lead_while_held(
+        &client,
+        &settings,
+        &rules,
+        &metrics,
+        &shutdown,
+        &mut leading,
+    )
+    .await;
+    metrics.audit_leader.set(0);
+    // Closing the channel makes the lease task release the lease, so another replica takes
+    // over now rather than after the lease duration.
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), leadership.task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("audit: lease released"),
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %e, "audit: releasing the lease failed; it expires on its own")
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "audit: the lease task failed"),
+        Err(_) => tracing::warn!("audit: releasing the lease timed out; it expires on its own"),
+    }
+}
+
+async fn lead_while_held(
+    client: &Client,
+    settings: &Settings,
+    rules: &Rules,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    leading: &mut watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            held = leading.wait_for(|l| *l) => if held.is_err() {
+                tracing::error!("audit: the lease task ended; no more audits from this replica");
+                return;
+            },
+        }
+        metrics.audit_leader.set(1);
+        tracing::info!("audit: this replica leads");
+        loop {
+            let work = pass(client, settings, rules(), SystemTime::now());
+            let outcome = tokio::select! {
+                () = shutdown.cancelled() => return,
+                lost = leading.wait_for(|l| !*l) => {
+                    // Lost the lease (or the lease task ended) mid-pass: stop writing.
+                    let _ = lost;
+                    None
+                }
+                outcome = work => Some(outcome),
+            };
+            match outcome {
+                None => break,
+                Some(Ok(pass)) => record(metrics, &pass),
+                Some(Err(e)) => {
+                    metrics.audit_run(false);
+                    tracing::error!(error = %format!("{e:#}"), "audit pass failed; the last reports stay until the next pass");
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = leading.wait_for(|l| !*l) => break,
+                () = tokio::time::sleep(settings.interval) => {}
+            }
+        }
+        metrics.audit_leader.set(0);
+        tracing::info!("audit: this replica no longer leads");
+    }
+}
+
+fn record(metrics: &Metrics, pass: &Pass) {
+    let finished = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    metrics.audit_pass(
+        &pass.scan.results,
+        &pass.scan.objects,
+        pass.seconds,
+        i64::try_from(finished).unwrap_or(i64::MAX),
+    );
+    let count = |v: Verdict| pass.scan.results.iter().filter(|r| r.result == v).count();
+    let objects: usize = pass.scan.objects.iter().map(|(_, n)| n).sum();
+    tracing::info!(
+        objects,
+        namespaces = pass.scan.namespaces.len(),
+        pass = count(Verdict::Pass),
+        fail = count(Verdict::Fail),
+        error = count(Verdict::Error),
+        skip = count(Verdict::Skip),
+        reports_written = pass.written.applied,
+        reports_failed = pass.written.failed,
+        reports_deleted = pass.written.deleted,
+        seconds = pass.seconds,
+        "audit pass done"
+    );
+}
