@@ -63,10 +63,10 @@ pub struct CertFacts {
 }
 
 impl CertFacts {
-    /// Renewal is due once less than a third of the lifetime is left.
-    fn renewal_due(&self, now: i64) -> bool {
+    /// Renewal is due once less than a third of the lifetime, plus `lead`, is left.
+    fn renewal_due(&self, now: i64, lead: i64) -> bool {
         let lifetime = self.not_after - self.not_before;
-        self.not_after - now < lifetime / 3
+        self.not_after - now < lifetime / 3 + lead
     }
 }
 
@@ -130,7 +130,7 @@ pub fn plan(
     if !published || stored.published_at.is_none() {
         return Ok(Step::Publish);
     }
-    if newest.renewal_due(now) {
+    if newest.renewal_due(now, 0) {
         let ca = new_ca(now, settings)?;
         return Ok(Step::Store(Stored {
             bundle: ca.cert_pem() + &stored.bundle,
@@ -139,7 +139,11 @@ pub fn plan(
             ..stored.clone()
         }));
     }
-    if serving.issuer != newest.subject || serving.renewal_due(now) {
+    // The serving certificate's renewal starts the publish grace earlier: when a new CA has
+    // just been published, the new certificate waits that long, and every replica still needs
+    // a check interval to pick it up before the old one expires.
+    let lead = settings.publish_grace.as_secs() as i64;
+    if serving.issuer != newest.subject || serving.renewal_due(now, lead) {
         return serving_step(stored, published, now, settings);
     }
     Ok(Step::Idle)
@@ -228,6 +232,22 @@ fn split_pem(text: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn serving_renewal_starts_the_publish_grace_early() {
+        let cert = CertFacts {
+            subject: "s".into(),
+            issuer: "i".into(),
+            not_before: 0,
+            not_after: 900,
+        };
+        // A third of 900 s is 300 s; with a 10 s lead renewal is due under 310 s left.
+        assert!(!cert.renewal_due(589, 10));
+        assert!(cert.renewal_due(591, 10));
+        assert!(!cert.renewal_due(599, 0));
+        assert!(cert.renewal_due(601, 0));
+    }
+
     use super::*;
 
     fn settings() -> Settings {
