@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Lint charts/poolguard and render it in every supported mode with a real helm binary
 # (integration/helm/helm.sh provides one). Fails on any lint message, render error or rendered
-# document that is not YAML.
+# document that is not YAML, and checks properties of the output per case: the webhooks' scope and
+# clientConfig, RBAC, and the background audit (its flags, a namespace selector equal to the
+# validating webhook's, its RBAC and report CRDs whose schemas keep a sample report whole).
 #
 #   bash integration/helm/lint.sh            # HELM=/path/to/helm to skip helm.sh
 #
@@ -59,6 +61,12 @@ cases=(
     "policies|-f ${chart}/ci/policies-values.yaml"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
+    # The background audit: off (an integer 0, as --set gives it), the other report API with
+    # other settings, no CRDs, and a validating scope narrowed every way the values allow.
+    "audit-off|--set audit.interval=0"
+    "openreports|--set audit.reportApi=openreports --set audit.interval=1h30m --set audit.maxResultsPerReport=200 --set audit.leaseDuration=30s"
+    "no-crd|--set audit.crd.install=false"
+    "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
 
@@ -131,6 +139,11 @@ refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failureP
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
+refuse "unknown report API" "/audit/reportApi" --set audit.reportApi=kyverno
+refuse "audit interval without unit" "/audit/interval" --set audit.interval=10
+refuse "audit interval not a duration" "/audit/interval" --set audit.interval=often
+refuse "zero lease duration" "/audit/leaseDuration" --set audit.leaseDuration=0s
+refuse "no results per report" "/audit/maxResultsPerReport" --set audit.maxResultsPerReport=0
 
 # The chart README documents every value the schema knows (one table row per key).
 if python3 - "$chart" <<'PY'; then
@@ -180,6 +193,7 @@ for name in names:
     def check(cond, msg):
         if not cond:
             errors.append(f"{name}: {msg}")
+    self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
@@ -215,7 +229,11 @@ for name in names:
                 else:
                     check("url" not in cc and cc["service"]["namespace"] == namespace
                           and cc["service"]["path"] == path, f"{kind} calls the Service at {path}")
-                    check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")
+                    if name == "selector":
+                        check(wh["namespaceSelector"].get("matchLabels") == {"poolguard": "enabled", "example.com/tier": "gold"},
+                              f"{kind} requires webhook.namespaceMatchLabels")
+                    else:
+                        check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")
                 excluded = [e for e in wh["namespaceSelector"]["matchExpressions"]
                             if e["key"] == "kubernetes.io/metadata.name"]
                 check(excluded and excluded[0]["operator"] == "NotIn"
@@ -242,14 +260,13 @@ for name in names:
         check("--deadline-ms" in c["args"]
               and c["args"][c["args"].index("--deadline-ms") + 1] == str(timeout * 1000 - 1000),
               f"--deadline-ms one second below timeoutSeconds {timeout}")
-        check(("--manage-certs" in c["args"]) == (name in ("default", "servicemonitor", "policies", "options")),
-              "--manage-certs only in mode self")
+        check(("--manage-certs" in c["args"]) == self_mode, "--manage-certs only in mode self")
         has_sleep = "preStop" in (c.get("lifecycle") or {})
         check(has_sleep == (name != "options"), "preStop sleep only from Kubernetes 1.30 and when > 0")
     check(bool(kinds.get("PodDisruptionBudget")) == (name != "options"), "PDB only with replicaCount > 1")
     check(bool(kinds.get("ClusterRole")) == (name != "options"), "RBAC only with rbac.create")
-    check(bool(kinds.get("Role")) == (name in ("default", "servicemonitor", "policies")),
-          "the Secret Role only in mode self")
+    secret_roles = [r for r in kinds.get("Role", []) if any("secrets" in rule["resources"] for rule in r["rules"])]
+    check(bool(secret_roles) == (self_mode and name != "options"), "the Secret Role only in mode self")
     # The mounted files, as poolguard would see them (checked with the binary below).
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
@@ -268,6 +285,239 @@ for name in names:
     mine = [e for e in errors if e.startswith(f"{name}: ")]
     status = "FAILED" if mine else "ok"
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
+for e in errors:
+    print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    passed=$((passed + 1))
+else
+    failures=$((failures + 1))
+fi
+
+# The background audit: the Deployment's flags and downward-API env, its namespace selector equal
+# to the validating webhook's namespaceSelector, its RBAC and Lease Role, and the report CRDs
+# (structural schemas that keep every field of a sample report with all the fields poolguard
+# writes; the API server's own verdict is in install-test.sh).
+if python3 - "$out" "$namespace" integration/helm/testdata/policyreport-sample.json "${cases[@]%%|*}" <<'PY'; then
+import collections, copy, json, re, sys, yaml
+out, namespace, sample_path, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+sample = json.load(open(sample_path))
+APIS = {
+    "policyreport": {"group": "wgpolicyk8s.io", "version": "v1alpha2", "resource": "policyreports",
+                     "crds": {"PolicyReport": ("policyreports", "polr", "Namespaced"),
+                              "ClusterPolicyReport": ("clusterpolicyreports", "cpolr", "Cluster")}},
+    "openreports": {"group": "openreports.io", "version": "v1alpha1", "resource": "reports",
+                    "crds": {"Report": ("reports", "rep", "Namespaced"),
+                             "ClusterReport": ("clusterreports", "crep", "Cluster")}},
+}
+# What the audit reads: get/list, never watch.
+READ = [("", "pods"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "replicasets"),
+        ("apps", "statefulsets"), ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "nodes")]
+
+def split_terms(selector):
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        if ch == "," and depth == 0:
+            terms.append(cur); cur = ""; continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        cur += ch
+    return terms + [cur] if selector else terms
+
+def parse_selector(selector):
+    """A label selector string (kubectl -l syntax) as a multiset of (key, op, values)."""
+    reqs = []
+    for term in split_terms(selector):
+        term = term.strip()
+        if m := re.fullmatch(r"([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)", term):
+            reqs.append((m[1], {"in": "In", "notin": "NotIn"}[m[2]], frozenset(v.strip() for v in m[3].split(","))))
+        elif m := re.fullmatch(r"([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)", term):
+            reqs.append((m[1], "NotIn" if m[2] == "!=" else "In", frozenset([m[3]])))
+        elif m := re.fullmatch(r"!([^\s!=(),]+)", term):
+            reqs.append((m[1], "DoesNotExist", frozenset()))
+        elif re.fullmatch(r"[^\s!=(),]+", term):
+            reqs.append((term, "Exists", frozenset()))
+        else:
+            raise ValueError(f"not a label selector term: {term!r}")
+    return collections.Counter(reqs)
+
+def webhook_selector(sel):
+    reqs = [(k, "In", frozenset([v])) for k, v in (sel.get("matchLabels") or {}).items()]
+    reqs += [(e["key"], e["operator"], frozenset(e.get("values") or [])) for e in sel.get("matchExpressions") or []]
+    return collections.Counter(reqs)
+
+def conforms(value, schema, path, errors):
+    """Would the API server keep `value` as it is under this structural schema?"""
+    if path == ".metadata":
+        return
+    t = schema.get("type")
+    ok = {"object": isinstance(value, dict), "array": isinstance(value, list), "string": isinstance(value, str),
+          "boolean": isinstance(value, bool), "integer": isinstance(value, int) and not isinstance(value, bool)}.get(t)
+    if not ok:
+        errors.append(f"{path}: {value!r} is not of type {t}")
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: {value!r} not in enum {schema['enum']}")
+    if t == "integer":
+        bits = {"int32": 31, "int64": 63}.get(schema.get("format"))
+        if bits and not -(2 ** bits) <= value < 2 ** bits:
+            errors.append(f"{path}: {value} overflows {schema['format']}")
+    if t == "object":
+        props, extra = schema.get("properties") or {}, schema.get("additionalProperties")
+        for k, v in value.items():
+            if k in props:
+                conforms(v, props[k], f"{path}.{k}", errors)
+            elif isinstance(extra, dict):
+                conforms(v, extra, f"{path}.{k}", errors)
+            elif not schema.get("x-kubernetes-preserve-unknown-fields"):
+                errors.append(f"{path}.{k}: not in the schema (pruned)")
+        for k in schema.get("required", []):
+            if k not in value:
+                errors.append(f"{path}: required field {k} missing")
+    if t == "array":
+        for i, v in enumerate(value):
+            conforms(v, schema["items"], f"{path}[{i}]", errors)
+
+def structural(schema, path, errors):
+    """Every node of a structural schema has a type (metadata's content is the API server's)."""
+    if "type" not in schema:
+        errors.append(f"{path}: no type")
+    for k, sub in (schema.get("properties") or {}).items():
+        if f"{path}.{k}" != ".metadata":
+            structural(sub, f"{path}.{k}", errors)
+    if isinstance(schema.get("additionalProperties"), dict):
+        structural(schema["additionalProperties"], f"{path}.*", errors)
+    if "items" in schema:
+        structural(schema["items"], f"{path}[]", errors)
+
+errors = []
+for name in names:
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if isinstance(d, dict)]
+    def check(cond, msg):
+        if not cond:
+            errors.append(f"{name}: {msg}")
+    def kind(k):
+        return [d for d in docs if d.get("kind") == k]
+    audit_on = name != "audit-off"
+    api_name = "openreports" if name == "openreports" else "policyreport"
+    api = APIS[api_name]
+    rbac = name != "options"
+    dep = kind("Deployment")[0]
+    fullname = dep["metadata"]["name"]
+    lease = f"{fullname}-audit"
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    args = c["args"]
+    def arg(flag):
+        return args[args.index(flag) + 1] if flag in args else None
+    # Flags.
+    check(arg("--audit-interval") == {"audit-off": "0", "openreports": "1h30m"}.get(name, "10m"),
+          f"--audit-interval {arg('--audit-interval')!r}")
+    audit_flags = ["--audit-namespace-selector", "--audit-report-api", "--audit-max-results-per-report",
+                   "--lease-name", "--lease-duration"]
+    if audit_on:
+        check(arg("--audit-report-api") == api_name, f"--audit-report-api {arg('--audit-report-api')!r}")
+        check(arg("--audit-max-results-per-report") == ("200" if name == "openreports" else "1000"),
+              f"--audit-max-results-per-report {arg('--audit-max-results-per-report')!r}")
+        check(arg("--lease-name") == lease, f"--lease-name {arg('--lease-name')!r}, want {lease}")
+        check(arg("--lease-duration") == ("30s" if name == "openreports" else "15s"),
+              f"--lease-duration {arg('--lease-duration')!r}")
+    else:
+        check(not any(f in args for f in audit_flags), "audit off: only --audit-interval 0 is passed")
+    env = {e["name"]: e for e in c.get("env") or []}
+    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+              f"env {var} from the downward API ({field})")
+    # The audit's namespaces are the validating webhook's namespaces.
+    validating = [wh for cfg in kind("ValidatingWebhookConfiguration") for wh in cfg["webhooks"]
+                  if wh["name"] == "validate.poolguard.io"][0]
+    selector = arg("--audit-namespace-selector")
+    if audit_on:
+        try:
+            same = parse_selector(selector) == webhook_selector(validating["namespaceSelector"])
+        except ValueError as e:
+            same = False
+            check(False, str(e))
+        check(same, f"--audit-namespace-selector {selector!r} differs from the validating webhook's "
+                    f"namespaceSelector {validating['namespaceSelector']}")
+    expected_selector = {
+        "default": f"kubernetes.io/metadata.name notin ({namespace},kube-system)",
+        "url": f"poolguard-bench=on,agentpool,kubernetes.io/metadata.name notin ({namespace},kube-system)",
+        "policies": f"team.example.com/pool,kubernetes.io/metadata.name notin ({namespace},kube-system,monitoring)",
+        "selector": "example.com/tier=gold,poolguard=enabled,agentpool,"
+                    f"kubernetes.io/metadata.name notin ({namespace},kube-system,monitoring,cert-manager)",
+    }
+    if name in expected_selector:
+        check(selector == expected_selector[name], f"--audit-namespace-selector {selector!r}, want {expected_selector[name]!r}")
+    if name == "default":
+        print(f"[helm-lint] audit default: --audit-namespace-selector {selector!r}", file=sys.stderr)
+    # RBAC.
+    grants = collections.defaultdict(set)
+    for role in kind("ClusterRole"):
+        for rule in role["rules"]:
+            if "resourceNames" not in rule:
+                for g in rule["apiGroups"]:
+                    for r in rule["resources"]:
+                        grants[(g, r)] |= set(rule["verbs"])
+    for gr in READ:
+        want = {"get", "list"} if audit_on and rbac else set()
+        check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    for other_name, other in APIS.items():
+        gr = (other["group"], other["resource"])
+        want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
+        check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    lease_roles = [r for r in kind("Role") if r["metadata"]["name"] == lease]
+    check(len(lease_roles) == (1 if audit_on and rbac else 0), "the Lease Role only with the audit on and rbac.create")
+    for role in lease_roles:
+        check(role["metadata"]["namespace"] == namespace, "the Lease Role is in the release namespace")
+        verbs = set()
+        for rule in role["rules"]:
+            check(rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"],
+                  "the Lease Role grants leases only")
+            check(set(rule["verbs"]) <= {"create", "list", "watch"} or rule.get("resourceNames") == [lease],
+                  f"get/update/patch only on Lease {lease}")
+            verbs |= set(rule["verbs"])
+        check(verbs == {"get", "list", "watch", "create", "update", "patch"}, f"Lease verbs {sorted(verbs)}")
+        bindings = [b for b in kind("RoleBinding") if b["roleRef"]["name"] == lease]
+        check(len(bindings) == 1 and bindings[0]["subjects"] == [
+            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}],
+            "the Lease Role is bound to poolguard's ServiceAccount")
+    # CRDs.
+    crds = {d["metadata"]["name"]: d for d in kind("CustomResourceDefinition")}
+    want_crds = set()
+    if audit_on and name != "no-crd":
+        want_crds = {f"{plural}.{api['group']}" for plural, _, _ in api["crds"].values()}
+    check(set(crds) == want_crds, f"CRDs {sorted(crds)}, want {sorted(want_crds)}")
+    for crd_kind, (plural, short, scope) in api["crds"].items():
+        crd = crds.get(f"{plural}.{api['group']}")
+        if not crd:
+            continue
+        meta, spec = crd["metadata"], crd["spec"]
+        check((meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep", f"{plural}: kept on uninstall")
+        check(meta["labels"] == dep["metadata"]["labels"], f"{plural}: the chart's labels")
+        check(spec["group"] == api["group"] and spec["scope"] == scope
+              and spec["names"]["kind"] == crd_kind and spec["names"]["plural"] == plural
+              and spec["names"]["shortNames"] == [short], f"{plural}: group, scope or names")
+        check(len(spec["versions"]) == 1, f"{plural}: one version")
+        version = spec["versions"][0]
+        check(version["name"] == api["version"] and version["served"] and version["storage"],
+              f"{plural}: {api['version']} served and stored")
+        check([col["name"] for col in version["additionalPrinterColumns"]] == ["Pass", "Fail", "Warn", "Error", "Skip", "Age"],
+              f"{plural}: printer columns")
+        schema = version["schema"]["openAPIV3Schema"]
+        problems = []
+        structural(schema, "", problems)
+        report = copy.deepcopy(sample)
+        report["apiVersion"] = f"{api['group']}/{api['version']}"
+        report["kind"] = crd_kind
+        if api_name == "openreports":
+            report["source"] = "poolguard"
+        conforms(report, schema, "", problems)
+        for p in problems:
+            check(False, f"{plural}: {p}")
+        check(("source" in schema["properties"]) == (api_name == "openreports"),
+              f"{plural}: a report-level source only in openreports.io")
+    mine = [e for e in errors if e.startswith(f"{name}: ")]
+    print(f"[helm-lint] audit {name}: {'FAILED' if mine else 'ok'}", file=sys.stderr)
 for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
 sys.exit(1 if errors else 0)

@@ -137,3 +137,81 @@ annotations:
   cert-manager.io/inject-ca-from: {{ printf "%s/%s-tls" .Release.Namespace (include "poolguard.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The background audit runs unless audit.interval is a zero duration ("0", or e.g. "0s"; the
+schema admits only humantime durations and 0, so "no digit 1-9" means zero). Prints "true" or
+nothing.
+*/}}
+{{- define "poolguard.auditEnabled" -}}
+{{- if regexMatch "[1-9]" (toString .Values.audit.interval) }}true{{ end }}
+{{- end }}
+
+{{/* Lease the replicas elect the audit's single runner with (in the release namespace). */}}
+{{- define "poolguard.auditLeaseName" -}}
+{{- printf "%s-audit" (include "poolguard.fullname" .) }}
+{{- end }}
+
+{{/*
+--audit-namespace-selector: the validating webhook's namespaceSelector
+(validatingwebhookconfiguration.yaml) as a label selector string, so the audit reports on exactly
+the namespaces whose objects the validating webhook checks. Built from the same values:
+webhook.namespaceMatchLabels -> "key=value" terms (sorted by key), validating.requireNamespaceLabel
+-> the bare pool label key (Exists), the excluded namespaces -> "kubernetes.io/metadata.name
+notin (...)". Terms are comma-joined, which ANDs them like matchLabels and matchExpressions do.
+*/}}
+{{- define "poolguard.auditNamespaceSelector" -}}
+{{- $terms := list }}
+{{- range $key, $value := .Values.webhook.namespaceMatchLabels }}
+{{- $terms = append $terms (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+{{- if .Values.validating.requireNamespaceLabel }}
+{{- $terms = append $terms .Values.config.namespaceLabel }}
+{{- end }}
+{{- $excluded := include "poolguard.excludedNamespaces" . | fromJsonArray }}
+{{- $terms = append $terms (printf "kubernetes.io/metadata.name notin (%s)" (join "," $excluded)) }}
+{{- join "," $terms }}
+{{- end }}
+
+{{/*
+The report API of audit.reportApi: its group, version, the resource poolguard writes (one
+namespaced report per namespace) and the CRDs of that API.
+*/}}
+{{- define "poolguard.reportApi" -}}
+{{- if eq .Values.audit.reportApi "openreports" -}}
+group: openreports.io
+version: v1alpha1
+resource: reports
+crds:
+  - {kind: Report, listKind: ReportList, plural: reports, singular: report, shortName: rep, scope: Namespaced, source: true}
+  - {kind: ClusterReport, listKind: ClusterReportList, plural: clusterreports, singular: clusterreport, shortName: crep, scope: Cluster, source: true}
+{{- else -}}
+group: wgpolicyk8s.io
+version: v1alpha2
+resource: policyreports
+crds:
+  - {kind: PolicyReport, listKind: PolicyReportList, plural: policyreports, singular: policyreport, shortName: polr, scope: Namespaced, source: false}
+  - {kind: ClusterPolicyReport, listKind: ClusterPolicyReportList, plural: clusterpolicyreports, singular: clusterpolicyreport, shortName: cpolr, scope: Cluster, source: false}
+{{- end }}
+{{- end }}
+
+{{/* OpenAPI schema of an object reference in a report; the argument is its description. */}}
+{{- define "poolguard.objectReferenceSchema" -}}
+type: object
+description: {{ . | quote }}
+properties:
+  apiVersion:
+    type: string
+  kind:
+    type: string
+  name:
+    type: string
+  namespace:
+    type: string
+  uid:
+    type: string
+  resourceVersion:
+    type: string
+  fieldPath:
+    type: string
+{{- end }}
