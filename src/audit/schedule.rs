@@ -180,6 +180,10 @@ fn record(metrics: &Metrics, pass: &Pass) {
         pass.seconds,
         i64::try_from(finished).unwrap_or(i64::MAX),
     );
+    // Results about objects without a namespace belong to no report: logged, not lost.
+    for r in pass.scan.results.iter().filter(|r| r.resource.namespace.is_empty()) {
+        tracing::warn!(kind = %r.resource.kind, name = %r.resource.name, result = r.result.as_str(), message = %r.message, "audit result outside any namespace's report");
+    }
     let count = |v: Verdict| pass.scan.results.iter().filter(|r| r.result == v).count();
     let objects: usize = pass.scan.objects.iter().map(|(_, n)| n).sum();
     tracing::info!(
