@@ -11,13 +11,18 @@
 #     namespaces by default; allowed with validating.failurePolicy=Ignore), never in the release
 #     namespace or kube-system;
 #   * RBAC grants exactly what the chart README says (kubectl auth can-i as poolguard's
-#     ServiceAccount);
+#     ServiceAccount), including the background audit's reads, reports and Lease;
 #   * the real write path of mode self: `poolguard serve` runs on loopback with the Deployment's
 #     arguments, as poolguard's ServiceAccount (a kubeconfig with a token from the TokenRequest
 #     API), creates its certificate Secret and injects the CA into both webhook configurations:
 #     every caBundle equals the Secret's ca.crt, and every other field of the configurations
-#     (including a matchCondition another field manager added) is unchanged;
+#     (including a matchCondition another field manager added) is unchanged (a binary without a
+#     flag the Deployment passes stops the test here, naming the flags);
 #   * that injected caBundle survives `helm upgrade`;
+#   * the background audit's report CRDs: created by `helm install`, a report with every field
+#     poolguard writes is stored and read back unpruned (PolicyReport, ClusterPolicyReport and, after
+#     an upgrade to audit.reportApi=openreports, Report), another owner's CRD is left alone by
+#     the chart, CRDs that leave the release and `helm uninstall` keep them;
 #   * `helm uninstall` leaves no webhook configuration behind (and, as documented, the Secret
 #     poolguard created at run time stays).
 #
@@ -111,7 +116,9 @@ ca_pem="$(cat "${state}/test-ca.crt")"
 for args in "" \
     "--set certificates.mode=provided --set certificates.secretName=serving --set-string certificates.caBundle=$(printf '%s\n' "$ca_pem" | base64 -w0)" \
     "-f ${chart}/ci/policies-values.yaml" \
-    "-f ${chart}/ci/options-values.yaml --set serviceMonitor.enabled=false"; do
+    "-f ${chart}/ci/options-values.yaml --set serviceMonitor.enabled=false" \
+    "--set audit.interval=0" \
+    "--set audit.reportApi=openreports"; do
     # shellcheck disable=SC2086 # plain words
     expect "server-side dry run: $(cut -c1-90 <<<"${args:-defaults}")" \
         bash -c "\"$helm\" template $release $chart -n $ns $args | \"${POOLGUARD_CP_BIN}/kubectl\" apply --dry-run=server -f -"
@@ -162,6 +169,112 @@ can_i no get secrets/someone-elses -n "$ns"
 can_i no list secrets -n "$ns"
 can_i no create secrets -n default
 can_i no create pods -n "$ns"
+# The background audit (on by default): reads Pods, workloads and nodes, never watches or writes
+# them; writes its reports; elects its runner with one Lease of the release namespace.
+can_i yes list pods -A
+can_i yes get replicationcontrollers/web -n team-a
+can_i yes list deployments.apps -A
+can_i yes list statefulsets.apps -A
+can_i yes list cronjobs.batch -A
+can_i yes list nodes
+can_i no watch pods -A
+can_i no update deployments.apps/web -n team-a
+can_i no delete pods/web -n team-a
+can_i yes patch policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
+can_i yes create policyreports.wgpolicyk8s.io -n team-a
+can_i yes list policyreports.wgpolicyk8s.io -A
+can_i yes delete policyreports.wgpolicyk8s.io/poolguard-audit -n plain
+can_i no update policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
+can_i no create clusterpolicyreports.wgpolicyk8s.io
+can_i no patch reports.openreports.io/poolguard-audit -n team-a
+can_i yes create leases.coordination.k8s.io -n "$ns"
+can_i yes update leases.coordination.k8s.io/poolguard-audit -n "$ns"
+can_i no update leases.coordination.k8s.io/someone-else -n "$ns"
+can_i no delete leases.coordination.k8s.io/poolguard-audit -n "$ns"
+can_i no create leases.coordination.k8s.io -n default
+
+# --- the background audit's report CRDs ----------------------------------------------------------
+sample=integration/helm/testdata/policyreport-sample.json
+crd_meta() { # crd -> "<release-name annotation> <resource-policy annotation>"
+    kubectl get crd "$1" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name} {.metadata.annotations.helm\.sh/resource-policy}'
+}
+crd_is_ours() { # crd
+    local got
+    got="$(crd_meta "$1" 2>&1)"
+    if [[ "$got" == "${release} keep" ]]; then ok "CRD $1 is this release's and kept on uninstall"; else bad "CRD $1 annotations: '${got}'"; fi
+}
+report_view() { # the fields a report's writer sets (no server-side bookkeeping)
+    jq -S '.metadata |= {name, labels, annotations}'
+}
+round_trip() { # apiVersion kind namespace(empty: cluster-scoped) [report-level source]
+    local api="$1" kind="$2" namespace="$3" source="${4:-}" file="${state}/report-${2}.json" nsarg=()
+    [[ -n "$namespace" ]] && nsarg=(-n "$namespace")
+    jq --arg api "$api" --arg kind "$kind" --arg source "$source" \
+        '.apiVersion = $api | .kind = $kind | if $source != "" then .source = $source else . end' \
+        "$sample" >"$file"
+    if ! kubectl "${nsarg[@]}" create -f "$file" >"$cmd_out" 2>&1; then
+        bad "${kind}: create a report with every field: $(tail -n3 "$cmd_out")"
+        return
+    fi
+    if kubectl "${nsarg[@]}" get -f "$file" -o json | report_view | diff -u <(report_view <"$file") - >"$cmd_out"; then
+        ok "${kind} ${api}: a report with every field poolguard writes reads back unchanged (nothing pruned)"
+    else
+        bad "${kind} ${api}: the stored report differs: $(head -n 20 "$cmd_out")"
+    fi
+}
+for crd in policyreports.wgpolicyk8s.io clusterpolicyreports.wgpolicyk8s.io; do
+    expect "CRD ${crd} is established" kubectl wait --for=condition=Established --timeout=30s "crd/${crd}"
+    crd_is_ours "$crd"
+done
+round_trip wgpolicyk8s.io/v1alpha2 PolicyReport team-a
+round_trip wgpolicyk8s.io/v1alpha2 ClusterPolicyReport ""
+expect "kubectl get polr (short name, printer columns)" \
+    bash -c "\"${POOLGUARD_CP_BIN}/kubectl\" get polr -n team-a poolguard-audit | grep -E '^NAME +PASS +FAIL +WARN +ERROR +SKIP +AGE'"
+
+# Another tool's CRD of the same API (no helm ownership): an upgrade to openreports renders only
+# the CRD that is missing and leaves that one as it is.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: clusterreports.openreports.io
+  labels:
+    app.kubernetes.io/managed-by: another-tool
+spec:
+  group: openreports.io
+  scope: Cluster
+  names: {kind: ClusterReport, listKind: ClusterReportList, plural: clusterreports, singular: clusterreport}
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+YAML
+foreign_before="$(kubectl get crd clusterreports.openreports.io -o json | jq -S '{labels: .metadata.labels, annotations: .metadata.annotations, spec}')"
+expect "helm upgrade (audit.reportApi=openreports; another owner's clusterreports CRD exists)" \
+    helm upgrade "$release" "$chart" -n "$ns" --set audit.reportApi=openreports
+expect "CRD reports.openreports.io is established" kubectl wait --for=condition=Established --timeout=30s crd/reports.openreports.io
+crd_is_ours reports.openreports.io
+if kubectl get crd clusterreports.openreports.io -o json | jq -S '{labels: .metadata.labels, annotations: .metadata.annotations, spec}' |
+    diff -u <(printf '%s\n' "$foreign_before") - >"$cmd_out"; then
+    ok "another owner's CRD clusterreports.openreports.io is left as it was"
+else
+    bad "the chart changed another owner's CRD: $(head -n 20 "$cmd_out")"
+fi
+round_trip openreports.io/v1alpha1 Report team-a poolguard
+can_i yes patch reports.openreports.io/poolguard-audit -n team-a
+can_i no patch policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
+expect "the PolicyReport CRD stays when it leaves the release (keep)" kubectl get crd policyreports.wgpolicyk8s.io
+# --reset-values: an upgrade without values would reuse the previous ones.
+expect "helm upgrade (back to the default values)" helm upgrade "$release" "$chart" -n "$ns" --reset-values
+if helm get manifest "$release" -n "$ns" | grep -q '^  name: policyreports.wgpolicyk8s.io$'; then
+    ok "the kept PolicyReport CRD is this release's again (rendered, managed by helm)"
+else
+    bad "the PolicyReport CRD is not in the release manifest after the upgrade back"
+fi
+crd_is_ours policyreports.wgpolicyk8s.io
+expect "the stored PolicyReport survived the upgrades" kubectl -n team-a get policyreports.wgpolicyk8s.io poolguard-audit
 
 # --- the real write path: poolguard --manage-certs as its ServiceAccount ---------------------------
 # Another field manager adds a matchCondition to both configurations first: poolguard's write must
@@ -229,8 +342,19 @@ sakc config use-context poolguard
 whoami="$("${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$sa_kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1 || true)"
 if [[ "$whoami" == "$sa" ]]; then ok "poolguard's kubeconfig authenticates as ${sa}"; else bad "poolguard's kubeconfig authenticates as '${whoami}'"; fi
 
+# A binary older than the chart's flags cannot run the Deployment's arguments: say which.
+serve_help="$("$poolguard" serve --help 2>&1 || true)"
+unknown=()
+for arg in "${args[@]}"; do
+    [[ "$arg" == --* ]] || continue
+    grep -qE -- "(^|[[:space:]])${arg%%=*}([[:space:]=]|$)" <<<"$serve_help" || unknown+=("$arg")
+done
+((${#unknown[@]} == 0)) \
+    || die "${poolguard} does not know the flags ${unknown[*]} that the chart's Deployment passes to poolguard serve (build a poolguard that has them)"
 log "starting ${poolguard} ${args[*]}"
-KUBECONFIG="$sa_kubeconfig" "$poolguard" "${args[@]}" </dev/null >"${state}/poolguard.log" 2>&1 &
+# POD_NAME and POD_NAMESPACE as the downward API sets them in the pod.
+POD_NAME=poolguard-install-test POD_NAMESPACE="$ns" KUBECONFIG="$sa_kubeconfig" \
+    "$poolguard" "${args[@]}" </dev/null >"${state}/poolguard.log" 2>&1 &
 pg_pid=$!
 injected() { # all caBundles of both configurations set, and the Secret there
     local kind
@@ -315,6 +439,9 @@ expect "pods in team-a are admitted again after uninstall" run_pod team-a p4
 expect "the Secret poolguard created at run time stays (documented)" kubectl -n "$ns" get secret poolguard-tls
 left="$(kubectl get clusterroles,clusterrolebindings -o name | grep -E '/poolguard$' || true)"
 if [[ -z "$left" ]]; then ok "no cluster-scoped RBAC left after uninstall"; else bad "left behind: ${left}"; fi
+for crd in policyreports.wgpolicyk8s.io clusterpolicyreports.wgpolicyk8s.io reports.openreports.io clusterreports.openreports.io; do
+    expect "CRD ${crd} stays after uninstall (keep; another owner's untouched)" kubectl get crd "$crd"
+done
 
 echo "${passed} passed, ${failed} failed"
 (( failed == 0 ))
