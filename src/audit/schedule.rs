@@ -181,7 +181,12 @@ fn record(metrics: &Metrics, pass: &Pass) {
         i64::try_from(finished).unwrap_or(i64::MAX),
     );
     // Results about objects without a namespace belong to no report: logged, not lost.
-    for r in pass.scan.results.iter().filter(|r| r.resource.namespace.is_empty()) {
+    for r in pass
+        .scan
+        .results
+        .iter()
+        .filter(|r| r.resource.namespace.is_empty())
+    {
         tracing::warn!(kind = %r.resource.kind, name = %r.resource.name, result = r.result.as_str(), message = %r.message, "audit result outside any namespace's report");
     }
     let count = |v: Verdict| pass.scan.results.iter().filter(|r| r.result == v).count();

@@ -19,6 +19,9 @@ pub const SOURCE: &str = "poolguard";
 pub const REPORT_NAME: &str = "poolguard-audit";
 /// Annotation counting the results left out of a report by the cap.
 pub const OMITTED_ANNOTATION: &str = "poolguard.io/results-omitted";
+/// Bytes of results one report lists at most, whatever `max_results` allows: a report is one
+/// object in etcd, whose requests are limited to 1.5 MiB.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// Label marking the reports poolguard owns.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolguard");
 
@@ -153,6 +156,15 @@ pub fn reports(
             let mut order: Vec<usize> = (0..results.len()).collect();
             order.sort_by_key(|&i| (priority(results[i].result), i));
             order.truncate(max_results);
+            let mut bytes = 0;
+            let fits = order
+                .iter()
+                .take_while(|&&i| {
+                    bytes += entry_bytes(results[i]);
+                    bytes <= MAX_RESULT_BYTES
+                })
+                .count();
+            order.truncate(fits);
             order.sort_unstable();
             let omitted = results.len() - order.len();
             let mut annotations = BTreeMap::new();
@@ -183,6 +195,27 @@ pub fn reports(
             }
         })
         .collect()
+}
+
+/// About what one result adds to a report as JSON.
+fn entry_bytes(r: &AuditResult) -> usize {
+    const FIXED: usize = 300; // field names, source, severity, timestamp, punctuation
+    let resource = &r.resource;
+    let properties: usize = r
+        .properties
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 6)
+        .sum();
+    FIXED
+        + r.policy.len()
+        + r.rule.len()
+        + r.message.len() * 6 / 5
+        + resource.api_version.len()
+        + resource.kind.len()
+        + resource.name.len()
+        + resource.namespace.len()
+        + resource.uid.len()
+        + properties
 }
 
 fn entry(r: &AuditResult, timestamp: Timestamp) -> ReportResult {
@@ -286,6 +319,31 @@ mod tests {
         let policy_report =
             serde_json::to_value(&reports(&results, ReportApi::PolicyReport, T, 10)[0]).unwrap();
         assert!(policy_report.get("source").is_none());
+    }
+
+    #[test]
+    fn a_report_stays_within_the_object_size_limit_whatever_max_results_says() {
+        // 3,000 results with 1,000-character messages would make a 3+ MB report.
+        let results: Vec<AuditResult> = (0..3000)
+            .map(|i| {
+                let mut r = result("a", &format!("p{i}"), "placement", Verdict::Fail);
+                r.message = "x".repeat(1000);
+                r
+            })
+            .collect();
+        let report = &reports(&results, ReportApi::PolicyReport, T, 5000)[0];
+        let size = serde_json::to_string(report).unwrap().len();
+        assert!(size <= MAX_RESULT_BYTES + 4096, "{size} bytes");
+        assert!(
+            report.results.len() > 500,
+            "{} listed",
+            report.results.len()
+        );
+        assert_eq!(report.summary.fail, 3000);
+        let omitted: usize = report.metadata.annotations[OMITTED_ANNOTATION]
+            .parse()
+            .unwrap();
+        assert_eq!(omitted + report.results.len(), 3000);
     }
 
     #[test]

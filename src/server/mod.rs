@@ -201,7 +201,11 @@ async fn start_audit(
             tracing::warn!(error = %format!("{e:#}"), "audit off: no cluster to audit (--audit-interval 0 silences this)");
             return Ok(None);
         }
-        Err(e) => return Err(e.context("the audit needs the Kubernetes API (--audit-interval 0 turns it off)")),
+        Err(e) => {
+            return Err(
+                e.context("the audit needs the Kubernetes API (--audit-interval 0 turns it off)")
+            )
+        }
     };
     let state = app.clone();
     let rules: crate::audit::schedule::Rules = Arc::new(move || state.rules.load_full());
