@@ -3,7 +3,8 @@
 //! successor `openreports.io/v1alpha1` `Report` (same fields, plus a report-level `source`).
 //! Plain data built by a pure function: the timestamp is given, never read from a clock.
 //!
-//! A report holds at most a given number of results, failures and errors first; `summary`
+//! A report holds at most a given number of results (and about [`MAX_RESULT_BYTES`] of them),
+//! failures and errors first; `summary`
 //! counts every result of the namespace, listed or not, and the annotation
 //! [`OMITTED_ANNOTATION`] says how many are not listed (the CRDs allow no other summary field).
 
