@@ -326,6 +326,64 @@ mod tests {
     }
 
     #[test]
+    fn an_audit_pass_replaces_the_last_ones_results() {
+        use poolguard_core::audit::{AuditResult, Resource, Severity, Verdict};
+        let result = |policy: &str, verdict| AuditResult {
+            resource: Resource::default(),
+            policy: policy.to_string(),
+            rule: "infringement".to_string(),
+            result: verdict,
+            message: String::new(),
+            severity: Severity::High,
+            properties: Default::default(),
+        };
+        let m = Metrics::new();
+        let first = [
+            result("placement", Verdict::Fail),
+            result("placement", Verdict::Fail),
+            result("repos", Verdict::Pass),
+        ];
+        m.audit_pass(&first, &[("Pod", 2)], 1.5, 1_700_000_000);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"poolguard_audit_results{policy="placement",result="fail"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"poolguard_audit_objects{kind="Pod"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("poolguard_audit_last_success_timestamp_seconds 1700000000"),
+            "{text}"
+        );
+        m.audit_pass(
+            &[result("repos", Verdict::Pass)],
+            &[("Pod", 1)],
+            0.5,
+            1_700_000_600,
+        );
+        m.audit_run(false);
+        let text = m.encode();
+        assert!(
+            !text.contains(r#"result="fail"} "#),
+            "the last pass had no failure: {text}"
+        );
+        assert!(
+            text.contains(r#"poolguard_audit_results{policy="repos",result="pass"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"poolguard_audit_runs_total{result="success"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"poolguard_audit_runs_total{result="failure"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn kind_labels_come_from_a_closed_set() {
         assert_eq!(kind_label("apps", "Deployment"), "Deployment");
         assert_eq!(kind_label("", "Pod"), "Pod");
