@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::rollout::RolloutSpec;
 
@@ -123,7 +123,7 @@ pub enum SelectorPolicy {
     Strict,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Enforcement {
     #[default]

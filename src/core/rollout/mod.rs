@@ -1,8 +1,11 @@
 //! Progressive enforcement of a policy (issue 14): namespaces fall into groups ordered by risk,
 //! and a new version of a policy reaches its final enforcement one group at a time, each group
 //! first proving itself under `warn` for a while. This module holds the config form of a
-//! rollout (`policies.<name>.rollout`) and its validation.
+//! rollout (`policies.<name>.rollout`) and its validation; [`machine`] the pure state machine
+//! that moves a rollout along. Group statuses follow Open Cluster Management's progressive rollout design
+//! (ToApply, Progressing, Succeeded, Failed, TimeOut).
 
+pub mod machine;
 pub mod selector;
 
 use std::collections::HashMap;
@@ -13,6 +16,10 @@ use anyhow::{bail, Result};
 use serde::{de, Deserialize, Deserializer};
 
 use crate::placement::Labels;
+pub use machine::{
+    enforcement_for, step, Applied, Change, Command, Event, GroupObservation, GroupState,
+    GroupStatus, Observations, RolloutState, Transition, Which,
+};
 pub use selector::{LabelSelector, Operator, Requirement};
 
 /// `policies.<name>.rollout`: how a new version of the policy reaches its final enforcement.
@@ -188,6 +195,11 @@ fn whole_seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration,
         )));
     }
     Ok(duration)
+}
+
+/// Seconds as the state machine counts them (Unix seconds, `i64`).
+pub(crate) fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// Whether `name` is a DNS label: 1 to 63 lowercase letters, digits and `-`, starting and
