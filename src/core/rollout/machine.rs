@@ -71,7 +71,7 @@ pub struct GroupState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutState {
-    /// The policy version being rolled out.
+    /// The policy version being rolled out (see [`super::policy_version`]).
     pub version: String,
     /// The version groups not reached yet stay on; `None` for a new policy.
     pub previous_version: Option<String>,

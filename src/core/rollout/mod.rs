@@ -2,11 +2,13 @@
 //! and a new version of a policy reaches its final enforcement one group at a time, each group
 //! first proving itself under `warn` for a while. This module holds the config form of a
 //! rollout (`policies.<name>.rollout`) and its validation; [`machine`] the pure state machine
-//! that moves a rollout along. Group statuses follow Open Cluster Management's progressive rollout design
+//! that moves a rollout along; [`version`] the digest that tells one version of a policy from
+//! the next. Group statuses follow Open Cluster Management's progressive rollout design
 //! (ToApply, Progressing, Succeeded, Failed, TimeOut).
 
 pub mod machine;
 pub mod selector;
+pub mod version;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -21,6 +23,7 @@ pub use machine::{
     GroupStatus, Observations, RolloutState, Transition, Which,
 };
 pub use selector::{LabelSelector, Operator, Requirement};
+pub use version::policy_version;
 
 /// `policies.<name>.rollout`: how a new version of the policy reaches its final enforcement.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
