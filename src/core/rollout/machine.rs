@@ -5,7 +5,7 @@
 //!
 //! The choices where the design left room:
 //! - Groups go strictly in order: a group starts once every group before it has Succeeded (and
-//!   it is approved, if it needs approval). A Failed or TimedOut group therefore stops the
+//!   it is approved, if it needs approval). A Failed or TimeOut group therefore stops the
 //!   groups behind it; a group already Progressing keeps going on its own evidence.
 //! - A group started in a step is first judged in the next step: the observations of the step
 //!   that started it were taken before it did.
@@ -17,9 +17,13 @@
 //!   On Resume, the `since` and `withinSince` of Progressing groups move forward by the paused
 //!   time, so neither the deadline nor minSuccessTime counts it.
 //! - A version change restarts the rollout from the first group and keeps a pause: a paused
-//!   rollout of a new version leaves every group on the previous version until Resume.
+//!   rollout of a new version leaves every group where ToApply puts it until Resume.
 //!   Approvals belong to one version and are cleared by a version change.
-//! - Resume re-arms Failed groups (the safety valve's), not TimedOut ones: a timed-out
+//! - On a version change, the previous version and enforcement become the old rollout's
+//!   version and final enforcement (as of its last step) if every group had Succeeded;
+//!   otherwise the old rollout's own previous ones are kept, so a partly rolled-out version is
+//!   never the fallback (for a new policy that is still none: dryrun of the current version).
+//! - Resume re-arms Failed groups (the safety valve's), not TimeOut ones: a timed-out
 //!   rollout needs a new version.
 //! - [`enforcement_for`] never answers more strictly than the final enforcement passed in.
 
