@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+use crate::rollout::RolloutSpec;
 
 /// The whole config file. Every field has a default, so an empty file is a valid config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -121,7 +123,7 @@ pub enum SelectorPolicy {
     Strict,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Enforcement {
     #[default]
@@ -146,6 +148,10 @@ impl Enforcement {
 pub struct PolicySettings {
     pub enforcement: Option<Enforcement>,
     pub parameters: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How a new version of the policy reaches `enforcement`, group by group. Cluster-wide
+    /// only: a pool's settings may not have one.
+    #[serde(default)]
+    pub rollout: Option<RolloutSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -223,7 +229,26 @@ impl Config {
         if self.limits.max_denial_reasons == 0 {
             bail!("at `limits.maxDenialReasons`: must be at least 1");
         }
+        for (name, settings) in &self.policies {
+            if let Some(rollout) = &settings.rollout {
+                rollout.validate(&format!("policies.{name}.rollout"))?;
+            }
+        }
+        for (pool, settings) in &self.pools {
+            for (name, policy) in &settings.policies {
+                if policy.rollout.is_some() {
+                    bail!(
+                        "at `pools.{pool}.policies.{name}.rollout`: a rollout is cluster-wide (its groups span pools); set it at `policies.{name}.rollout`"
+                    );
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The rollout of `policy`, if the config gives it one.
+    pub fn rollout(&self, policy: &str) -> Option<&RolloutSpec> {
+        self.policies.get(policy)?.rollout.as_ref()
     }
 
     /// Checks that every policy the config names exists and gets the inputs it declares.
@@ -435,6 +460,94 @@ evaluation:
             let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
             assert!(err.contains(want), "{text:?}: {err}");
             assert!(err.contains("cfg.yaml"), "{text:?}: {err}");
+        }
+    }
+
+    const ROLLOUT: &str = r#"
+policies:
+  allowedrepositories:
+    enforcement: deny
+    parameters:
+      repositories: ["registry.example.com/"]
+    rollout:
+      groups:
+        - name: canary
+          namespaceSelector: {matchLabels: {risk: low}}
+        - name: standard
+          namespaceSelector: {matchExpressions: [{key: risk, operator: In, values: [medium]}]}
+        - name: critical
+          approval: required
+      minSuccessTime: 10m
+      progressDeadline: 2h
+      maxFailures: 0
+      maxDenialsPerMinute: 30
+"#;
+
+    #[test]
+    fn rollout_parses_under_cluster_wide_settings() {
+        let c = Config::parse(ROLLOUT, "t").unwrap();
+        let r = c.rollout("allowedrepositories").unwrap();
+        let names: Vec<&str> = r.groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["canary", "standard", "critical"]);
+        assert_eq!(r.min_success_time, std::time::Duration::from_secs(600));
+        assert!(c.rollout("other").is_none());
+        // A rollout may end at any enforcement, dryrun included.
+        let dry = Config::parse(
+            &ROLLOUT.replace("enforcement: deny", "enforcement: dryrun"),
+            "t",
+        )
+        .unwrap();
+        assert!(dry.rollout("allowedrepositories").is_some());
+    }
+
+    #[test]
+    fn rollout_errors_name_the_path() {
+        let cases = [
+            (
+                "pools:\n  gpu:\n    policies:\n      allowedrepositories:\n        rollout: {groups: [{name: a}], minSuccessTime: 1m, progressDeadline: 1h}\n",
+                "at `pools.gpu.policies.allowedrepositories.rollout`: a rollout is cluster-wide",
+            ),
+            (
+                &ROLLOUT.replace("name: standard", "name: canary"),
+                "at `policies.allowedrepositories.rollout.groups[1].name`: `canary` already names `policies.allowedrepositories.rollout.groups[0]`",
+            ),
+            (
+                &ROLLOUT.replace("name: standard", "name: Standard"),
+                "at `policies.allowedrepositories.rollout.groups[1].name`",
+            ),
+            (
+                &ROLLOUT.replace("minSuccessTime: 10m", "minSuccessTime: ten"),
+                "at `policies.allowedrepositories.rollout.minSuccessTime`: \"ten\" is not a duration",
+            ),
+            (
+                &ROLLOUT.replace("      minSuccessTime: 10m\n", ""),
+                "at `policies.allowedrepositories.rollout`: missing field `minSuccessTime`",
+            ),
+            (
+                &ROLLOUT.replace("progressDeadline: 2h", "progressDeadline: 5m"),
+                "at `policies.allowedrepositories.rollout.progressDeadline`: 5m must be longer",
+            ),
+            (
+                &ROLLOUT.replace("maxFailures: 0", "maxFailures: 120%"),
+                "at `policies.allowedrepositories.rollout.maxFailures`",
+            ),
+            (
+                &ROLLOUT.replace("{matchLabels: {risk: low}}", "{}"),
+                "at `policies.allowedrepositories.rollout.groups[0].namespaceSelector`: an empty selector selects every namespace; omit namespaceSelector for the catch-all group",
+            ),
+            (
+                &ROLLOUT.replace("operator: In", "operator: Is"),
+                "at `policies.allowedrepositories.rollout.groups[1].namespaceSelector.matchExpressions[0].operator`",
+            ),
+            (
+                &ROLLOUT.replace("approval: required", "approval: maybe"),
+                "at `policies.allowedrepositories.rollout.groups[2].approval`",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
+            assert!(err.contains(want), "{err}\n  want: {want}");
+            assert!(err.contains("cfg.yaml"), "{err}");
         }
     }
 

@@ -16,6 +16,7 @@ pub mod pod_images;
 pub mod policy;
 pub mod pool_authority;
 pub mod report;
+pub mod rollout;
 pub mod ruleset;
 pub mod validate;
 pub mod webhook;

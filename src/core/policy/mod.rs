@@ -8,6 +8,7 @@ pub mod template;
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -30,6 +31,8 @@ pub struct Policy {
     rule: String,
     /// Whether the policy may read `input.review` (see [`reads_review`]).
     reads_review: bool,
+    /// The Rego source, kept for [`Policy::version`].
+    rego: Arc<str>,
 }
 
 /// All loaded policies, sorted by name.
@@ -97,7 +100,19 @@ impl Policy {
             rule,
             engine,
             reads_review: reads_review(&template.rego),
+            rego: Arc::from(template.rego.as_str()),
         })
+    }
+
+    /// The Rego source the policy was compiled from.
+    pub fn rego(&self) -> &str {
+        &self.rego
+    }
+
+    /// The policy's version under `config`, for rollouts (see
+    /// [`crate::rollout::policy_version`]).
+    pub fn version(&self, config: &Config) -> String {
+        crate::rollout::policy_version(&self.rego, config, &self.name)
     }
 
     /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
@@ -183,6 +198,11 @@ impl PolicySet {
 
     pub fn len(&self) -> usize {
         self.policies.len()
+    }
+
+    /// The policy named `name`.
+    pub fn get(&self, name: &str) -> Option<&Policy> {
+        self.policies.iter().find(|p| p.name == name)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -380,6 +400,38 @@ mod tests {
                 .reads_review
         );
         assert_eq!(by_name("fields"), vec!["has target".to_string()]);
+    }
+
+    #[test]
+    fn the_version_follows_rego_and_parameters_not_enforcement() {
+        let rego = "package v\ninfringement[{\"msg\": \"x\"}] { input.parameters.on }\n";
+        let policies = PolicySet::compile(&[template("v", rego)]).unwrap();
+        let policy = policies.get("v").unwrap();
+        assert_eq!(policy.rego(), rego);
+        assert!(policies.get("w").is_none());
+        let config = |text: &str| Config::parse(text, "t").unwrap();
+        let on = config("policies:\n  v:\n    enforcement: deny\n    parameters: {on: true}\n");
+        let warn = config("policies:\n  v:\n    enforcement: warn\n    parameters: {on: true}\n");
+        let off = config("policies:\n  v:\n    parameters: {on: false}\n");
+        assert_eq!(
+            policy.version(&on),
+            crate::rollout::policy_version(rego, &on, "v")
+        );
+        assert_eq!(policy.version(&on), policy.version(&warn));
+        assert_ne!(policy.version(&on), policy.version(&off));
+        let edited = PolicySet::compile(&[template("v", &rego.replace("on", "enabled"))]).unwrap();
+        assert_ne!(edited.get("v").unwrap().version(&on), policy.version(&on));
+        // A YAML template's padding (blank lines that keep line numbers) is not an edit.
+        let yaml = format!(
+            "name: v\ndescription: something longer\ntype: policy_template\npolicy: |\n{}",
+            rego.lines().map(|l| format!("  {l}\n")).collect::<String>()
+        );
+        let from_yaml =
+            PolicySet::compile(&[template::from_yaml(&yaml, "v.yaml".into()).unwrap()]).unwrap();
+        assert_eq!(
+            from_yaml.get("v").unwrap().version(&on),
+            policy.version(&on)
+        );
     }
 
     #[test]
