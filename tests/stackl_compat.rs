@@ -71,10 +71,11 @@ fn stackl_template_runs_unchanged() {
         &input("repo.example.com/postgres:latest"),
         None,
         None,
+        None,
         &config,
     );
     assert_eq!(ok[0].result, Ok(vec![]));
-    let bad = policies.evaluate(&input("repository.example.com"), None, None, &config);
+    let bad = policies.evaluate(&input("repository.example.com"), None, None, None, &config);
     assert_eq!(
         bad[0].result,
         Ok(vec![

@@ -268,6 +268,8 @@ pub struct PolicyResult {
     pub enforcement: crate::config::Enforcement,
     pub infringements: usize,
     pub error: bool,
+    /// For a policy under a rollout: the group, its status and the version that ran.
+    pub rollout: Option<crate::rollout::view::RolloutMark>,
 }
 
 impl Decision {

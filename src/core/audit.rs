@@ -33,6 +33,10 @@ pub const PLACEMENT: &str = "placement";
 pub const INFRINGEMENT_RULE: &str = "infringement";
 /// The policy of a result for an object that cannot be read at all.
 pub const OBJECT_POLICY: &str = "poolguard";
+/// Property naming the rollout group of a result for a policy under a rollout.
+pub const ROLLOUT_GROUP: &str = "rolloutGroup";
+/// Property naming the policy version that produced a result under a rollout.
+pub const POLICY_VERSION: &str = "policyVersion";
 /// Longest message of one result (several infringements are joined into one).
 const MAX_MESSAGE_CHARS: usize = 1000;
 
@@ -267,6 +271,7 @@ pub fn audit(
         path,
         namespace,
         pool,
+        labels,
         Some(&review),
         config,
         policies,
@@ -325,6 +330,16 @@ pub fn audit(
                     ),
                 };
                 let mut r = result(&outcome.policy, outcome.enforcement, verdict, message);
+                if let Some(mark) = &outcome.rollout {
+                    r.properties
+                        .insert(ROLLOUT_GROUP.into(), mark.group.clone());
+                    r.properties
+                        .insert(POLICY_VERSION.into(), mark.version.clone());
+                    if let Some(status) = mark.status {
+                        r.properties
+                            .insert("rolloutStatus".into(), format!("{status:?}"));
+                    }
+                }
                 if let Some(count) = count {
                     r.properties
                         .insert("infringements".into(), count.to_string());

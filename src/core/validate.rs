@@ -50,10 +50,10 @@ pub fn validate(
         return Decision::allow();
     };
     let pool = placement::pool_of(labels, &config.namespace_label);
-    let mut found = findings(req, object, path, is_pod, pool, config, policies);
+    let mut found = findings(req, object, path, is_pod, (pool, labels), config, policies);
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
-            let before = findings(req, old, path, is_pod, pool, config, policies);
+            let before = findings(req, old, path, is_pod, (pool, labels), config, policies);
             let known: HashSet<&str> = before.denials.iter().map(|d| d.1.as_str()).collect();
             found.denials.retain(|d| !known.contains(d.1.as_str()));
             if let (true, Some(pool)) = (is_pod, pool) {
@@ -147,13 +147,15 @@ pub struct Checks {
 }
 
 /// Runs placement and the policies on the pod spec at `path` inside `object`, for a namespace
-/// whose pool is `pool`. `review` is what policies that read `input.review` get (the
-/// AdmissionRequest at admission).
+/// whose pool is `pool` and labels `labels` (policies under a rollout depend on its group).
+/// `review` is what policies that read `input.review` get (the AdmissionRequest at admission).
+#[allow(clippy::too_many_arguments)]
 pub fn check(
     object: &Value,
     path: &[&str],
     namespace: &str,
     pool: Option<&str>,
+    labels: Option<&Labels>,
     review: Option<&Value>,
     config: &Config,
     policies: &PolicySet,
@@ -179,7 +181,7 @@ pub fn check(
     let document = input::document(object, &images, pool);
     Checks {
         placement,
-        policies: Ok(policies.evaluate(&document, review, pool, config)),
+        policies: Ok(policies.evaluate(&document, review, pool, labels, config)),
     }
 }
 
@@ -188,7 +190,7 @@ fn findings(
     object: &Value,
     path: &[&str],
     is_pod: bool,
-    pool: Option<&str>,
+    (pool, labels): (Option<&str>, Option<&Labels>),
     config: &Config,
     policies: &PolicySet,
 ) -> Findings {
@@ -199,6 +201,7 @@ fn findings(
         path,
         req.namespace,
         pool,
+        labels,
         Some(req.raw),
         config,
         policies,
@@ -240,6 +243,7 @@ fn findings(
             enforcement: outcome.enforcement,
             infringements: outcome.result.as_ref().map_or(0, Vec::len),
             error: outcome.result.is_err(),
+            rollout: outcome.rollout.clone(),
         });
         let result = outcome.result.map_err(|e| one_line(&e));
         match (result, outcome.enforcement) {

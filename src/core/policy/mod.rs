@@ -16,6 +16,8 @@ use regorus::utils::limits::ExecutionTimerConfig;
 use regorus::{Engine, Value};
 
 use crate::config::{Config, Enforcement};
+use crate::placement::Labels;
+use crate::rollout::view::{RolloutMark, RolloutView, SharedView};
 use template::Template;
 
 /// Time checks happen every this many units of interpreter work.
@@ -35,10 +37,14 @@ pub struct Policy {
     rego: Arc<str>,
 }
 
-/// All loaded policies, sorted by name.
+/// All loaded policies, sorted by name, with their versions under the config they were loaded
+/// with and what the replicas know of their rollouts.
 #[derive(Clone, Default)]
 pub struct PolicySet {
     policies: Vec<Policy>,
+    /// Each policy's version (see [`Policy::version`]), set by [`PolicySet::set_versions`].
+    versions: BTreeMap<String, String>,
+    rollouts: SharedView,
 }
 
 /// What one policy said about one object.
@@ -48,6 +54,8 @@ pub struct Outcome {
     pub enforcement: Enforcement,
     /// Infringement messages, or why the policy could not be evaluated.
     pub result: std::result::Result<Vec<String>, String>,
+    /// The rollout group, status and version, for a policy under a rollout.
+    pub rollout: Option<RolloutMark>,
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
@@ -189,7 +197,34 @@ impl PolicySet {
             .map(Policy::compile)
             .collect::<Result<Vec<_>>>()?;
         policies.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(PolicySet { policies })
+        Ok(PolicySet {
+            policies,
+            ..PolicySet::default()
+        })
+    }
+
+    /// Records each policy's version under `config` (the config decisions will use).
+    pub fn set_versions(&mut self, config: &Config) {
+        self.versions = self
+            .policies
+            .iter()
+            .map(|p| (p.name.clone(), p.version(config)))
+            .collect();
+    }
+
+    /// The version of the loaded policy `name` (empty before [`PolicySet::set_versions`]).
+    pub fn version(&self, name: &str) -> &str {
+        self.versions.get(name).map_or("", String::as_str)
+    }
+
+    /// What is known of the rollouts.
+    pub fn rollouts(&self) -> &RolloutView {
+        &self.rollouts
+    }
+
+    /// Replaces what is known of the rollouts.
+    pub fn set_rollouts(&mut self, rollouts: SharedView) {
+        self.rollouts = rollouts;
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -218,12 +253,15 @@ impl PolicySet {
     }
 
     /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
-    /// (an [`input::document`]), adding `review` for the policies that read it.
+    /// (an [`input::document`]), adding `review` for the policies that read it. A policy under a
+    /// rollout runs the version, and at the enforcement, that its rollout gives a namespace
+    /// with `labels` ([`RolloutView::resolve`]).
     pub fn evaluate(
         &self,
         input: &serde_json::Value,
         review: Option<&serde_json::Value>,
         pool: Option<&str>,
+        labels: Option<&Labels>,
         config: &Config,
     ) -> Vec<Outcome> {
         let limit = Duration::from_millis(config.evaluation.timeout_millis);
@@ -232,10 +270,13 @@ impl PolicySet {
         let mut base: Option<Value> = None;
         let mut review_value: Option<Value> = None;
         let mut outcomes = Vec::new();
-        for policy in &self.policies {
-            let Some(settings) = config.effective_policy(&policy.name, pool) else {
+        for loaded in &self.policies {
+            let version = self.version(&loaded.name);
+            let Some(settings) = self.rollouts.resolve(loaded, version, config, pool, labels)
+            else {
                 continue;
             };
+            let policy = settings.policy;
             let mut doc = base
                 .get_or_insert_with(|| Value::from(input.clone()))
                 .clone();
@@ -257,6 +298,7 @@ impl PolicySet {
                 policy: policy.name.clone(),
                 enforcement: settings.enforcement,
                 result,
+                rollout: settings.rollout,
             });
         }
         outcomes
@@ -375,7 +417,7 @@ mod tests {
         .unwrap();
         let document = json!({"services": {}, "target": "gpu"});
         let review = json!({"uid": "u-1"});
-        let outcomes = policies.evaluate(&document, Some(&review), None, &config);
+        let outcomes = policies.evaluate(&document, Some(&review), None, None, &config);
         let by_name = |n: &str| {
             outcomes
                 .iter()

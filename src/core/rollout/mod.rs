@@ -7,8 +7,10 @@
 //! (ToApply, Progressing, Succeeded, Failed, TimeOut).
 
 pub mod machine;
+pub mod observe;
 pub mod selector;
 pub mod version;
+pub mod view;
 
 use std::collections::HashMap;
 use std::fmt;
