@@ -8,5 +8,6 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod namespaces;
+pub mod rollout;
 pub mod server;
 pub mod sources;

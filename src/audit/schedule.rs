@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::leader::{self, LeaseSettings};
 use super::report_writer::{self, Written};
 use super::scan::{self, Scan, ScanOptions};
+use crate::rollout::controller::{Controller, STEP_EVERY};
+use crate::rollout::sync::unix_now;
 use crate::server::metrics::Metrics;
 use poolguard_core::audit::Verdict;
 use poolguard_core::report::{self, ReportApi, Timestamp};
@@ -29,6 +31,8 @@ pub struct Settings {
     /// Results listed per report (the rest counted in an annotation).
     pub max_results: usize,
     pub lease: LeaseSettings,
+    /// The rollout ConfigMap: the leader steps progressive enforcement after each pass.
+    pub rollouts: crate::rollout::store::Location,
 }
 
 /// The rules of the moment (they change when the config or policies are reloaded).
@@ -125,7 +129,7 @@ async fn lead_while_held(
     client: &Client,
     settings: &Settings,
     rules: &Rules,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
     leading: &mut watch::Receiver<bool>,
 ) {
@@ -139,8 +143,15 @@ async fn lead_while_held(
         }
         metrics.audit_leader.set(1);
         tracing::info!("audit: this replica leads");
+        let mut controller = Controller::new(
+            client.clone(),
+            settings.rollouts.clone(),
+            &settings.lease.identity,
+            metrics.clone(),
+        );
         loop {
-            let work = pass(client, settings, rules(), SystemTime::now());
+            let current = rules();
+            let work = pass(client, settings, current.clone(), SystemTime::now());
             let outcome = tokio::select! {
                 () = shutdown.cancelled() => return,
                 lost = leading.wait_for(|l| !*l) => {
@@ -152,16 +163,34 @@ async fn lead_while_held(
             };
             match outcome {
                 None => break,
-                Some(Ok(pass)) => record(metrics, &pass),
+                Some(Ok(pass)) => {
+                    record(metrics, &pass);
+                    controller.observe(&pass.scan.results, &current);
+                }
                 Some(Err(e)) => {
                     metrics.audit_run(false);
                     tracing::error!(error = %format!("{e:#}"), "audit pass failed; the last reports stay until the next pass");
                 }
             }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = leading.wait_for(|l| !*l) => break,
-                () = tokio::time::sleep(settings.interval) => {}
+            // Rollouts are stepped after the pass and every few seconds until the next one.
+            let next_pass = Instant::now() + settings.interval;
+            loop {
+                let rules = rules();
+                if let Err(e) = controller.step(&rules, unix_now()).await {
+                    tracing::warn!(error = %format!("{e:#}"), "rollout step failed; retrying");
+                }
+                let wake = (Instant::now() + STEP_EVERY).min(next_pass);
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = leading.wait_for(|l| !*l) => break,
+                    () = tokio::time::sleep_until(wake) => {}
+                }
+                if Instant::now() >= next_pass || !*leading.borrow() {
+                    break;
+                }
+            }
+            if !*leading.borrow() {
+                break;
             }
         }
         metrics.audit_leader.set(0);

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod eval;
+pub mod rollout;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -60,6 +61,10 @@ enum Command {
     /// node not in --nodes-file) or skip (placement, in a namespace without a pool). Other
     /// kinds are ignored. Exit status: 0 no fail or error, 1 some, 2 bad input.
     Audit(AuditArgs),
+    /// Progressive enforcement: show the rollouts, or approve a group, pause or resume a
+    /// policy's rollout (queued in the rollout ConfigMap; the audit's leader applies it within
+    /// seconds).
+    Rollout(RolloutArgs),
     /// Rego policy tools.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -135,6 +140,43 @@ struct AuditArgs {
     /// number left out is in the annotation poolguard.io/results-omitted.
     #[arg(long, default_value_t = 1000, value_name = "N")]
     max_results_per_report: usize,
+}
+
+#[derive(Args)]
+struct RolloutArgs {
+    #[command(subcommand)]
+    action: RolloutAction,
+    /// The cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or ~/.kube/config.
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Namespace of the rollout ConfigMap (poolguard's namespace). Default: the kubeconfig
+    /// context's namespace.
+    #[arg(long, short = 'n', global = true, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// The rollout ConfigMap (serve's --rollout-configmap).
+    #[arg(
+        long,
+        global = true,
+        default_value = "poolguard-rollouts",
+        value_name = "NAME"
+    )]
+    configmap: String,
+}
+
+#[derive(Subcommand)]
+enum RolloutAction {
+    /// Every policy's rollout: groups, statuses, since when, objects, failures, why.
+    Status {
+        /// Print the stored states as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a group that needs approval start when its turn comes.
+    Approve { policy: String, group: String },
+    /// Freeze a policy's rollout (no group moves; deadlines stop counting).
+    Pause { policy: String },
+    /// Unfreeze it; groups the safety valve dropped back to warn try again.
+    Resume { policy: String },
 }
 
 /// The report API, as the command line names it.
@@ -267,6 +309,10 @@ struct ServeAuditArgs {
     /// auditing replica after one dies (a replica that stops releases it at once).
     #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     lease_duration: std::time::Duration,
+    /// The ConfigMap (in the Lease's namespace) holding the state of progressive enforcement
+    /// (policies with `rollout`): the audit's leader writes it, every replica decides with it.
+    #[arg(long, default_value = "poolguard-rollouts", value_name = "NAME")]
+    rollout_configmap: String,
 }
 
 impl ServeAuditArgs {
@@ -290,6 +336,10 @@ impl ServeAuditArgs {
             },
             report_api: self.audit_report_api.into(),
             max_results: self.audit_max_results_per_report,
+            rollouts: crate::rollout::store::Location {
+                namespace: self.lease_namespace.clone(),
+                name: self.rollout_configmap,
+            },
             lease: crate::audit::leader::LeaseSettings {
                 name: self.lease_name,
                 namespace: self.lease_namespace,
@@ -620,6 +670,33 @@ fn run(command: Command) -> Result<ExitCode> {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
+            })
+        }
+        Command::Rollout(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let client = serve::kube_client(args.kubeconfig.as_deref()).await?;
+                let at = crate::rollout::store::Location {
+                    namespace: args
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| client.default_namespace().to_string()),
+                    name: args.configmap.clone(),
+                };
+                use poolguard_core::rollout::Command as C;
+                let (policy, command) = match args.action {
+                    RolloutAction::Status { json } => {
+                        rollout::status(&client, &at, json, &mut std::io::stdout().lock()).await?;
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    RolloutAction::Approve { policy, group } => (policy, C::Approve(group)),
+                    RolloutAction::Pause { policy } => (policy, C::Pause),
+                    RolloutAction::Resume { policy } => (policy, C::Resume),
+                };
+                rollout::queue(&client, &at, &policy, command.clone()).await?;
+                eprintln!("queued {command:?} for policy {policy}; the audit's leader applies it at its next step");
+                Ok(ExitCode::SUCCESS)
             })
         }
         Command::Policy(PolicyCommand::Test { policies_dir }) => {

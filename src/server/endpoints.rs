@@ -35,6 +35,8 @@ pub struct ServerState {
     pub deadline: Duration,
     /// The limits and their counters.
     pub gates: Gates,
+    /// What admission counted for policies under a rollout.
+    pub rollout_counts: Arc<crate::rollout::counts::RolloutCounts>,
 }
 
 impl ServerState {
@@ -51,6 +53,7 @@ impl ServerState {
             metrics,
             deadline,
             gates: Gates::new(limits),
+            rollout_counts: Arc::default(),
         }
     }
 }
@@ -378,6 +381,10 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
             webhook: webhook.as_str().to_string(),
         })
         .observe(started.elapsed().as_secs_f64());
+    if d.policy_results.iter().any(|r| r.rollout.is_some()) {
+        app.rollout_counts
+            .record(&d.policy_results, crate::rollout::sync::unix_now());
+    }
     for r in &d.policy_results {
         let result = match (r.error, r.infringements) {
             (true, _) => "error",

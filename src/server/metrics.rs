@@ -88,6 +88,27 @@ pub struct OutcomeLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutGroupLabels {
+    pub policy: String,
+    pub group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutStatusLabels {
+    pub policy: String,
+    pub group: String,
+    /// ToApply | Progressing | Succeeded | Failed | TimeOut
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutTransitionLabels {
+    pub policy: String,
+    /// The status or event transitioned to.
+    pub to: String,
+}
+
 /// Every metric, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -107,6 +128,9 @@ pub struct Metrics {
     pub audit_duration_seconds: Gauge<f64, AtomicU64>,
     pub audit_last_success: Gauge,
     pub audit_leader: Gauge,
+    pub rollout_status: Family<RolloutStatusLabels, Gauge>,
+    pub rollout_failures: Family<RolloutGroupLabels, Gauge>,
+    pub rollout_transitions: Family<RolloutTransitionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -218,8 +242,29 @@ impl Metrics {
             "audit_leader",
             "1 while this replica holds the audit lease, else 0",
         );
+        let rollout_status = Family::<RolloutStatusLabels, Gauge>::default();
+        registry.register(
+            "rollout_group_status",
+            "1 for each rollout group's current status (as last written by this replica as leader)",
+            rollout_status.clone(),
+        );
+        let rollout_failures = Family::<RolloutGroupLabels, Gauge>::default();
+        registry.register(
+            "rollout_group_failures",
+            "Failures (violations plus would-be denials) of each rollout group at its last step",
+            rollout_failures.clone(),
+        );
+        let rollout_transitions = Family::<RolloutTransitionLabels, Counter>::default();
+        registry.register(
+            "rollout_transitions",
+            "Rollout transitions made by this replica as leader, by policy and new status or event",
+            rollout_transitions.clone(),
+        );
         Metrics {
             registry,
+            rollout_status,
+            rollout_failures,
+            rollout_transitions,
             audit_results,
             audit_objects,
             audit_runs,
@@ -288,6 +333,39 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    /// Counts one rollout transition.
+    pub fn rollout_transition(&self, policy: &str, to: &str) {
+        self.rollout_transitions
+            .get_or_create(&RolloutTransitionLabels {
+                policy: policy.to_string(),
+                to: to.to_string(),
+            })
+            .inc();
+    }
+
+    /// Shows the rollout states just written.
+    pub fn rollout_states(&self, states: &[(String, poolguard_core::rollout::RolloutState)]) {
+        self.rollout_status.clear();
+        self.rollout_failures.clear();
+        for (policy, state) in states {
+            for g in &state.groups {
+                self.rollout_status
+                    .get_or_create(&RolloutStatusLabels {
+                        policy: policy.clone(),
+                        group: g.name.clone(),
+                        status: format!("{:?}", g.status),
+                    })
+                    .set(1);
+                self.rollout_failures
+                    .get_or_create(&RolloutGroupLabels {
+                        policy: policy.clone(),
+                        group: g.name.clone(),
+                    })
+                    .set(i64::try_from(g.failures).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// The text exposition format.

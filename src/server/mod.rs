@@ -187,7 +187,20 @@ async fn start_audit(
     metrics: &Arc<Metrics>,
     shutdown: &CancellationToken,
 ) -> Result<Option<JoinHandle<()>>> {
+    let rolled_out = {
+        let rules = app.rules.load();
+        let config = &rules.config;
+        config
+            .policies
+            .keys()
+            .filter(|p| config.rollout(p).is_some())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let Some(settings) = opts.audit.clone() else {
+        if !rolled_out.is_empty() {
+            tracing::warn!(policies = ?rolled_out, "progressive enforcement needs the audit (--audit-interval 0 turns both off): these policies only observe (dryrun)");
+        }
         return Ok(None);
     };
     if opts.dev && opts.kubeconfig.is_none() {
@@ -207,6 +220,20 @@ async fn start_audit(
             )
         }
     };
+    // Every replica decides with the rollout state and reports its admission counts.
+    tokio::spawn(crate::rollout::sync::watch(
+        client.clone(),
+        settings.rollouts.clone(),
+        app.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(crate::rollout::sync::publish(
+        client.clone(),
+        settings.rollouts.clone(),
+        settings.lease.identity.clone(),
+        app.rollout_counts.clone(),
+        shutdown.clone(),
+    ));
     let state = app.clone();
     let rules: crate::audit::schedule::Rules = Arc::new(move || state.rules.load_full());
     Ok(Some(tokio::spawn(crate::audit::schedule::run(
@@ -393,7 +420,14 @@ fn reload_targets(
             what: "rules",
             dirs: rule_dirs,
             reload: Box::new(move || {
-                app.rules.store(Arc::new(sources.load()?));
+                let loaded = sources.load()?;
+                // The rollout state comes from the cluster, not the files: carried over (by
+                // compare-and-swap, so a state arriving meanwhile is not lost).
+                app.rules.rcu(|old| {
+                    let mut rules = loaded.clone();
+                    rules.policies.set_rollouts(old.policies.rollouts_shared());
+                    rules
+                });
                 Ok(())
             }),
         });

@@ -222,6 +222,11 @@ impl PolicySet {
         &self.rollouts
     }
 
+    /// What is known of the rollouts, shared.
+    pub fn rollouts_shared(&self) -> SharedView {
+        self.rollouts.clone()
+    }
+
     /// Replaces what is known of the rollouts.
     pub fn set_rollouts(&mut self, rollouts: SharedView) {
         self.rollouts = rollouts;

@@ -1,0 +1,235 @@
+//! The leader's side of progressive enforcement: after every audit pass, and every few seconds
+//! between passes, each policy under a rollout is stepped with what was measured (the last
+//! pass's results, the replicas' admission counts, queued commands), and the new state is
+//! written with the versions it names. Transitions become log lines, Kubernetes Events on the
+//! rollout ConfigMap, and metrics.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+
+use super::store::{self, Change, Contents, Location, COMMANDS, CURRENT, PREVIOUS, STATE};
+use crate::server::metrics::Metrics;
+use poolguard_core::audit::AuditResult;
+use poolguard_core::rollout::observe::{self, ReplicaCounts};
+use poolguard_core::rollout::view::StoredVersion;
+use poolguard_core::rollout::{self, Change as Moved, Observations, Transition};
+use poolguard_core::ruleset::RuleSet;
+
+/// Time between steps when no audit pass brings new results.
+pub const STEP_EVERY: Duration = Duration::from_secs(5);
+/// A replica's last-minute denial count older than this no longer counts (it stopped writing).
+const STALE_COUNTS: i64 = 90;
+/// Attempts when another writer changes the ConfigMap between the read and the write.
+const ATTEMPTS: usize = 5;
+
+pub struct Controller {
+    client: Client,
+    at: Location,
+    recorder: Recorder,
+    metrics: std::sync::Arc<Metrics>,
+    /// The last audit pass's results for policies under a rollout.
+    results: Vec<AuditResult>,
+}
+
+impl Controller {
+    pub fn new(
+        client: Client,
+        at: Location,
+        identity: &str,
+        metrics: std::sync::Arc<Metrics>,
+    ) -> Controller {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "poolguard".into(),
+                instance: Some(identity.to_string()),
+            },
+        );
+        Controller {
+            client,
+            at,
+            recorder,
+            metrics,
+            results: Vec::new(),
+        }
+    }
+
+    /// Keeps an audit pass's results for the policies under a rollout.
+    pub fn observe(&mut self, results: &[AuditResult], rules: &RuleSet) {
+        self.results = results
+            .iter()
+            .filter(|r| rules.config.rollout(&r.policy).is_some())
+            .cloned()
+            .collect();
+    }
+
+    /// Steps every rollout once at `now` (Unix seconds) and writes the result.
+    pub async fn step(&mut self, rules: &RuleSet, now: i64) -> Result<()> {
+        let rolled_out = rules
+            .config
+            .policies
+            .keys()
+            .any(|p| rules.config.rollout(p).is_some());
+        for _ in 0..ATTEMPTS {
+            let contents = store::read(&self.client, &self.at).await?;
+            if !rolled_out && contents.policies().is_empty() {
+                return Ok(());
+            }
+            let (changes, transitions) = plan(rules, &contents, &self.results, now);
+            if store::apply(&self.client, &self.at, &contents, &changes).await? {
+                self.report(rules, &transitions).await;
+                let states: Vec<_> = changes
+                    .iter()
+                    .filter_map(|c| match c {
+                        Change::Set(key, text) => key
+                            .strip_prefix(STATE)
+                            .and_then(|p| Some((p.to_string(), serde_json::from_str(text).ok()?))),
+                        Change::Remove(_) => None,
+                    })
+                    .collect();
+                if !states.is_empty() {
+                    self.metrics.rollout_states(&states);
+                }
+                return Ok(());
+            }
+        }
+        bail!("the rollout state kept changing while the leader wrote it; stepping again later")
+    }
+
+    async fn report(&self, rules: &RuleSet, transitions: &[(String, Transition)]) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some(self.at.name.clone()),
+            namespace: Some(self.at.namespace.clone()),
+            ..ObjectReference::default()
+        };
+        for (policy, t) in transitions {
+            let group = t.group.as_deref().unwrap_or("");
+            let (to, warning) = match &t.to {
+                Moved::Status(s) => (
+                    format!("{s:?}"),
+                    matches!(
+                        s,
+                        rollout::GroupStatus::Failed | rollout::GroupStatus::TimeOut
+                    ),
+                ),
+                Moved::Event(e) => (format!("{e:?}"), false),
+            };
+            let from = t.from.map(|f| format!("{f:?}")).unwrap_or_default();
+            tracing::info!(policy, group, from, to, reason = %t.reason, "rollout transition");
+            self.metrics.rollout_transition(policy, &to);
+            let event = Event {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: format!("Rollout{to}"),
+                note: Some(truncate(&format!(
+                    "policy {policy}{}: {}",
+                    if group.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", group {group}")
+                    },
+                    t.reason
+                ))),
+                action: "Rollout".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(error = %e, "recording a rollout Event failed");
+            }
+        }
+        let _ = rules;
+    }
+}
+
+/// The changes one step makes to the stored contents, and its transitions (with the policy).
+fn plan(
+    rules: &RuleSet,
+    contents: &Contents,
+    results: &[AuditResult],
+    now: i64,
+) -> (Vec<Change>, Vec<(String, Transition)>) {
+    let counts: Vec<ReplicaCounts> = contents
+        .counts()
+        .into_iter()
+        .map(|doc| {
+            let mut policies = doc.policies;
+            if now - doc.at > STALE_COUNTS {
+                for c in policies
+                    .values_mut()
+                    .flat_map(|v| v.values_mut())
+                    .flat_map(|g| g.values_mut())
+                {
+                    c.denied_last_minute = 0;
+                }
+            }
+            policies
+        })
+        .collect();
+    let mut changes = Vec::new();
+    let mut transitions = Vec::new();
+    for (name, settings) in &rules.config.policies {
+        let (Some(spec), Some(policy)) = (rules.config.rollout(name), rules.policies.get(name))
+        else {
+            continue;
+        };
+        let version = rules.policies.version(name).to_string();
+        let old = contents.state(name);
+        let queued = contents.commands(name);
+        let obs = Observations {
+            version: version.clone(),
+            groups: observe::observations(results, spec, name, &version, &counts),
+            commands: queued.iter().map(|q| q.command.clone()).collect(),
+        };
+        let final_enforcement = settings.enforcement.unwrap_or_default();
+        let (new, moved) = rollout::step(spec, old.as_ref(), &obs, final_enforcement, now);
+        if old.as_ref() != Some(&new) {
+            changes.push(Change::Set(format!("{STATE}{name}"), json(&new)));
+        }
+        let old_version = old.as_ref().map(|o| o.version.as_str());
+        if old_version != Some(new.version.as_str()) {
+            let stored = StoredVersion::of(policy, &rules.config);
+            changes.push(Change::Set(format!("{CURRENT}{name}"), json(&stored)));
+            match (&new.previous_version, old_version) {
+                // The version rolled out before becomes the previous one.
+                (Some(previous), Some(old_version)) if previous == old_version => {
+                    if let Some(text) = contents.data.get(&format!("{CURRENT}{name}")) {
+                        changes.push(Change::Set(format!("{PREVIOUS}{name}"), text.clone()));
+                    }
+                }
+                // The old previous version stays (already stored).
+                (Some(_), _) => {}
+                (None, _) => changes.push(Change::Remove(format!("{PREVIOUS}{name}"))),
+            }
+        }
+        if !queued.is_empty() {
+            changes.push(Change::Remove(format!("{COMMANDS}{name}")));
+        }
+        transitions.extend(moved.into_iter().map(|t| (name.clone(), t)));
+    }
+    // Policies no longer under a rollout (or gone): their keys go.
+    for name in contents.policies() {
+        if rules.config.rollout(&name).is_none() {
+            for prefix in [STATE, CURRENT, PREVIOUS, COMMANDS] {
+                changes.push(Change::Remove(format!("{prefix}{name}")));
+            }
+        }
+    }
+    (changes, transitions)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(1000).collect()
+}

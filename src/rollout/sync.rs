@@ -1,0 +1,154 @@
+//! Every replica: watches the rollout ConfigMap and decides with what it holds (the states,
+//! and the stored versions compiled once each), and publishes its admission counts into it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use super::counts::{RolloutCounts, PUBLISH_EVERY};
+use super::store::{self, Contents, CountsDoc, Location, COUNTS, CURRENT, PREVIOUS};
+use crate::server::endpoints::ServerState;
+use poolguard_core::rollout::view::{CompiledVersion, PolicyRollout, RolloutView, StoredVersion};
+
+/// Compiled stored versions, by policy and version.
+#[derive(Default)]
+struct Compiled {
+    by_version: HashMap<(String, String), Option<CompiledVersion>>,
+}
+
+impl Compiled {
+    fn get(&mut self, policy: &str, stored: Option<StoredVersion>) -> Option<CompiledVersion> {
+        let stored = stored?;
+        self.by_version
+            .entry((policy.to_string(), stored.version.clone()))
+            .or_insert_with(|| match stored.compile(policy) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::error!(policy, version = %stored.version, error = %format!("{e:#}"), "a stored policy version does not compile; its groups only observe");
+                    None
+                }
+            })
+            .clone()
+    }
+}
+
+/// The view the ConfigMap's contents give.
+fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
+    let mut view = RolloutView::default();
+    for policy in contents.policies() {
+        let Some(state) = contents.state(&policy) else {
+            continue;
+        };
+        let current = compiled.get(&policy, contents.stored(CURRENT, &policy));
+        let previous = compiled.get(&policy, contents.stored(PREVIOUS, &policy));
+        view.policies.insert(
+            policy,
+            PolicyRollout {
+                state,
+                current,
+                previous,
+            },
+        );
+    }
+    view
+}
+
+/// Installs `view` into the rules decisions use (the rules themselves may be reloaded from
+/// files meanwhile: the swap keeps whichever is newer of each).
+pub fn install(app: &ServerState, view: Arc<RolloutView>) {
+    app.rules.rcu(|rules| {
+        let mut rules = (**rules).clone();
+        rules.policies.set_rollouts(view.clone());
+        rules
+    });
+}
+
+/// Watches the ConfigMap until `shutdown`, keeping `app`'s rollout view current.
+pub async fn watch(
+    client: Client,
+    at: Location,
+    app: Arc<ServerState>,
+    shutdown: CancellationToken,
+) {
+    let api = store::api(&client, &at);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", at.name));
+    let stream = watcher::watcher(api, config)
+        .default_backoff()
+        .applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let mut compiled = Compiled::default();
+    loop {
+        let next = tokio::select! {
+            () = shutdown.cancelled() => return,
+            next = stream.next() => next,
+        };
+        match next {
+            Some(Ok(cm)) => {
+                let contents = Contents::from_configmap(&cm);
+                let view = view(&contents, &mut compiled);
+                tracing::debug!(policies = view.policies.len(), "rollout state updated");
+                install(&app, Arc::new(view));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, configmap = %store::describe(&at), "watching the rollout state failed; deciding with the last state seen, retrying")
+            }
+            None => return,
+        }
+    }
+}
+
+/// Publishes this replica's counts every few seconds when they changed, until `shutdown`.
+pub async fn publish(
+    client: Client,
+    at: Location,
+    identity: String,
+    counts: Arc<RolloutCounts>,
+    shutdown: CancellationToken,
+) {
+    let key = format!("{COUNTS}{}", sanitize(&identity));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(PUBLISH_EVERY) => {}
+        }
+        let now = unix_now();
+        let Some(policies) = counts.snapshot(now) else {
+            continue;
+        };
+        let doc = CountsDoc { at: now, policies };
+        let text = match serde_json::to_string(&doc) {
+            Ok(t) => t,
+            Err(_) => continue,
+        };
+        if let Err(e) = store::merge_key(&client, &at, &key, &text).await {
+            tracing::warn!(error = %format!("{e:#}"), "publishing rollout counts failed; retrying");
+            // Handed out but not written: make the next snapshot differ.
+            counts.forget_published();
+        }
+    }
+}
+
+/// A ConfigMap key from a replica identity (keys allow `[-._a-zA-Z0-9]`).
+fn sanitize(identity: &str) -> String {
+    identity
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-._".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
