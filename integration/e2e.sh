@@ -26,7 +26,7 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses cert_renewal audit fail_closed
+#                         e2e bypasses cert_renewal audit rollout fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -111,7 +111,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -183,7 +183,7 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
@@ -213,6 +213,10 @@ if suite audit; then
     log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
     POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")" \
         cargo test --locked -p poolguard-e2e --test audit -- --nocapture
+fi
+if suite rollout; then
+    log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
+    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
 fi
 if suite fail_closed; then
     log "running tests/fail_closed.rs (stops poolguard, then starts it again)"

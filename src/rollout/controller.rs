@@ -4,6 +4,7 @@
 //! written with the versions it names. Transitions become log lines, Kubernetes Events on the
 //! rollout ConfigMap, and metrics.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -33,7 +34,13 @@ pub struct Controller {
     metrics: std::sync::Arc<Metrics>,
     /// The last audit pass's results for policies under a rollout.
     results: Vec<AuditResult>,
+    /// The replicas' would-be denials as of the last step, per (policy, version, group): a step
+    /// observes the ones counted since, so a group proves itself by a stretch of time without
+    /// any (a new leader starts from what it first reads).
+    would_deny_seen: WouldDeny,
 }
+
+type WouldDeny = BTreeMap<(String, String, String), u64>;
 
 impl Controller {
     pub fn new(
@@ -55,6 +62,7 @@ impl Controller {
             recorder,
             metrics,
             results: Vec::new(),
+            would_deny_seen: WouldDeny::new(),
         }
     }
 
@@ -79,8 +87,10 @@ impl Controller {
             if !rolled_out && contents.policies().is_empty() {
                 return Ok(());
             }
-            let (changes, transitions) = plan(rules, &contents, &self.results, now);
+            let mut seen = self.would_deny_seen.clone();
+            let (changes, transitions) = plan(rules, &contents, &self.results, &mut seen, now);
             if store::apply(&self.client, &self.at, &contents, &changes).await? {
+                self.would_deny_seen = seen;
                 self.report(rules, &transitions).await;
                 let states: Vec<_> = changes
                     .iter()
@@ -155,6 +165,7 @@ fn plan(
     rules: &RuleSet,
     contents: &Contents,
     results: &[AuditResult],
+    seen: &mut WouldDeny,
     now: i64,
 ) -> (Vec<Change>, Vec<(String, Transition)>) {
     let counts: Vec<ReplicaCounts> = contents
@@ -184,9 +195,18 @@ fn plan(
         let version = rules.policies.version(name).to_string();
         let old = contents.state(name);
         let queued = contents.commands(name);
+        let mut groups = observe::observations(results, spec, name, &version, &counts);
+        for (group, o) in groups.iter_mut() {
+            let key = (name.clone(), version.clone(), group.clone());
+            let total = o.would_deny;
+            let before = seen.insert(key, total);
+            // The first reading is the baseline; a total that went down (a replica's key
+            // removed) counts nothing new.
+            o.would_deny = before.map_or(0, |b| total.saturating_sub(b));
+        }
         let obs = Observations {
             version: version.clone(),
-            groups: observe::observations(results, spec, name, &version, &counts),
+            groups,
             commands: queued.iter().map(|q| q.command.clone()).collect(),
         };
         let final_enforcement = settings.enforcement.unwrap_or_default();

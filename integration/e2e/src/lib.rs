@@ -18,6 +18,8 @@
 //! | `POOLGUARD_E2E_START_CMD` | optional | shell command that starts it again (returns once it is ready) |
 //! | `POOLGUARD_E2E_VALIDATES_UNLABELLED` | unset | `1`: the validating webhook also covers namespaces without the pool label (the chart's default); `fail_closed` then expects refusals there too |
 
+pub mod replicas;
+
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;

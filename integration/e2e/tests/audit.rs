@@ -12,6 +12,7 @@ use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use poolguard_e2e::replicas::{self, Replica};
 use poolguard_e2e::{random_suffix, run, Env};
 use serde_json::{json, Value};
 
@@ -85,54 +86,44 @@ fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-struct Replicas {
-    children: Vec<(String, tokio::process::Child)>,
-}
+/// The two replicas still running.
+struct Replicas(Vec<Replica>);
 
 impl Replicas {
     async fn start(env: &Env, id: &str, certs: &std::path::Path) -> Result<Replicas> {
-        let bin = std::env::var("POOLGUARD_BIN")
-            .context("POOLGUARD_BIN must name the poolguard binary")?;
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let config = std::env::var("POOLGUARD_E2E_CONFIG_FILE")
-            .unwrap_or_else(|_| format!("{root}/integration/e2e/manifests/poolguard-config.yaml"));
-        let mut children = Vec::new();
+        let root = replicas::repository();
+        let config = std::env::var("POOLGUARD_E2E_CONFIG_FILE").map_or_else(
+            |_| root.join("integration/e2e/manifests/poolguard-config.yaml"),
+            std::path::PathBuf::from,
+        );
+        let args: Vec<String> = [
+            "--audit-interval",
+            &format!("{}s", INTERVAL.as_secs()),
+            "--audit-namespace-selector",
+            &format!("poolguard-audit-e2e={id}"),
+            "--lease-name",
+            &format!("poolguard-audit-e2e-{id}"),
+            "--lease-namespace",
+            LEASE_NAMESPACE,
+            "--lease-duration",
+            &format!("{}s", LEASE.as_secs()),
+            "--rollout-configmap",
+            &format!("poolguard-audit-e2e-{id}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut running = Vec::new();
         for n in 1..=2 {
-            let identity = format!("audit-e2e-{id}-{n}");
-            let child = tokio::process::Command::new(&bin)
-                .args([
-                    "serve",
-                    "--addr",
-                    "127.0.0.1:0",
-                    "--metrics-addr",
-                    "127.0.0.1:0",
-                ])
-                .arg("--tls-cert-file")
-                .arg(certs.join("tls.crt"))
-                .arg("--tls-key-file")
-                .arg(certs.join("tls.key"))
-                .args([
-                    "--config",
-                    &config,
-                    "--policies-dir",
-                    &format!("{root}/policies"),
-                ])
-                .args(["--audit-interval", &format!("{}s", INTERVAL.as_secs())])
-                .args([
-                    "--audit-namespace-selector",
-                    &format!("poolguard-audit-e2e={id}"),
-                ])
-                .args(["--lease-name", &format!("poolguard-audit-e2e-{id}")])
-                .args(["--lease-namespace", LEASE_NAMESPACE])
-                .args(["--lease-duration", &format!("{}s", LEASE.as_secs())])
-                .args(["--lease-identity", &identity])
-                .kill_on_drop(true)
-                .spawn()
-                .context("starting a poolguard replica")?;
-            children.push((identity, child));
+            running.push(Replica::start(
+                certs,
+                &config,
+                &format!("audit-e2e-{id}-{n}"),
+                &args,
+            )?);
         }
         env.say("two replicas started");
-        Ok(Replicas { children })
+        Ok(Replicas(running))
     }
 
     /// Kills the replica holding the lease (SIGKILL: no release) and returns its identity.
@@ -144,12 +135,11 @@ impl Replicas {
             .spec
             .and_then(|s| s.holder_identity)
             .context("the lease has no holder")?;
-        let Some(i) = self.children.iter().position(|(id, _)| *id == holder) else {
+        let Some(i) = self.0.iter().position(|r| r.identity == holder) else {
             bail!("the lease holder {holder:?} is none of the replicas");
         };
-        let (identity, mut child) = self.children.remove(i);
-        child.kill().await?;
-        Ok(identity)
+        self.0.remove(i).kill().await?;
+        Ok(holder)
     }
 }
 
@@ -197,15 +187,8 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
         })
         .await?;
 
-        let certs = tempfile_dir(&id)?;
-        let bin = std::env::var("POOLGUARD_BIN")?;
-        let made = tokio::process::Command::new(&bin)
-            .args(["certs", "--ip", "127.0.0.1", "--out-dir"])
-            .arg(&certs)
-            .output()
-            .await?;
-        ensure!(made.status.success(), "poolguard certs failed: {made:?}");
-        let mut replicas = Replicas::start(&env, &id, &certs).await?;
+        let certs = replicas::certificates(&id).await?;
+        let mut running = Replicas::start(&env, &id, &certs).await?;
         let first = Duration::from_secs(60);
 
         let msg = await_result(&env, &ns_a, "bound-right", "placement", "pass", &[&pool1], first).await?;
@@ -250,7 +233,7 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
 
         // Failover: the leader dies without releasing the lease.
         let lease = format!("poolguard-audit-e2e-{id}");
-        let killed = replicas.kill_leader(&env, &lease).await?;
+        let killed = running.kill_leader(&env, &lease).await?;
         let killed_at = (Instant::now(), unix_now());
         env.say(format!("killed the leader {killed}"));
         env.wait_until("a report written after the leader died", LEASE + INTERVAL * 3, || async {
@@ -267,16 +250,10 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
         let holder = leases.get(&lease).await?.spec.and_then(|s| s.holder_identity);
         ensure!(holder.as_deref() != Some(killed.as_str()), "the dead replica still holds the lease");
 
-        drop(replicas);
+        drop(running);
         let _ = leases.delete(&lease, &DeleteParams::default()).await;
         let _ = std::fs::remove_dir_all(&certs);
         Ok(())
     })
     .await;
-}
-
-fn tempfile_dir(id: &str) -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("poolguard-audit-e2e-{id}"));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
