@@ -659,13 +659,16 @@ fn run(command: Command) -> Result<ExitCode> {
                 max_results: args.max_results_per_report,
                 timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
             };
+            // Buffered: stdout is line-buffered, and pretty JSON of 40,000 results is 700,000 lines.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let clean = audit::print(
                 &results,
                 args.output,
                 &reports,
-                &mut std::io::stdout().lock(),
+                &mut out,
                 &mut std::io::stderr().lock(),
             )?;
+            std::io::Write::flush(&mut out).context("writing the results")?;
             Ok(if clean {
                 ExitCode::SUCCESS
             } else {
