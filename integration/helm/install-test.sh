@@ -192,6 +192,14 @@ can_i yes update leases.coordination.k8s.io/poolguard-audit -n "$ns"
 can_i no update leases.coordination.k8s.io/someone-else -n "$ns"
 can_i no delete leases.coordination.k8s.io/poolguard-audit -n "$ns"
 can_i no create leases.coordination.k8s.io -n default
+# Progressive enforcement's state and its Events.
+can_i yes patch configmaps/poolguard-rollouts -n "$ns"
+can_i yes watch configmaps -n "$ns"
+can_i no patch configmaps/someone-elses -n "$ns"
+can_i no delete configmaps/poolguard-rollouts -n "$ns"
+can_i no create configmaps -n default
+can_i yes create events.events.k8s.io -n "$ns"
+can_i no create events -n default
 
 # --- the background audit's report CRDs ----------------------------------------------------------
 sample=integration/helm/testdata/policyreport-sample.json

@@ -470,13 +470,29 @@ for name in names:
     for role in lease_roles:
         check(role["metadata"]["namespace"] == namespace, "the Lease Role is in the release namespace")
         verbs = set()
+        rollout_verbs = set()
+        rollouts = lease.removesuffix("-audit") + "-rollouts"
+        check("--rollout-configmap" in args and args[args.index("--rollout-configmap") + 1] == rollouts,
+              f"--rollout-configmap {rollouts}")
         for rule in role["rules"]:
+            if rule["resources"] == ["configmaps"]:
+                # Progressive enforcement's state: get/patch only on its ConfigMap.
+                check(rule["apiGroups"] == [""], "configmaps in the core group")
+                check(set(rule["verbs"]) <= {"create", "list", "watch"} or rule.get("resourceNames") == [rollouts],
+                      f"get/patch only on ConfigMap {rollouts}")
+                rollout_verbs |= set(rule["verbs"])
+                continue
+            if rule["resources"] == ["events"]:
+                check(sorted(rule["apiGroups"]) == ["", "events.k8s.io"] and set(rule["verbs"]) == {"create", "patch"},
+                      "events: create and patch")
+                continue
             check(rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"],
-                  "the Lease Role grants leases only")
+                  "the Lease Role grants leases, the rollout ConfigMap and events only")
             check(set(rule["verbs"]) <= {"create", "list", "watch"} or rule.get("resourceNames") == [lease],
                   f"get/update/patch only on Lease {lease}")
             verbs |= set(rule["verbs"])
         check(verbs == {"get", "list", "watch", "create", "update", "patch"}, f"Lease verbs {sorted(verbs)}")
+        check(rollout_verbs == {"get", "patch", "create", "list", "watch"}, f"rollout ConfigMap verbs {sorted(rollout_verbs)}")
         bindings = [b for b in kind("RoleBinding") if b["roleRef"]["name"] == lease]
         check(len(bindings) == 1 and bindings[0]["subjects"] == [
             {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}],

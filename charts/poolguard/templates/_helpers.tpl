@@ -148,6 +148,10 @@ nothing.
 {{- end }}
 
 {{/* Lease the replicas elect the audit's single runner with (in the release namespace). */}}
+{{- define "poolguard.rolloutConfigMapName" -}}
+{{- printf "%s-rollouts" (include "poolguard.fullname" .) }}
+{{- end }}
+
 {{- define "poolguard.auditLeaseName" -}}
 {{- printf "%s-audit" (include "poolguard.fullname" .) }}
 {{- end }}

@@ -40,6 +40,7 @@ policies:
           namespaceSelector: {{matchLabels: {{risk-{id}: medium}}}}
         - name: critical
           namespaceSelector: {{matchExpressions: [{{key: risk-{id}, operator: In, values: [high]}}]}}
+          approval: required
       minSuccessTime: 3s
       progressDeadline: {deadline}
       maxFailures: 0
@@ -224,6 +225,21 @@ async fn await_answers(
     .await
 }
 
+/// Runs the poolguard CLI against the test cluster; its standard output.
+async fn cli(args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new(replicas::binary()?)
+        .args(args)
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "poolguard {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 async fn write_config(path: &Path, text: &str) -> Result<()> {
     // Written beside and renamed, as a ConfigMap volume update lands.
     let tmp = path.with_extension("tmp");
@@ -284,8 +300,22 @@ async fn a_policy_reaches_deny_group_by_group_on_evidence() {
         // The violation fixed: the rollout finishes.
         let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
         env.pods(&namespaces[1]).delete("foreign", &now).await?;
+        await_statuses(&env, &setup.configmap, "canary=Succeeded standard=Succeeded critical=ToApply", long).await?;
+        // The last group waits for its approval, given with the CLI.
+        let status = cli(&["rollout", "status", "-n", NAMESPACE, "--configmap", &setup.configmap]).await?;
+        env.say(format!("poolguard rollout status:\n{status}"));
+        ensure!(status.contains("awaiting approval"), "status does not show the approval wait:\n{status}");
+        cli(&["rollout", "approve", POLICY, "critical", "-n", NAMESPACE, "--configmap", &setup.configmap]).await?;
         await_statuses(&env, &setup.configmap, "canary=Succeeded standard=Succeeded critical=Succeeded", long).await?;
         await_answers(&env, &running, &ca, &namespaces, "deny deny deny").await?;
+        // Every transition is an Event on the ConfigMap.
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), NAMESPACE);
+        let listed = events
+            .list(&kube::api::ListParams::default().fields(&format!("involvedObject.name={}", setup.configmap)))
+            .await?;
+        let reasons: Vec<String> = listed.items.iter().filter_map(|e| e.reason.clone()).collect();
+        ensure!(reasons.iter().any(|r| r == "RolloutSucceeded") && reasons.iter().any(|r| r == "RolloutApproved"),
+            "events on the rollout ConfigMap: {reasons:?}");
 
         // A new version (another parameter) whose first group has a violation it keeps past a
         // short deadline: TimeOut, and the groups behind stay on the previous version (deny).
