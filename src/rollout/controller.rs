@@ -253,3 +253,128 @@ fn json<T: serde::Serialize>(value: &T) -> String {
 fn truncate(text: &str) -> String {
     text.chars().take(1000).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poolguard_core::config::Config;
+    use poolguard_core::policy::{template, PolicySet};
+    use poolguard_core::rollout::{GroupStatus, RolloutState};
+
+    fn rules(message: &str) -> RuleSet {
+        let config = Config::parse(
+            "policies:\n  repos:\n    enforcement: deny\n    parameters: {}\n    rollout:\n      groups:\n        - {name: canary, namespaceSelector: {matchLabels: {risk: low}}}\n        - {name: rest}\n      minSuccessTime: 0s\n      progressDeadline: 1m\n",
+            "t",
+        )
+        .unwrap();
+        let rego =
+            format!("package repos\ninfringement[{{\"msg\": \"{message}\"}}] {{ input.x }}\n");
+        let policies =
+            PolicySet::compile(&[template::from_rego("repos", rego, "repos.rego".into())]).unwrap();
+        RuleSet::new(config, policies, "t").unwrap()
+    }
+
+    /// Applies the planned changes to the contents, as the API server would.
+    fn apply(contents: &mut Contents, changes: Vec<Change>) {
+        for change in changes {
+            match change {
+                Change::Set(k, v) => {
+                    contents.data.insert(k, v);
+                }
+                Change::Remove(k) => {
+                    contents.data.remove(&k);
+                }
+            }
+        }
+    }
+
+    fn statuses(contents: &Contents) -> Vec<GroupStatus> {
+        let state: RolloutState = contents.state("repos").unwrap();
+        state.groups.iter().map(|g| g.status).collect()
+    }
+
+    #[test]
+    fn versions_are_stored_and_the_finished_one_becomes_the_previous() {
+        let v1 = rules("v1");
+        let mut contents = Contents::default();
+        let mut seen = WouldDeny::new();
+        // First step: a new rollout; its version stored, no previous one.
+        let (changes, moved) = plan(&v1, &contents, &[], &mut seen, 100);
+        apply(&mut contents, changes);
+        assert!(!moved.is_empty());
+        let current = contents.stored(CURRENT, "repos").unwrap();
+        assert_eq!(current.version, v1.policies.version("repos"));
+        assert!(current.rego.contains("v1"));
+        assert!(contents.stored(PREVIOUS, "repos").is_none());
+        // Empty groups, minSuccessTime 0: the rollout finishes step by step.
+        for now in 101..110 {
+            let (changes, _) = plan(&v1, &contents, &[], &mut seen, now);
+            apply(&mut contents, changes);
+        }
+        assert_eq!(statuses(&contents), vec![GroupStatus::Succeeded; 2]);
+
+        // A new version: it becomes current, the finished one previous, the rollout restarts.
+        let v2 = rules("v2");
+        let (changes, _) = plan(&v2, &contents, &[], &mut seen, 200);
+        apply(&mut contents, changes);
+        assert!(contents
+            .stored(CURRENT, "repos")
+            .unwrap()
+            .rego
+            .contains("v2"));
+        let previous = contents.stored(PREVIOUS, "repos").unwrap();
+        assert!(previous.rego.contains("v1"));
+        let state = contents.state("repos").unwrap();
+        assert_eq!(
+            state.previous_version.as_deref(),
+            Some(previous.version.as_str())
+        );
+        assert_eq!(state.groups[1].status, GroupStatus::ToApply);
+
+        // Queued commands are consumed; a policy no longer under a rollout loses its keys.
+        contents.data.insert(
+            format!("{COMMANDS}repos"),
+            "[{\"command\":\"pause\",\"at\":1}]".into(),
+        );
+        let (changes, _) = plan(&v2, &contents, &[], &mut seen, 201);
+        apply(&mut contents, changes);
+        assert!(contents.state("repos").unwrap().is_paused());
+        assert!(!contents.data.contains_key(&format!("{COMMANDS}repos")));
+        let mut without = v2.clone();
+        without.config = Config::parse("policies:\n  repos:\n    parameters: {}\n", "t").unwrap();
+        let (changes, _) = plan(&without, &contents, &[], &mut seen, 202);
+        apply(&mut contents, changes);
+        assert!(
+            contents
+                .data
+                .keys()
+                .all(|k| k.starts_with(super::super::store::COUNTS)),
+            "{:?}",
+            contents.data.keys()
+        );
+    }
+
+    #[test]
+    fn would_be_denials_count_once_from_the_first_reading_on() {
+        let rules = rules("v1");
+        let version = rules.policies.version("repos").to_string();
+        let counts = |n: u64| {
+            format!("{{\"at\":100,\"policies\":{{\"repos\":{{\"{version}\":{{\"canary\":{{\"wouldDeny\":{n},\"deniedLastMinute\":0}}}}}}}}}}")
+        };
+        let mut contents = Contents::default();
+        let mut seen = WouldDeny::new();
+        contents.data.insert("counts.a".into(), counts(5));
+        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 100);
+        apply(&mut contents, changes);
+        // The first reading is the baseline; 2 more since: the next step sees 2.
+        contents.data.insert("counts.a".into(), counts(7));
+        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 101);
+        apply(&mut contents, changes);
+        let state = contents.state("repos").unwrap();
+        assert_eq!(state.groups[0].failures, 2, "{state:?}");
+        // Nothing new: no failures.
+        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 102);
+        apply(&mut contents, changes);
+        assert_eq!(contents.state("repos").unwrap().groups[0].failures, 0);
+    }
+}
