@@ -2,7 +2,8 @@
 //! poolguard replicas (short audit interval) roll `allowedrepositories` out over three groups of
 //! namespaces by the label `risk`. A violating pod in the second group holds the rollout there
 //! (the first group denies, the second warns, the third only logs); deleting it lets the
-//! rollout finish and the third group deny; both replicas are restarted mid-rollout and resume
+//! rollout finish and the third group deny (after its approval, given with the CLI); a burst of
+//! denials trips the safety valve; both replicas are restarted mid-rollout and resume
 //! from the stored state; a new version whose first group keeps a violation past its deadline
 //! times out, and the groups behind it stay on the previous version. Every decision is asked of
 //! both replicas, which must agree.
@@ -44,6 +45,7 @@ policies:
       minSuccessTime: 3s
       progressDeadline: {deadline}
       maxFailures: 0
+      maxDenialsPerMinute: 20
 "#
     )
 }
@@ -317,14 +319,28 @@ async fn a_policy_reaches_deny_group_by_group_on_evidence() {
         ensure!(reasons.iter().any(|r| r == "RolloutSucceeded") && reasons.iter().any(|r| r == "RolloutApproved"),
             "events on the rollout ConfigMap: {reasons:?}");
 
+
         // A new version (another parameter) whose first group has a violation it keeps past a
         // short deadline: TimeOut, and the groups behind stay on the previous version (deny).
         env.create_pod(&namespaces[0], &env.pod("foreign", &env.denied_image, None)?).await?;
         write_config(&setup.config, &config_text(&id, &["registry.k8s.io/", "registry.example.com/"], "6s")).await?;
         await_statuses(&env, &setup.configmap, "canary=TimeOut standard=ToApply critical=ToApply", long).await?;
         await_answers(&env, &running, &ca, &namespaces, "warn deny deny").await?;
-        let state = state(&env, &setup.configmap).await?.context("state")?;
-        ensure!(state["previousEnforcement"] == "deny", "previous: {state}");
+        let timed_out = state(&env, &setup.configmap).await?.context("state")?;
+        ensure!(timed_out["previousEnforcement"] == "deny", "previous: {timed_out}");
+
+        // A third version, its first groups clean, the last awaiting approval; a burst of
+        // denials in an enforcing group (more than 20 a minute) trips the safety valve: the
+        // group drops back to warn by itself.
+        env.pods(&namespaces[0]).delete("foreign", &now).await?;
+        write_config(&setup.config, &config_text(&id, &["registry.k8s.io/", "registry.example.com/", "quay.io/"], "60s")).await?;
+        await_statuses(&env, &setup.configmap, "canary=Succeeded standard=Succeeded critical=ToApply", long).await?;
+        for _ in 0..25 {
+            ensure!(decision(&running[0], &ca, &namespaces[0], "nginx:1.27").await? == "deny");
+        }
+        let failed = await_statuses(&env, &setup.configmap, "canary=Failed standard=Succeeded critical=ToApply", long).await?;
+        env.say(format!("safety valve: {}", failed["groups"][0]["reason"]));
+        await_answers(&env, &running, &ca, &namespaces, "warn deny deny").await?;
 
         for r in running {
             r.kill().await?;
