@@ -1,16 +1,34 @@
 //! Microseconds per decision on the pure path (parse the AdmissionReview, decide, build the
-//! response), for pods with 1 and 10 containers. Prints numbers; asserts nothing about time.
+//! response), for pods with 1 and 10 containers: mutating, and validating under three configs —
+//! allowedrepositories alone (no dependencies), allowedrepositories and latesttag side by side,
+//! and latesttag depending on allowedrepositories (testdata/config/example.yaml). Every image is
+//! allowed and tagged, so every policy runs. Prints numbers; asserts nothing about time.
 //!
 //! cargo bench --bench decision [-- ITERATIONS]
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use poolguard::sources::load_namespaces;
-use poolguard::sources::Sources;
+use poolguard::sources::{load_namespaces, load_policies};
 use poolguard_core::admission::{self, Request};
+use poolguard_core::config::Config;
+use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Webhook};
 use serde_json::json;
+
+/// allowedrepositories as the example config sets it.
+const ONE_POLICY: &str = r#"
+policies:
+  allowedrepositories:
+    parameters:
+      repositories: ["registry.example.com/", "registry.k8s.io/"]
+pools:
+  gpu:
+    policies:
+      allowedrepositories:
+        parameters:
+          repositories: ["registry.example.com/", "gpu.example.com/"]
+"#;
 
 fn review(containers: usize) -> Vec<u8> {
     let containers: Vec<_> = (0..containers)
@@ -29,24 +47,48 @@ fn review(containers: usize) -> Vec<u8> {
     .unwrap()
 }
 
+fn rules(name: &str, config: &str) -> RuleSet {
+    let config = Config::parse(config, name).unwrap();
+    let policies = load_policies("policies".as_ref()).unwrap();
+    RuleSet::new(config, policies, name).unwrap()
+}
+
 fn main() {
     let iterations: u32 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
-    let rules = Sources {
-        config: Some("testdata/config/example.yaml".into()),
-        policies_dir: Some("policies".into()),
-    }
-    .load()
-    .expect("loading testdata/config/example.yaml and policies/");
-    let namespaces = load_namespaces("testdata/namespaces.yaml".as_ref()).unwrap();
-    println!("poolguard decision benchmark: {iterations} iterations each, allowedrepositories on");
-    println!(
-        "{:<10} {:>10} {:>14}",
-        "webhook", "containers", "us/decision"
+    let example = std::fs::read_to_string("testdata/config/example.yaml").unwrap();
+    // The example's two policies, without the dependency.
+    let side_by_side = ONE_POLICY.replace(
+        "\npools:",
+        "\n  latesttag:\n    parameters:\n      exemptRepositories: [\"registry.example.com/dev/\"]\npools:",
     );
-    for webhook in [Webhook::Mutate, Webhook::Validate] {
+    let configs = [
+        ("one policy", rules("one policy", ONE_POLICY)),
+        ("two, no deps", rules("two, no deps", &side_by_side)),
+        ("two, chained", rules("two, chained", &example)),
+    ];
+    assert!(!configs[1].1.policies.plan().has_dependencies());
+    assert!(configs[2].1.policies.plan().has_dependencies());
+    let namespaces = load_namespaces("testdata/namespaces.yaml".as_ref()).unwrap();
+    println!("poolguard decision benchmark: {iterations} iterations each");
+    println!(
+        "{:<10} {:<14} {:>10} {:>14}",
+        "webhook", "policies", "containers", "us/decision"
+    );
+    let cases = [
+        (Webhook::Mutate, &configs[0]),
+        (Webhook::Validate, &configs[0]),
+        (Webhook::Validate, &configs[1]),
+        (Webhook::Validate, &configs[2]),
+    ];
+    for (webhook, (name, rules)) in cases {
+        let name = if webhook == Webhook::Mutate {
+            "-"
+        } else {
+            name
+        };
         for containers in [1, 10] {
             let body = review(containers);
             let once = || {
@@ -70,7 +112,13 @@ fn main() {
                 black_box(once());
             }
             let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
-            println!("{:<10} {:>10} {:>14.2}", webhook.as_str(), containers, us);
+            println!(
+                "{:<10} {:<14} {:>10} {:>14.2}",
+                webhook.as_str(),
+                name,
+                containers,
+                us
+            );
         }
     }
 }

@@ -86,6 +86,100 @@ fn eval_manifest_prints_verdict_and_patched_object() {
     assert_eq!(patched["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
 }
 
+/// The README's example: a foreign, untagged image is refused once, by allowedrepositories;
+/// latesttag, which depends on it being Compliant, is reported Pending. Moved to an allowed
+/// registry, the same image gets latesttag's own denial.
+#[test]
+fn eval_reports_a_dependent_policy_as_pending() {
+    let args = [
+        "eval",
+        "--namespaces-file",
+        NS,
+        "--config",
+        "testdata/config/example.yaml",
+        "--webhook",
+        "validate",
+    ];
+    let file = "testdata/manifests/pod-foreign-untagged.yaml";
+    let out = poolguard(&[&args[..], &[file]].concat(), None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        concat!(
+            "# Pod tools in namespace mapped (pool pool1): DENIED (403)\n",
+            "#   allowedrepositories: container \"tools\": image \"quay.io/team/tools\" (repository \"quay.io/team/tools\") is not from an allowed repository [\"registry.example.com/\", \"registry.k8s.io/\"]\n",
+            "# pending: latesttag (not evaluated): dependency allowedrepositories is NonCompliant, Compliant required\n",
+        )
+    );
+
+    let moved = std::fs::read_to_string(file)
+        .unwrap()
+        .replace("quay.io/team/tools", "registry.example.com/team/tools");
+    let out = poolguard(&[&args[..], &["-"]].concat(), Some(&moved));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        concat!(
+            "# Pod tools in namespace mapped (pool pool1): DENIED (403)\n",
+            "#   latesttag: container \"tools\": image \"registry.example.com/team/tools\" has no tag, so the runtime pulls :latest; pin a version tag or a digest\n",
+        )
+    );
+
+    // Tagged, or from the exempt repository: allowed.
+    for image in [
+        "registry.example.com/team/tools:1.4",
+        "registry.example.com/dev/tools",
+    ] {
+        let pod = moved.replace("registry.example.com/team/tools", image);
+        let out = poolguard(&[&args[..], &["-"]].concat(), Some(&pod));
+        assert_eq!(out.status.code(), Some(0), "{image}: {}", text(&out.stdout));
+    }
+}
+
+/// Dependency cycles, self-dependencies and names that are neither loaded nor `placement` are
+/// load errors (exit 2) naming the cycle or the name.
+#[test]
+fn bad_dependencies_are_load_errors_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "policies:\n  latesttag:\n    dependencies: [{policy: allowedrepository}]\n",
+            "at `policies.latesttag.dependencies[0].policy`: no policy named `allowedrepository` is loaded, and it is not `placement` (loaded: allowedrepositories, latesttag)",
+        ),
+        (
+            "policies:\n  latesttag:\n    dependencies: [{policy: latesttag}]\n",
+            "at `policies.latesttag.dependencies[0].policy`: policy `latesttag` depends on itself",
+        ),
+        (
+            "policies:\n  allowedrepositories:\n    dependencies: [{policy: latesttag}]\n  latesttag:\n    dependencies: [{policy: allowedrepositories}]\n",
+            "at `policies.allowedrepositories.dependencies`: dependency cycle allowedrepositories -> latesttag -> allowedrepositories",
+        ),
+    ];
+    for (i, (config, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("config-{i}.yaml"));
+        std::fs::write(&path, config).unwrap();
+        let out = poolguard(
+            &[
+                "eval",
+                "--namespaces-file",
+                NS,
+                "--config",
+                path.to_str().unwrap(),
+                "--webhook",
+                "validate",
+                "testdata/manifests/pod.yaml",
+            ],
+            None,
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{config}: {stderr}");
+        assert!(
+            stderr.contains(path.to_str().unwrap()) && stderr.contains(want),
+            "{config}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_a_clear_error_with_exit_2() {
     let cases: Vec<(Vec<&str>, Option<&str>, &str)> = vec![
@@ -375,12 +469,17 @@ fn audit_reports_every_pod_and_workload_and_exits_1_on_failures() {
         ),
         ("mapped", "Pod/web-ok", "placement", "pass"),
         ("mapped", "Pod/web-ok", "allowedrepositories", "pass"),
+        ("mapped", "Pod/web-ok", "latesttag", "pass"),
         ("mapped", "Pod/web-elsewhere", "placement", "fail"),
         ("mapped", "Pod/web-elsewhere", "allowedrepositories", "pass"),
+        ("mapped", "Pod/web-elsewhere", "latesttag", "pass"),
         ("gpu-team", "Pod/trainer", "placement", "pass"),
         ("gpu-team", "Pod/trainer", "allowedrepositories", "fail"),
+        // latesttag depends on allowedrepositories being Compliant: Pending, so skipped.
+        ("gpu-team", "Pod/trainer", "latesttag", "skip"),
         ("mapped", "Deployment/api", "placement", "fail"),
         ("mapped", "Deployment/api", "allowedrepositories", "pass"),
+        ("mapped", "Deployment/api", "latesttag", "pass"),
     ];
     let got: Vec<(&str, &str, &str, &str)> = rows
         .iter()
@@ -457,12 +556,27 @@ fn audit_writes_one_report_per_namespace() {
             );
             assert_eq!(r["metadata"]["name"], "poolguard-audit");
         }
+        assert_eq!(
+            reports[0]["summary"],
+            serde_json::json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 1})
+        );
+        let skipped = reports[0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["result"] == "skip")
+            .unwrap();
+        assert_eq!(skipped["policy"], "latesttag");
+        assert_eq!(
+            skipped["message"],
+            "not evaluated (Pending): dependency allowedrepositories is NonCompliant, Compliant required"
+        );
         let mapped = &reports[1];
         assert_eq!(
             mapped["summary"],
-            serde_json::json!({"pass": 4, "fail": 2, "warn": 0, "error": 0, "skip": 0})
+            serde_json::json!({"pass": 7, "fail": 2, "warn": 0, "error": 0, "skip": 0})
         );
-        // 6 results, 3 listed: both failures first, then the earliest pass.
+        // 9 results, 3 listed: both failures first, then the earliest pass.
         let listed: Vec<&str> = mapped["results"]
             .as_array()
             .unwrap()
@@ -472,7 +586,7 @@ fn audit_writes_one_report_per_namespace() {
         assert_eq!(listed, ["pass", "fail", "fail"], "{api}");
         assert_eq!(
             mapped["metadata"]["annotations"]["poolguard.io/results-omitted"],
-            "3"
+            "6"
         );
         let result = &mapped["results"][1];
         assert_eq!(result["source"], "poolguard");
@@ -495,7 +609,7 @@ fn audit_of_compliant_objects_exits_0_and_bad_input_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("pod.yaml"),
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: mapped}\nspec:\n  nodeSelector: {agentpool: pool1}\n  containers: [{name: c, image: registry.example.com/c}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: mapped}\nspec:\n  nodeSelector: {agentpool: pool1}\n  containers: [{name: c, image: registry.example.com/c:1}]\n",
     )
     .unwrap();
     let manifests = dir.path().to_str().unwrap();

@@ -313,6 +313,142 @@ fn update_denies_only_what_is_new() {
     assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "").allowed);
 }
 
+/// Policy dependencies at admission, with the shipped policies: a Pending policy is neither
+/// enforced nor counted as an infringement, whatever its enforcement.
+#[test]
+fn dependent_policies_run_only_when_their_dependencies_hold() {
+    let config = |enforcement: &str, dependency: &str, compliance: &str| {
+        format!(
+            "policies:\n  allowedrepositories:\n    enforcement: {enforcement}\n    parameters:\n      repositories: [registry.example.com/]\n  latesttag:\n    parameters: {{}}\n    dependencies: [{{policy: {dependency}, compliance: {compliance}}}]\n"
+        )
+    };
+    let repos = config("deny", "allowedrepositories", "Compliant");
+    let repos_warn = config("warn", "allowedrepositories", "Compliant");
+    let repos_non = config("deny", "allowedrepositories", "NonCompliant");
+    let placed = config("deny", "placement", "Compliant");
+    let foreign = "allowedrepositories: container \"c0\": image \"quay.io/x\"";
+    let untagged = "latesttag: container \"c0\": image \"registry.example.com/x\" has no tag";
+    let pending_on = |what: &str| Some(format!("dependency {what}, Compliant required"));
+    // (case, config, images, pool the pod selects, denial lines, warnings, latesttag's pending)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a [&'a str],
+        &'a str,
+        Vec<&'a str>,
+        Vec<&'a str>,
+        Option<String>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "foreign and untagged: one denial, latesttag pending",
+            &repos,
+            &["quay.io/x"],
+            "pool1",
+            vec![foreign],
+            vec![],
+            pending_on("allowedrepositories is NonCompliant"),
+        ),
+        (
+            "moved to the allowed registry: latesttag's own denial",
+            &repos,
+            &["registry.example.com/x"],
+            "pool1",
+            vec![untagged],
+            vec![],
+            None,
+        ),
+        (
+            "tagged",
+            &repos,
+            &["registry.example.com/x:1"],
+            "pool1",
+            vec![],
+            vec![],
+            None,
+        ),
+        (
+            "compliance is per object: one foreign image keeps latesttag pending for all",
+            &repos,
+            &["quay.io/x:1", "registry.example.com/x"],
+            "pool1",
+            vec!["allowedrepositories: container \"c0\": image \"quay.io/x:1\""],
+            vec![],
+            pending_on("allowedrepositories is NonCompliant"),
+        ),
+        (
+            "compliance, not enforcement: a warned dependency is still NonCompliant",
+            &repos_warn,
+            &["quay.io/x"],
+            "pool1",
+            vec![],
+            vec![foreign],
+            pending_on("allowedrepositories is NonCompliant"),
+        ),
+        (
+            "NonCompliant required, and met",
+            &repos_non,
+            &["quay.io/x"],
+            "pool1",
+            vec![
+                foreign,
+                "latesttag: container \"c0\": image \"quay.io/x\" has no tag",
+            ],
+            vec![],
+            None,
+        ),
+        (
+            "NonCompliant required, unmet",
+            &repos_non,
+            &["registry.example.com/x"],
+            "pool1",
+            vec![],
+            vec![],
+            Some("dependency allowedrepositories is Compliant, NonCompliant required".into()),
+        ),
+        (
+            "placement satisfied",
+            &placed,
+            &["registry.example.com/x"],
+            "pool1",
+            vec![untagged],
+            vec![],
+            None,
+        ),
+        (
+            "placement conflicts: only the conflict is denied",
+            &placed,
+            &["registry.example.com/x"],
+            "gpu",
+            vec!["namespace \"mapped\" is assigned to pool \"pool1\""],
+            vec![],
+            pending_on("placement is NonCompliant"),
+        ),
+    ];
+    for (name, config, images, pool, denials, warnings, pending) in cases {
+        let d = decide_inline("CREATE", None, pod(images, pool), None, config);
+        let lines: Vec<&str> = d.message.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len(), denials.len(), "{name}: {d:?}");
+        for (line, want) in lines.iter().zip(&denials) {
+            assert!(line.starts_with(want), "{name}: {line:?} is not {want:?}");
+        }
+        assert_eq!(d.allowed, denials.is_empty(), "{name}: {d:?}");
+        assert_eq!(d.warnings.len(), warnings.len(), "{name}: {d:?}");
+        for (line, want) in d.warnings.iter().zip(&warnings) {
+            assert!(line.starts_with(want), "{name}: {line:?} is not {want:?}");
+        }
+        let latest = d
+            .policy_results
+            .iter()
+            .find(|r| r.policy == "latesttag")
+            .unwrap();
+        assert_eq!(latest.pending, pending, "{name}");
+        if latest.pending.is_some() {
+            assert_eq!((latest.infringements, latest.error), (0, false), "{name}");
+        }
+    }
+}
+
 #[test]
 fn relabel_between_mutation_and_validation_is_not_a_conflict() {
     // The mutating webhook saw pool1 and recorded it; by validation the namespace says gpu.

@@ -469,6 +469,8 @@ async fn round_trips_over_http1_and_http2() {
     let text = metrics(&running).await;
     assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
     assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="allowedrepositories",enforcement="deny",result="infringement"} 1"#), "{text}");
+    // latesttag depends on allowedrepositories being Compliant (testdata/config/example.yaml).
+    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="latesttag",enforcement="deny",result="pending"} 1"#), "{text}");
     assert!(text.contains("poolguard_namespace_cache_size 5"), "{text}");
     running.shutdown.cancel();
     running.wait().await.unwrap();
@@ -546,11 +548,9 @@ async fn broken_policy_push_keeps_the_old_policy_and_is_counted() {
     let ca = write_bundle(dir.path());
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
-    std::fs::copy(
-        "policies/allowedrepositories.yaml",
-        policies.join("allowedrepositories.yaml"),
-    )
-    .unwrap();
+    for name in ["allowedrepositories.yaml", "latesttag.yaml"] {
+        std::fs::copy(Path::new("policies").join(name), policies.join(name)).unwrap();
+    }
     let sources = Sources {
         config: Some("testdata/config/example.yaml".into()),
         policies_dir: Some(policies.clone()),
@@ -586,6 +586,56 @@ async fn broken_policy_push_keeps_the_old_policy_and_is_counted() {
         .as_str()
         .unwrap()
         .contains("allowedrepositories"));
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+/// A config whose dependencies name no loaded policy fails to load as a whole: the reload is
+/// counted as failed and the last good rules (latesttag waiting for allowedrepositories) serve.
+#[tokio::test]
+async fn bad_dependency_push_keeps_the_last_good_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_bundle(dir.path());
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir(&config_dir).unwrap();
+    let config = config_dir.join("config.yaml");
+    let good = std::fs::read_to_string("testdata/config/example.yaml").unwrap();
+    std::fs::write(&config, &good).unwrap();
+    let sources = Sources {
+        config: Some(config.clone()),
+        policies_dir: Some("policies".into()),
+    };
+    let running = serve::start(options(files_in(dir.path()), sources))
+        .await
+        .unwrap();
+    let client = Client::new(&ca, b"http/1.1", None);
+
+    let bad = good.replace(
+        "- policy: allowedrepositories",
+        "- policy: allowedrepository",
+    );
+    assert_ne!(bad, good);
+    std::fs::write(&config, bad).unwrap();
+    let started = Instant::now();
+    let failure = r#"poolguard_reloads_total{what="rules",result="failure"} 1"#;
+    while !metrics(&running).await.contains(failure) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the failed reload was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut sender, _) = client.http1(running.addr).await;
+    let (_, body) = send1(
+        &mut sender,
+        "/validate",
+        review("deployment-create-bad-image.json"),
+    )
+    .await;
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["response"]["allowed"], false, "{body}");
+    let text = metrics(&running).await;
+    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="latesttag",enforcement="deny",result="pending"} 1"#), "{text}");
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }

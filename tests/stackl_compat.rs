@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use poolguard_core::admission::Request;
 use poolguard_core::config::Config;
-use poolguard_core::policy::{template, PolicySet};
+use poolguard_core::policy::dependencies::State;
+use poolguard_core::policy::{template, Evaluation, PolicySet};
 use poolguard_core::webhook::{decide, Webhook};
 use serde_json::json;
 
@@ -67,20 +68,17 @@ fn stackl_template_runs_unchanged() {
     )
     .unwrap();
     let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
-    let ok = policies.evaluate(
-        &input("repo.example.com/postgres:latest"),
-        None,
-        None,
-        None,
-        &config,
-    );
-    assert_eq!(ok[0].result, Ok(vec![]));
-    let bad = policies.evaluate(&input("repository.example.com"), None, None, None, &config);
+    let evaluate = |image: &str| {
+        policies.evaluate(&input(image), None, None, None, State::NotApplied, &config)
+    };
+    let ok = evaluate("repo.example.com/postgres:latest");
+    assert_eq!(ok[0].result, Evaluation::Ran(Ok(vec![])));
+    let bad = evaluate("repository.example.com");
     assert_eq!(
         bad[0].result,
-        Ok(vec![
+        Evaluation::Ran(Ok(vec![
             "functional_requirement {postgres} has an invalid image repository {repository.example.com}, must be one of {[\"repo.example.com\"]}".to_string()
-        ])
+        ]))
     );
 
     // And through the validating webhook, on a real Pod.

@@ -109,6 +109,11 @@ fn manifest_mode(
     for note in &decision.dryrun {
         writeln!(out, "# dryrun: {note}")?;
     }
+    for result in &decision.policy_results {
+        if let Some(why) = &result.pending {
+            writeln!(out, "# pending: {} (not evaluated): {why}", result.policy)?;
+        }
+    }
     if let Some(patch) = &decision.patch {
         writeln!(out, "# patch: {}", serde_json::to_string(patch)?)?;
         let mut patched = object.clone();

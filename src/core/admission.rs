@@ -268,6 +268,9 @@ pub struct PolicyResult {
     pub enforcement: crate::config::Enforcement,
     pub infringements: usize,
     pub error: bool,
+    /// Set when the policy was Pending (not evaluated, not enforced): why, naming the unmet
+    /// dependency.
+    pub pending: Option<String>,
     /// For a policy under a rollout: the group, its status and the version that ran.
     pub rollout: Option<crate::rollout::view::RolloutMark>,
 }

@@ -12,8 +12,11 @@
 //! - a policy: `pass` without infringements; `fail` with any, whatever the policy's enforcement
 //!   (deny, warn and dryrun alike: the object does not meet the policy; the enforcement, which
 //!   decides what admission does about it, is in `properties`); `error` when the policy could
-//!   not be evaluated or the pod spec cannot be read. Policies the config gives no parameters
-//!   for the namespace's pool are not applied, at admission as here, and get no result.
+//!   not be evaluated or the pod spec cannot be read; `skip` when it is Pending (a dependency
+//!   is not in the required compliance: not evaluated), the message naming the dependency —
+//!   `pass`, with the same message, for a policy with `ignorePending`. Policies the config
+//!   gives no parameters for the namespace's pool are not applied, at admission as here, and
+//!   get no result.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +27,7 @@ use crate::admission::pod_spec_path;
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
 use crate::placement::{self, Labels, Placement};
-use crate::policy::PolicySet;
+use crate::policy::{Evaluation, PolicySet};
 use crate::validate::{self, one_line};
 
 /// The policy (and rule) name of the placement result.
@@ -319,13 +322,28 @@ pub fn audit(
         Ok(outcomes) => {
             for outcome in outcomes {
                 let (verdict, message, count) = match &outcome.result {
-                    Ok(found) if found.is_empty() => {
+                    Evaluation::Ran(Ok(found)) if found.is_empty() => {
                         (Verdict::Pass, "no infringement".to_string(), Some(0))
                     }
-                    Ok(found) => (Verdict::Fail, found.join("; "), Some(found.len())),
-                    Err(error) => (
+                    Evaluation::Ran(Ok(found)) => {
+                        (Verdict::Fail, found.join("; "), Some(found.len()))
+                    }
+                    Evaluation::Ran(Err(error)) => (
                         Verdict::Error,
                         format!("could not be evaluated: {}", one_line(error)),
+                        None,
+                    ),
+                    Evaluation::Pending(pending) if pending.ignore_pending => (
+                        Verdict::Pass,
+                        format!(
+                            "not evaluated (Pending, counted as compliant: ignorePending): {}",
+                            pending.unmet
+                        ),
+                        None,
+                    ),
+                    Evaluation::Pending(pending) => (
+                        Verdict::Skip,
+                        format!("not evaluated (Pending): {}", pending.unmet),
                         None,
                     ),
                 };
@@ -847,6 +865,149 @@ pools:
                     );
                 }
                 assert_eq!(r.resource, Resource::of(&object), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn pending_policies_are_skipped_or_pass_with_ignore_pending() {
+        let rules = crate::ruleset::RuleSet::new(
+            Config::parse(
+                r#"
+policies:
+  repos: {parameters: {prefix: "registry.example.com/"}}
+  nolatest: {parameters: {}, dependencies: [{policy: repos}]}
+  remedy:
+    parameters: {}
+    enforcement: warn
+    dependencies: [{policy: repos, compliance: NonCompliant}]
+    ignorePending: true
+  onplaced: {parameters: {}, dependencies: [{policy: placement}]}
+"#,
+                "config",
+            )
+            .unwrap(),
+            PolicySet::compile(&[
+                template::from_rego("repos", REPOS.to_string(), "repos.rego".into()),
+                template::from_rego(
+                    "nolatest",
+                    "package nolatest\ninfringement[{\"msg\": msg}] {\n  image := input.services[_].functional_requirements[_].image\n  endswith(image, \":latest\")\n  msg := sprintf(\"%v is latest\", [image])\n}\n".to_string(),
+                    "nolatest.rego".into(),
+                ),
+                template::from_rego(
+                    "remedy",
+                    "package remedy\ninfringement[{\"msg\": \"remedy ran\"}] { true }\n".to_string(),
+                    "remedy.rego".into(),
+                ),
+                template::from_rego(
+                    "onplaced",
+                    "package onplaced\ninfringement[{\"msg\": \"never\"}] { input.never }\n".to_string(),
+                    "onplaced.rego".into(),
+                ),
+            ])
+            .unwrap(),
+            "config",
+        )
+        .unwrap();
+        let pending = "not evaluated (Pending): dependency";
+        let ignored = "not evaluated (Pending, counted as compliant: ignorePending): dependency repos is Compliant, NonCompliant required";
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "team"},
+            "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "registry.example.com/web:1"}]}}}});
+        // (case, object, namespace labels, (policy, verdict, message part) in result order)
+        type Row = (&'static str, Verdict, String);
+        let cases: Vec<(&str, Value, Option<Labels>, Vec<Row>)> = vec![
+            (
+                "allowed repository, latest tag: the dependent runs and fails",
+                pod("a", "team", json!({"nodeSelector": {"agentpool": "pool1"},
+                    "containers": [{"name": "app", "image": "registry.example.com/app:latest"}]})),
+                Some(labels("pool1")),
+                vec![
+                    (PLACEMENT, Verdict::Pass, String::new()),
+                    ("nolatest", Verdict::Fail, "registry.example.com/app:latest is latest".into()),
+                    ("onplaced", Verdict::Pass, "no infringement".into()),
+                    ("remedy", Verdict::Pass, ignored.into()),
+                    ("repos", Verdict::Pass, String::new()),
+                ],
+            ),
+            (
+                "foreign image: the dependent is skipped, naming its dependency",
+                pod("b", "team", json!({"nodeSelector": {"agentpool": "pool1"},
+                    "containers": [{"name": "app", "image": "quay.io/app:latest"}]})),
+                Some(labels("pool1")),
+                vec![
+                    (PLACEMENT, Verdict::Pass, String::new()),
+                    ("nolatest", Verdict::Skip, format!("{pending} repos is NonCompliant, Compliant required")),
+                    ("onplaced", Verdict::Pass, String::new()),
+                    ("remedy", Verdict::Fail, "remedy ran".into()),
+                    ("repos", Verdict::Fail, "app pulls quay.io/app:latest".into()),
+                ],
+            ),
+            (
+                "pod without the pool's selector: placement NonCompliant",
+                pod("c", "team", json!({"containers": [{"name": "app", "image": "registry.example.com/app:1"}]})),
+                Some(labels("pool1")),
+                vec![
+                    (PLACEMENT, Verdict::Fail, String::new()),
+                    ("nolatest", Verdict::Pass, String::new()),
+                    ("onplaced", Verdict::Skip, format!("{pending} placement is NonCompliant, Compliant required")),
+                    ("remedy", Verdict::Pass, ignored.into()),
+                    ("repos", Verdict::Pass, String::new()),
+                ],
+            ),
+            (
+                "workload template without the selector: its pods get it, placement Compliant",
+                deployment.clone(),
+                Some(labels("pool1")),
+                vec![
+                    (PLACEMENT, Verdict::Pass, String::new()),
+                    ("nolatest", Verdict::Pass, String::new()),
+                    ("onplaced", Verdict::Pass, String::new()),
+                    ("remedy", Verdict::Pass, ignored.into()),
+                    ("repos", Verdict::Pass, String::new()),
+                ],
+            ),
+            (
+                "namespace without a pool: placement does not apply",
+                deployment,
+                None,
+                vec![
+                    (PLACEMENT, Verdict::Skip, String::new()),
+                    ("nolatest", Verdict::Pass, String::new()),
+                    ("onplaced", Verdict::Skip, format!("{pending} placement does not apply (the namespace has no pool), Compliant required")),
+                    ("remedy", Verdict::Pass, ignored.into()),
+                    ("repos", Verdict::Pass, String::new()),
+                ],
+            ),
+        ];
+        for (name, object, labels, want) in cases {
+            let got = audit(
+                &object,
+                labels.as_ref(),
+                None,
+                &rules.config,
+                &rules.policies,
+            );
+            let summary: Vec<_> = got
+                .iter()
+                .map(|r| (r.policy.as_str(), r.result, r.message.as_str()))
+                .collect();
+            assert_eq!(got.len(), want.len(), "{name}: {summary:#?}");
+            for (r, (policy, verdict, part)) in got.iter().zip(&want) {
+                assert_eq!(
+                    (r.policy.as_str(), r.result),
+                    (*policy, *verdict),
+                    "{name}: {summary:#?}"
+                );
+                assert!(
+                    r.message.contains(part.as_str()),
+                    "{name}: {:?} lacks {part:?}",
+                    r.message
+                );
+                if r.message.starts_with("not evaluated") {
+                    assert!(!r.properties.contains_key("infringements"), "{name}");
+                    assert!(r.properties.contains_key("enforcement"), "{name}");
+                }
             }
         }
     }

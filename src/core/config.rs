@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::policy::dependencies::{self, Dependency, PLACEMENT};
 use crate::rollout::RolloutSpec;
 
 /// The whole config file. Every field has a default, so an empty file is a valid config.
@@ -152,6 +153,15 @@ pub struct PolicySettings {
     /// only: a pool's settings may not have one.
     #[serde(default)]
     pub rollout: Option<RolloutSpec>,
+    /// Policies (or `placement`) that must be in the given compliance for an object before
+    /// this policy runs on it; otherwise it is Pending for that object (not evaluated, not
+    /// enforced). Cluster-wide only.
+    #[serde(default)]
+    pub dependencies: Option<Vec<Dependency>>,
+    /// Pending counts as compliant where compliance is summed (audit results `pass` rather
+    /// than `skip`). Cluster-wide only.
+    #[serde(default, rename = "ignorePending")]
+    pub ignore_pending: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -241,9 +251,50 @@ impl Config {
                         "at `pools.{pool}.policies.{name}.rollout`: a rollout is cluster-wide (its groups span pools); set it at `policies.{name}.rollout`"
                     );
                 }
+                for (field, set) in [
+                    ("dependencies", policy.dependencies.is_some()),
+                    ("ignorePending", policy.ignore_pending.is_some()),
+                ] {
+                    if set {
+                        bail!(
+                            "at `pools.{pool}.policies.{name}.{field}`: dependencies are cluster-wide; set them at `policies.{name}.{field}`"
+                        );
+                    }
+                }
             }
         }
-        Ok(())
+        self.validate_dependencies()
+    }
+
+    /// Each policy's dependencies: no self-dependency, none listed twice, no cycle among the
+    /// configured policies. (Names that are not loaded are found by
+    /// [`Config::check_against_policies`].)
+    fn validate_dependencies(&self) -> Result<()> {
+        let names: Vec<&str> = self.policies.keys().map(String::as_str).collect();
+        let mut edges = vec![Vec::new(); names.len()];
+        for (i, (name, settings)) in self.policies.iter().enumerate() {
+            let listed = settings.dependencies.iter().flatten().enumerate();
+            for (k, dependency) in listed {
+                let at = format!("policies.{name}.dependencies[{k}]");
+                if &dependency.policy == name {
+                    bail!("at `{at}.policy`: policy `{name}` depends on itself");
+                }
+                let mut earlier = settings.dependencies.iter().flatten().take(k);
+                if let Some(first) = earlier.position(|d| d.policy == dependency.policy) {
+                    bail!(
+                        "at `{at}.policy`: `{}` is already listed at `policies.{name}.dependencies[{first}]`",
+                        dependency.policy
+                    );
+                }
+                if let Ok(j) = names.binary_search(&dependency.policy.as_str()) {
+                    edges[i].push(j);
+                }
+            }
+        }
+        dependencies::order(&edges).map(|_| ()).map_err(|cycle| {
+            let cycle: Vec<&str> = cycle.iter().map(|&i| names[i]).collect();
+            dependencies::cycle_error(&cycle)
+        })
     }
 
     /// The rollout of `policy`, if the config gives it one.
@@ -259,6 +310,24 @@ impl Config {
             vec![("policies".to_string(), &self.policies)];
         for (pool, settings) in &self.pools {
             layers.push((format!("pools.{pool}.policies"), &settings.policies));
+        }
+        for (name, settings) in &self.policies {
+            for (k, dependency) in settings.dependencies.iter().flatten().enumerate() {
+                let at = format!("policies.{name}.dependencies[{k}].policy");
+                let loaded = declared.contains_key(&dependency.policy);
+                if dependency.policy == PLACEMENT && loaded {
+                    bail!(
+                        "at `{at}`: `{PLACEMENT}` names the built-in pool placement check, so the loaded policy of that name cannot be depended on; rename it"
+                    );
+                }
+                if dependency.policy != PLACEMENT && !loaded {
+                    bail!(
+                        "at `{at}`: no policy named `{}` is loaded, and it is not `{PLACEMENT}` (loaded: {})",
+                        dependency.policy,
+                        known()
+                    );
+                }
+            }
         }
         for (prefix, policies) in layers {
             for (name, settings) in policies {
@@ -276,11 +345,13 @@ impl Config {
                             );
                         }
                     }
-                    if let Some(entries) = params.get("repositories") {
-                        check_repositories(
-                            entries,
-                            &format!("{prefix}.{name}.parameters.repositories"),
-                        )?;
+                    for key in ["repositories", "exemptRepositories"] {
+                        if let Some(entries) = params.get(key) {
+                            check_repositories(
+                                entries,
+                                &format!("{prefix}.{name}.parameters.{key}"),
+                            )?;
+                        }
                     }
                 }
             }
@@ -314,7 +385,8 @@ impl Config {
 }
 
 /// A `repositories` parameter (StackL's and Gatekeeper's name for an allow-list of image
-/// repositories) must list `registry/path` prefixes: images are compared after normalization
+/// repositories), and `latesttag`'s `exemptRepositories`, must list `registry/path` prefixes:
+/// images are compared after normalization
 /// (`nginx` is `docker.io/library/nginx`), so an entry without a registry, as Gatekeeper users
 /// write them (`openpolicyagent/`), would never match anything and deny what it meant to allow.
 fn check_repositories(entries: &serde_json::Value, at: &str) -> Result<()> {
@@ -551,6 +623,156 @@ policies:
         }
     }
 
+    const DEPENDENCIES: &str = r#"
+policies:
+  allowedrepositories:
+    parameters:
+      repositories: ["registry.example.com/"]
+  latesttag:
+    dependencies:
+      - policy: allowedrepositories
+        compliance: Compliant
+      - policy: placement
+    ignorePending: true
+    parameters: {}
+"#;
+
+    #[test]
+    fn dependencies_parse_under_cluster_wide_settings() {
+        use crate::policy::dependencies::{Compliance, Dependency};
+        let c = Config::parse(DEPENDENCIES, "t").unwrap();
+        let latest = &c.policies["latesttag"];
+        assert_eq!(
+            latest.dependencies.as_deref().unwrap(),
+            [
+                Dependency {
+                    policy: "allowedrepositories".into(),
+                    compliance: Compliance::Compliant
+                },
+                // Compliant unless said otherwise.
+                Dependency {
+                    policy: "placement".into(),
+                    compliance: Compliance::Compliant
+                },
+            ]
+        );
+        assert_eq!(latest.ignore_pending, Some(true));
+        assert_eq!(c.policies["allowedrepositories"].dependencies, None);
+        let non = Config::parse(
+            &DEPENDENCIES.replace("compliance: Compliant", "compliance: NonCompliant"),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            non.policies["latesttag"].dependencies.as_ref().unwrap()[0].compliance,
+            Compliance::NonCompliant
+        );
+    }
+
+    #[test]
+    fn dependency_errors_name_the_path_the_cycle_or_the_name() {
+        let policy = |name: &str, deps: &str| {
+            format!("  {name}:\n    parameters: {{}}\n    dependencies: [{deps}]\n")
+        };
+        let cases = [
+            (
+                DEPENDENCIES.replace("compliance: Compliant", "compliance: compliant"),
+                "at `policies.latesttag.dependencies[0].compliance`".to_string(),
+            ),
+            (
+                DEPENDENCIES.replace("- policy: placement", "- polic: placement"),
+                "at `policies.latesttag.dependencies[1].polic`: unknown field `polic`".to_string(),
+            ),
+            (
+                DEPENDENCIES.replace("ignorePending: true", "ignorePending: sometimes"),
+                "at `policies.latesttag.ignorePending`".to_string(),
+            ),
+            (
+                format!("policies:\n{}", policy("a", "{policy: placement}, {policy: a}")),
+                "at `policies.a.dependencies[1].policy`: policy `a` depends on itself".to_string(),
+            ),
+            (
+                format!(
+                    "policies:\n{}{}",
+                    policy("a", "{policy: b}, {policy: b, compliance: NonCompliant}"),
+                    policy("b", "")
+                ),
+                "at `policies.a.dependencies[1].policy`: `b` is already listed at `policies.a.dependencies[0]`".to_string(),
+            ),
+            (
+                format!(
+                    "policies:\n{}{}",
+                    policy("a", "{policy: b}"),
+                    policy("b", "{policy: a, compliance: NonCompliant}")
+                ),
+                "at `policies.a.dependencies`: dependency cycle a -> b -> a".to_string(),
+            ),
+            (
+                format!(
+                    "policies:\n{}{}{}{}",
+                    policy("a", "{policy: placement}"),
+                    policy("b", "{policy: d}"),
+                    policy("c", "{policy: b}"),
+                    policy("d", "{policy: a}, {policy: c}")
+                ),
+                "at `policies.b.dependencies`: dependency cycle b -> d -> c -> b".to_string(),
+            ),
+            (
+                "pools:\n  gpu:\n    policies:\n      latesttag:\n        dependencies: [{policy: placement}]\n".to_string(),
+                "at `pools.gpu.policies.latesttag.dependencies`: dependencies are cluster-wide; set them at `policies.latesttag.dependencies`".to_string(),
+            ),
+            (
+                "pools:\n  gpu:\n    policies:\n      latesttag:\n        ignorePending: false\n".to_string(),
+                "at `pools.gpu.policies.latesttag.ignorePending`: dependencies are cluster-wide".to_string(),
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Config::parse(&text, "cfg.yaml").unwrap_err());
+            assert!(err.contains(&want), "{err}\n  want: {want}");
+            assert!(err.contains("cfg.yaml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn dependencies_must_name_loaded_policies_or_placement() {
+        let declared = |names: &[&str]| -> BTreeMap<String, Vec<String>> {
+            names.iter().map(|n| (n.to_string(), Vec::new())).collect()
+        };
+        let c = Config::parse(DEPENDENCIES, "t").unwrap();
+        c.check_against_policies(&declared(&["allowedrepositories", "latesttag"]))
+            .unwrap();
+        // Depending on a loaded policy the config does not mention is allowed (it never
+        // applies, so the dependent is Pending everywhere).
+        let quiet = Config::parse(
+            "policies:\n  latesttag:\n    dependencies: [{policy: other}]\n",
+            "t",
+        )
+        .unwrap();
+        quiet
+            .check_against_policies(&declared(&["latesttag", "other"]))
+            .unwrap();
+        let err = c
+            .check_against_policies(&declared(&["latesttag", "repos"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "at `policies.latesttag.dependencies[0].policy`: no policy named `allowedrepositories` is loaded, and it is not `placement` (loaded: latesttag, repos)"
+        );
+        let err = c
+            .check_against_policies(&declared(&[
+                "allowedrepositories",
+                "latesttag",
+                "placement",
+            ]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("at `policies.latesttag.dependencies[1].policy`: `placement` names the built-in pool placement check"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn check_against_policies_rejects_unknown_names_and_missing_inputs() {
         let declared: BTreeMap<String, Vec<String>> = [(
@@ -618,6 +840,21 @@ policies:
             .unwrap();
             c.check_against_policies(&declared).unwrap();
         }
+
+        let exempt = Config::parse(
+            "policies:\n  allowedrepositories:\n    parameters:\n      repositories: []\n      exemptRepositories: [busybox]\n",
+            "t",
+        )
+        .unwrap();
+        let err = exempt
+            .check_against_policies(&declared)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("policies.allowedrepositories.parameters.exemptRepositories[0]")
+                && err.contains("\"docker.io/library/busybox\""),
+            "{err}"
+        );
 
         let missing = Config::parse(
             "policies:\n  allowedrepositories:\n    parameters:\n      repos: []\n",

@@ -13,12 +13,16 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// Pairs a config with the policies; a config naming a policy that is not loaded, or leaving
-    /// out an input a policy declares, is an error prefixed with `origin` (the config's file).
+    /// Pairs a config with the policies; a config naming a policy that is not loaded, leaving
+    /// out an input a policy declares, or whose dependencies name an unknown policy or form a
+    /// cycle, is an error prefixed with `origin` (the config's file). The policies' evaluation
+    /// order is fixed here, once per load.
     pub fn new(config: Config, mut policies: PolicySet, origin: &str) -> Result<RuleSet> {
+        let named = |e: anyhow::Error| anyhow::anyhow!("{origin}: {e}");
         config
             .check_against_policies(&policies.declared_inputs())
-            .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+            .map_err(named)?;
+        policies.set_plan(&config).map_err(named)?;
         policies.set_versions(&config);
         Ok(RuleSet { config, policies })
     }

@@ -10,7 +10,8 @@ use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResul
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
 use crate::pod_images;
-use crate::policy::{input, Outcome, PolicySet};
+use crate::policy::dependencies::State;
+use crate::policy::{input, Evaluation, Outcome, PolicySet};
 
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
 const MAX_ERROR_CHARS: usize = 300;
@@ -140,14 +141,16 @@ pub struct Checks {
     /// pool (nothing to check).
     pub placement: Option<Placement>,
     /// Each applied policy's outcome, in policy name order (policies the config gives no
-    /// parameters for the pool are not run, so not listed); or, when the pod spec cannot be
-    /// read (a field of the wrong type, an invalid image reference, too many images), the
-    /// one-line reason, and no policy ran.
+    /// parameters for the pool are not run, so not listed; policies whose dependencies are
+    /// unmet are listed as Pending); or, when the pod spec cannot be read (a field of the wrong
+    /// type, an invalid image reference, too many images), the one-line reason, and no policy
+    /// ran.
     pub policies: Result<Vec<Outcome>, String>,
 }
 
 /// Runs placement and the policies on the pod spec at `path` inside `object`, for a namespace
 /// whose pool is `pool` and labels `labels` (policies under a rollout depend on its group).
+/// Policies that depend on `placement` see this placement result ([`State::of_placement`]).
 /// `review` is what policies that read `input.review` get (the AdmissionRequest at admission).
 #[allow(clippy::too_many_arguments)]
 pub fn check(
@@ -179,9 +182,10 @@ pub fn check(
         };
     }
     let document = input::document(object, &images, pool);
+    let placed = State::of_placement(placement.as_ref(), path.len() == 1);
     Checks {
+        policies: Ok(policies.evaluate(&document, review, pool, labels, placed, config)),
         placement,
-        policies: Ok(policies.evaluate(&document, review, pool, labels, config)),
     }
 }
 
@@ -238,14 +242,30 @@ fn findings(
     };
     for outcome in outcomes {
         let name = &outcome.policy;
+        let result = match outcome.result {
+            Evaluation::Ran(result) => result,
+            // Not evaluated, not enforced: only counted and logged.
+            Evaluation::Pending(pending) => {
+                found.evaluations.push(PolicyResult {
+                    policy: name.clone(),
+                    enforcement: outcome.enforcement,
+                    infringements: 0,
+                    error: false,
+                    pending: Some(pending.unmet.to_string()),
+                    rollout: outcome.rollout,
+                });
+                continue;
+            }
+        };
         found.evaluations.push(PolicyResult {
             policy: name.clone(),
             enforcement: outcome.enforcement,
-            infringements: outcome.result.as_ref().map_or(0, Vec::len),
-            error: outcome.result.is_err(),
+            infringements: result.as_ref().map_or(0, Vec::len),
+            error: result.is_err(),
+            pending: None,
             rollout: outcome.rollout.clone(),
         });
-        let result = outcome.result.map_err(|e| one_line(&e));
+        let result = result.map_err(|e| one_line(&e));
         match (result, outcome.enforcement) {
             (Ok(messages), Enforcement::Deny) => found
                 .denials
@@ -298,6 +318,85 @@ mod tests {
         assert!(text.starts_with("r0\nr1\n"), "{text}");
         assert!(text.ends_with("r19\n... and 5 more"), "{text}");
         assert_eq!(summary(&denials[..2], 20), "r0\nr1");
+    }
+
+    /// A foreign image denied by `repos`; `tagged`, depending on it, runs only on images from
+    /// the allowed registry.
+    #[test]
+    fn a_pending_policy_is_neither_enforced_nor_counted_as_an_infringement() {
+        use crate::policy::template;
+        let rules = crate::ruleset::RuleSet::new(
+            Config::parse(
+                "policies:\n  repos: {parameters: {}}\n  tagged: {parameters: {}, dependencies: [{policy: repos}]}\n",
+                "t",
+            )
+            .unwrap(),
+            PolicySet::compile(&[
+                template::from_rego(
+                    "repos",
+                    "package repos\ninfringement[{\"msg\": sprintf(\"%v is foreign\", [i])}] { i := input.services[_].functional_requirements[_].image; not startswith(i, \"registry.example.com/\") }\n".to_string(),
+                    "repos.rego".into(),
+                ),
+                template::from_rego(
+                    "tagged",
+                    "package tagged\ninfringement[{\"msg\": sprintf(\"%v has no tag\", [i])}] { i := input.services[_].functional_requirements[_].image; not contains(i, \":\") }\n".to_string(),
+                    "tagged.rego".into(),
+                ),
+            ])
+            .unwrap(),
+            "t",
+        )
+        .unwrap();
+        let decide = |operation: &str, image: &str, old_image: Option<&str>| {
+            let pod = |image: &str| serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": image}]}});
+            let mut request = serde_json::json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "namespace": "free", "operation": operation, "object": pod(image)});
+            if let Some(old) = old_image {
+                request["oldObject"] = pod(old);
+            }
+            let req = Request::from_value(&request).unwrap();
+            validate(&req, None, &rules.config, &rules.policies)
+        };
+        let pending = |d: &Decision| -> Vec<(String, Option<String>)> {
+            d.policy_results
+                .iter()
+                .map(|r| (r.policy.clone(), r.pending.clone()))
+                .collect()
+        };
+
+        let d = decide("CREATE", "quay.io/app", None);
+        assert_eq!((d.allowed, d.code), (false, 403));
+        assert_eq!(d.message, "repos: quay.io/app is foreign", "one denial");
+        assert_eq!(
+            pending(&d),
+            [
+                ("repos".to_string(), None),
+                (
+                    "tagged".to_string(),
+                    Some("dependency repos is NonCompliant, Compliant required".to_string())
+                )
+            ]
+        );
+        assert_eq!(
+            (d.policy_results[1].infringements, d.policy_results[1].error),
+            (0, false)
+        );
+
+        // Moved to the allowed registry: the dependent runs and denies on its own.
+        let d = decide("CREATE", "registry.example.com/app", None);
+        assert_eq!(d.message, "tagged: registry.example.com/app has no tag");
+        assert!(pending(&d).iter().all(|(_, p)| p.is_none()));
+
+        // On UPDATE the old object's findings are not denied again: the dependent's denial is
+        // new when the image moves, and the old object's pending policy denied nothing.
+        let d = decide("UPDATE", "registry.example.com/app", Some("quay.io/app"));
+        assert_eq!(d.message, "tagged: registry.example.com/app has no tag");
+        let d = decide(
+            "UPDATE",
+            "registry.example.com/app",
+            Some("registry.example.com/app"),
+        );
+        assert!(d.allowed, "{d:?}");
     }
 
     #[test]

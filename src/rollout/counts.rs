@@ -128,6 +128,7 @@ mod tests {
             enforcement,
             infringements,
             error: false,
+            pending: None,
             rollout: Some(RolloutMark {
                 group: "g".into(),
                 status: Some(status),

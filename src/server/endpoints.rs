@@ -366,7 +366,7 @@ fn count(metrics: &Metrics, webhook: Webhook, operation: &str, kind: &str, decis
         .inc();
 }
 
-/// Metrics and one log line per denial, warning or dry-run finding.
+/// Metrics and one log line per denial, warning, dry-run finding or Pending policy.
 fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, started: Instant) {
     let outcome = match (d.allowed, &d.patch, d.warnings.is_empty()) {
         (false, _, _) => "denied",
@@ -386,10 +386,11 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
             .record(&d.policy_results, crate::rollout::sync::unix_now());
     }
     for r in &d.policy_results {
-        let result = match (r.error, r.infringements) {
-            (true, _) => "error",
-            (false, 0) => "pass",
-            (false, _) => "infringement",
+        let result = match (&r.pending, r.error, r.infringements) {
+            (Some(_), _, _) => "pending",
+            (None, true, _) => "error",
+            (None, false, 0) => "pass",
+            (None, false, _) => "infringement",
         };
         let enforcement = r.enforcement.as_str().to_string();
         app.metrics
@@ -419,5 +420,10 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
     }
     for n in &d.dryrun {
         tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, reason = %n, "dryrun infringement");
+    }
+    for r in &d.policy_results {
+        if let Some(why) = &r.pending {
+            tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, policy = %r.policy, reason = %why, "policy pending, not evaluated");
+        }
     }
 }

@@ -51,7 +51,7 @@ pub struct WebhookLabels {
 pub struct PolicyLabels {
     pub policy: String,
     pub enforcement: String,
-    /// pass | infringement | error
+    /// pass | infringement | error | pending (a dependency unmet: not evaluated)
     pub result: String,
 }
 

@@ -1,15 +1,22 @@
 //! Functions poolguard adds to Rego: OPA's deprecated `any()` and `all()`, which regorus does not
-//! provide and StackL-era templates call, and `poolguard.image_repository(ref)`.
+//! provide and StackL-era templates call, `poolguard.image_repository(ref)` and
+//! `poolguard.image_reference(ref)`.
 
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
-/// Adds `any(collection)`, `all(collection)` and `poolguard.image_repository(ref)` to `engine`.
+/// Adds `any(collection)`, `all(collection)`, `poolguard.image_repository(ref)` and
+/// `poolguard.image_reference(ref)` to `engine`.
 pub fn register(engine: &mut Engine) -> Result<()> {
     engine.add_extension(
         "poolguard.image_repository".to_string(),
         1,
         Box::new(|args: Vec<Value>| image_repository(args)),
+    )?;
+    engine.add_extension(
+        "poolguard.image_reference".to_string(),
+        1,
+        Box::new(|args: Vec<Value>| image_reference(args)),
     )?;
     engine.add_extension(
         "any".to_string(),
@@ -52,6 +59,33 @@ fn image_repository(args: Vec<Value>) -> Result<Value> {
     }
 }
 
+/// An image reference parsed as the runtime does (see [`crate::image`]): `registry`, `path`,
+/// `repository` (`registry/path`), and `tag` and `digest` only when the reference has them (no
+/// `latest` is added).
+fn image_reference(args: Vec<Value>) -> Result<Value> {
+    let reference = match args.as_slice() {
+        [Value::String(reference)] => crate::image::parse(reference)
+            .map_err(|e| anyhow::anyhow!("poolguard.image_reference: {e}"))?,
+        [other] => bail!("poolguard.image_reference: operand must be a string, got {other}"),
+        _ => bail!("poolguard.image_reference: expects one argument"),
+    };
+    let mut out = Value::new_object();
+    let map = out.as_object_mut()?;
+    map.insert(
+        Value::from("repository"),
+        Value::from(reference.repository()),
+    );
+    map.insert(Value::from("registry"), Value::from(reference.registry));
+    map.insert(Value::from("path"), Value::from(reference.path));
+    if let Some(tag) = reference.tag {
+        map.insert(Value::from("tag"), Value::from(tag));
+    }
+    if let Some(digest) = reference.digest {
+        map.insert(Value::from("digest"), Value::from(digest));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +121,39 @@ mod tests {
         for (expr, want) in cases {
             assert_eq!(eval(expr).unwrap(), Value::from(want), "{expr}");
         }
+    }
+
+    #[test]
+    fn image_reference_table() {
+        let digest = "sha256:0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd0123abcd";
+        let cases = [
+            (
+                "nginx".to_string(),
+                serde_json::json!({"registry": "docker.io", "path": "library/nginx",
+                    "repository": "docker.io/library/nginx"}),
+            ),
+            (
+                "registry.example.com:5000/team/app:latest".to_string(),
+                serde_json::json!({"registry": "registry.example.com:5000", "path": "team/app",
+                    "repository": "registry.example.com:5000/team/app", "tag": "latest"}),
+            ),
+            (
+                format!("quay.io/app:1@{digest}"),
+                serde_json::json!({"registry": "quay.io", "path": "app",
+                    "repository": "quay.io/app", "tag": "1", "digest": digest}),
+            ),
+        ];
+        for (reference, want) in cases {
+            assert_eq!(
+                eval(&format!("poolguard.image_reference({reference:?})")).unwrap(),
+                Value::from(want),
+                "{reference}"
+            );
+        }
+        let err = eval("poolguard.image_reference(\"app:1.0:evil\")")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("poolguard.image_reference"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! SIT policies in Rego: templates loaded into prepared regorus engines, evaluated per request.
 
 pub mod builtins;
+pub mod dependencies;
 pub mod input;
 pub mod rego_tests;
 pub mod template;
@@ -18,6 +19,7 @@ use regorus::{Engine, Value};
 use crate::config::{Config, Enforcement};
 use crate::placement::Labels;
 use crate::rollout::view::{RolloutMark, RolloutView, SharedView};
+use dependencies::{Plan, State, Unmet};
 use template::Template;
 
 /// Time checks happen every this many units of interpreter work.
@@ -37,13 +39,15 @@ pub struct Policy {
     rego: Arc<str>,
 }
 
-/// All loaded policies, sorted by name, with their versions under the config they were loaded
-/// with and what the replicas know of their rollouts.
+/// All loaded policies, sorted by name, with their versions and dependencies under the config
+/// they were loaded with and what the replicas know of their rollouts.
 #[derive(Clone, Default)]
 pub struct PolicySet {
     policies: Vec<Policy>,
     /// Each policy's version (see [`Policy::version`]), set by [`PolicySet::set_versions`].
     versions: BTreeMap<String, String>,
+    /// The evaluation order and each policy's dependencies, set by [`PolicySet::set_plan`].
+    plan: Plan,
     rollouts: SharedView,
 }
 
@@ -52,10 +56,36 @@ pub struct PolicySet {
 pub struct Outcome {
     pub policy: String,
     pub enforcement: Enforcement,
-    /// Infringement messages, or why the policy could not be evaluated.
-    pub result: std::result::Result<Vec<String>, String>,
+    pub result: Evaluation,
     /// The rollout group, status and version, for a policy under a rollout.
     pub rollout: Option<RolloutMark>,
+}
+
+/// Whether a policy ran on an object, and what it found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Evaluation {
+    /// Infringement messages (none: compliant), or why the policy could not be evaluated.
+    Ran(std::result::Result<Vec<String>, String>),
+    /// Not evaluated and not enforced: a dependency is not in the required compliance.
+    Pending(Pending),
+}
+
+/// Why a policy is Pending for an object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub unmet: Unmet,
+    /// The policy's `ignorePending`: Pending counts as compliant where compliance is summed.
+    pub ignore_pending: bool,
+}
+
+impl Evaluation {
+    /// What the policies depending on this one see.
+    pub fn state(&self) -> State {
+        match self {
+            Evaluation::Ran(result) => State::of(result),
+            Evaluation::Pending(_) => State::Pending,
+        }
+    }
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
@@ -198,9 +228,24 @@ impl PolicySet {
             .collect::<Result<Vec<_>>>()?;
         policies.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(PolicySet {
+            plan: Plan::unordered(policies.len()),
             policies,
             ..PolicySet::default()
         })
+    }
+
+    /// Resolves the dependencies `config` gives the loaded policies into the order they are
+    /// evaluated in (once per load: nothing of it is computed per request). An unknown name or
+    /// a cycle is an error naming it.
+    pub fn set_plan(&mut self, config: &Config) -> Result<()> {
+        let names: Vec<&str> = self.names().collect();
+        self.plan = Plan::new(&names, config)?;
+        Ok(())
+    }
+
+    /// The evaluation order and dependencies.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// Records each policy's version under `config` (the config decisions will use).
@@ -261,12 +306,18 @@ impl PolicySet {
     /// (an [`input::document`]), adding `review` for the policies that read it. A policy under a
     /// rollout runs the version, and at the enforcement, that its rollout gives a namespace
     /// with `labels` ([`RolloutView::resolve`]).
+    ///
+    /// Policies run in the order of their dependencies ([`PolicySet::set_plan`]); one whose
+    /// dependency is not in the required compliance for this object — given the policies run
+    /// before it and `placement`, the placement decision's [`State`] — is Pending: not run.
+    /// Outcomes come in policy name order.
     pub fn evaluate(
         &self,
         input: &serde_json::Value,
         review: Option<&serde_json::Value>,
         pool: Option<&str>,
         labels: Option<&Labels>,
+        placement: State,
         config: &Config,
     ) -> Vec<Outcome> {
         let limit = Duration::from_millis(config.evaluation.timeout_millis);
@@ -274,37 +325,68 @@ impl PolicySet {
         // their contents, so the per-policy copies below are shallow.
         let mut base: Option<Value> = None;
         let mut review_value: Option<Value> = None;
+        let plan = &self.plan;
+        let dependent = plan.has_dependencies();
+        // What each policy was for this object, for the ones after it: only when some policy
+        // has dependencies.
+        let mut states = if dependent {
+            vec![State::NotApplied; self.policies.len()]
+        } else {
+            Vec::new()
+        };
         let mut outcomes = Vec::new();
-        for loaded in &self.policies {
+        for &i in &plan.order {
+            let loaded = &self.policies[i];
             let version = self.version(&loaded.name);
             let Some(settings) = self.rollouts.resolve(loaded, version, config, pool, labels)
             else {
                 continue;
             };
             let policy = settings.policy;
-            let mut doc = base
-                .get_or_insert_with(|| Value::from(input.clone()))
-                .clone();
-            let parameters = Value::from(serde_json::Value::Object(settings.parameters.clone()));
-            let result = match doc.as_object_mut() {
-                Ok(map) => {
-                    map.insert(Value::from("parameters"), parameters);
-                    if let Some(review) = review.filter(|_| policy.reads_review) {
-                        let review = review_value
-                            .get_or_insert_with(|| Value::from(review.clone()))
-                            .clone();
-                        map.insert(Value::from("review"), review);
-                    }
-                    policy.infringements(doc, limit)
-                }
-                Err(_) => Err("the input document is not an object".to_string()),
+            let unmet = if dependent {
+                dependencies::unmet(&plan.needs[i], &states, placement)
+            } else {
+                None
             };
+            let result = match unmet {
+                Some(unmet) => Evaluation::Pending(Pending {
+                    unmet,
+                    ignore_pending: plan.ignore_pending[i],
+                }),
+                None => {
+                    let mut doc = base
+                        .get_or_insert_with(|| Value::from(input.clone()))
+                        .clone();
+                    let parameters =
+                        Value::from(serde_json::Value::Object(settings.parameters.clone()));
+                    Evaluation::Ran(match doc.as_object_mut() {
+                        Ok(map) => {
+                            map.insert(Value::from("parameters"), parameters);
+                            if let Some(review) = review.filter(|_| policy.reads_review) {
+                                let review = review_value
+                                    .get_or_insert_with(|| Value::from(review.clone()))
+                                    .clone();
+                                map.insert(Value::from("review"), review);
+                            }
+                            policy.infringements(doc, limit)
+                        }
+                        Err(_) => Err("the input document is not an object".to_string()),
+                    })
+                }
+            };
+            if dependent {
+                states[i] = result.state();
+            }
             outcomes.push(Outcome {
                 policy: policy.name.clone(),
                 enforcement: settings.enforcement,
                 result,
                 rollout: settings.rollout,
             });
+        }
+        if dependent {
+            // Back to name order (the names are unique).
+            outcomes.sort_by(|a, b| a.policy.cmp(&b.policy));
         }
         outcomes
     }
@@ -422,7 +504,14 @@ mod tests {
         .unwrap();
         let document = json!({"services": {}, "target": "gpu"});
         let review = json!({"uid": "u-1"});
-        let outcomes = policies.evaluate(&document, Some(&review), None, None, &config);
+        let outcomes = policies.evaluate(
+            &document,
+            Some(&review),
+            None,
+            None,
+            State::NotApplied,
+            &config,
+        );
         let by_name = |n: &str| {
             outcomes
                 .iter()
@@ -430,7 +519,10 @@ mod tests {
                 .unwrap()
                 .result
                 .clone()
-                .unwrap()
+        };
+        let by_name = |n: &str| match by_name(n) {
+            Evaluation::Ran(Ok(found)) => found,
+            other => panic!("{n}: {other:?}"),
         };
         assert_eq!(by_name("sees"), vec!["uid u-1".to_string()]);
         // `object.keys(input)` uses `input` whole, so it gets `review` too.
@@ -447,6 +539,230 @@ mod tests {
                 .reads_review
         );
         assert_eq!(by_name("fields"), vec!["has target".to_string()]);
+    }
+
+    /// Policies that fail or error on a flag of the input: `flags.<name>: fail | error`.
+    fn flagged(names: &[&str]) -> PolicySet {
+        let templates: Vec<Template> = names
+            .iter()
+            .map(|n| {
+                template(
+                    n,
+                    &format!(
+                        "package {n}\ninfringement[{{\"msg\": \"{n} fails\"}}] {{ input.flags.{n} == \"fail\" }}\ninfringement[{{\"msg\": m}}] {{ input.flags.{n} == \"error\"; m := 1 / 0 }}\n"
+                    ),
+                )
+            })
+            .collect();
+        PolicySet::compile(&templates).unwrap()
+    }
+
+    /// Dependencies point from later names to earlier ones, so name order would be wrong.
+    const DEPENDENT: &str = r#"
+policies:
+  z: {parameters: {}}
+  y: {parameters: {}, dependencies: [{policy: z}]}
+  x: {parameters: {}, dependencies: [{policy: y}], ignorePending: true}
+  w: {parameters: {}, dependencies: [{policy: z, compliance: NonCompliant}]}
+  v: {parameters: {}, dependencies: [{policy: placement}], enforcement: warn}
+  u: {parameters: {}, dependencies: [{policy: t}]}
+  s: {parameters: {}}
+pools:
+  only:
+    policies:
+      t: {parameters: {}}
+"#;
+
+    #[test]
+    fn dependencies_table() {
+        use dependencies::State::{Compliant, NonCompliant, NotApplied};
+        let rules = crate::ruleset::RuleSet::new(
+            Config::parse(DEPENDENT, "t").unwrap(),
+            flagged(&["s", "t", "u", "v", "w", "x", "y", "z"]),
+            "t",
+        )
+        .unwrap();
+        let pending = |what: &str| format!("pending: {what}");
+        // (case, flags, pool, placement, each applied policy in name order: pass, fail, error
+        // or pending: why)
+        type Case = (
+            &'static str,
+            serde_json::Value,
+            Option<&'static str>,
+            State,
+            Vec<(&'static str, String)>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "all compliant, no pool",
+                json!({}),
+                None,
+                NotApplied,
+                vec![
+                    ("s", "pass".into()),
+                    ("u", pending("dependency t does not apply (no parameters for the namespace's pool), Compliant required")),
+                    ("v", pending("dependency placement does not apply (the namespace has no pool), Compliant required")),
+                    ("w", pending("dependency z is Compliant, NonCompliant required")),
+                    ("x", "pass".into()),
+                    ("y", "pass".into()),
+                    ("z", "pass".into()),
+                ],
+            ),
+            (
+                "z fails: y and the chain after it are pending, w runs",
+                json!({"z": "fail", "y": "fail", "x": "fail", "w": "fail"}),
+                None,
+                NotApplied,
+                vec![
+                    ("s", "pass".into()),
+                    ("u", pending("dependency t does not apply (no parameters for the namespace's pool), Compliant required")),
+                    ("v", pending("dependency placement does not apply (the namespace has no pool), Compliant required")),
+                    ("w", "fail".into()),
+                    ("x", pending("dependency y is Pending, Compliant required")),
+                    ("y", pending("dependency z is NonCompliant, Compliant required")),
+                    ("z", "fail".into()),
+                ],
+            ),
+            (
+                "z errors: unmet whichever compliance is required",
+                json!({"z": "error"}),
+                None,
+                NotApplied,
+                vec![
+                    ("s", "pass".into()),
+                    ("u", pending("dependency t does not apply (no parameters for the namespace's pool), Compliant required")),
+                    ("v", pending("dependency placement does not apply (the namespace has no pool), Compliant required")),
+                    ("w", pending("dependency z could not be evaluated, NonCompliant required")),
+                    ("x", pending("dependency y is Pending, Compliant required")),
+                    ("y", pending("dependency z could not be evaluated, Compliant required")),
+                    ("z", "error".into()),
+                ],
+            ),
+            (
+                "y fails: x is pending; placement satisfied",
+                json!({"y": "fail"}),
+                Some("pool1"),
+                Compliant,
+                vec![
+                    ("s", "pass".into()),
+                    ("u", pending("dependency t does not apply (no parameters for the namespace's pool), Compliant required")),
+                    ("v", "pass".into()),
+                    ("w", pending("dependency z is Compliant, NonCompliant required")),
+                    ("x", pending("dependency y is NonCompliant, Compliant required")),
+                    ("y", "fail".into()),
+                    ("z", "pass".into()),
+                ],
+            ),
+            (
+                "a dependency applied in this pool only; placement conflicts",
+                json!({"y": "error", "v": "fail", "u": "fail"}),
+                Some("only"),
+                NonCompliant,
+                vec![
+                    ("s", "pass".into()),
+                    ("t", "pass".into()),
+                    ("u", "fail".into()),
+                    ("v", pending("dependency placement is NonCompliant, Compliant required")),
+                    ("w", pending("dependency z is Compliant, NonCompliant required")),
+                    ("x", pending("dependency y could not be evaluated, Compliant required")),
+                    ("y", "error".into()),
+                    ("z", "pass".into()),
+                ],
+            ),
+            (
+                "t fails in its pool: u pending",
+                json!({"t": "fail", "v": "fail"}),
+                Some("only"),
+                Compliant,
+                vec![
+                    ("s", "pass".into()),
+                    ("t", "fail".into()),
+                    ("u", pending("dependency t is NonCompliant, Compliant required")),
+                    ("v", "fail".into()),
+                    ("w", pending("dependency z is Compliant, NonCompliant required")),
+                    ("x", "pass".into()),
+                    ("y", "pass".into()),
+                    ("z", "pass".into()),
+                ],
+            ),
+        ];
+        for (name, flags, pool, placement, want) in cases {
+            let document = json!({"services": {}, "flags": flags});
+            let got: Vec<(String, String)> = rules
+                .policies
+                .evaluate(&document, None, pool, None, placement, &rules.config)
+                .into_iter()
+                .map(|o| {
+                    let what = match &o.result {
+                        Evaluation::Ran(Ok(found)) if found.is_empty() => "pass".to_string(),
+                        Evaluation::Ran(Ok(_)) => "fail".to_string(),
+                        Evaluation::Ran(Err(_)) => "error".to_string(),
+                        Evaluation::Pending(p) => {
+                            // ignorePending is x's alone.
+                            assert_eq!(p.ignore_pending, o.policy == "x", "{name}");
+                            pending(&p.unmet.to_string())
+                        }
+                    };
+                    (o.policy, what)
+                })
+                .collect();
+            let want: Vec<(String, String)> =
+                want.into_iter().map(|(p, w)| (p.to_string(), w)).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn without_dependencies_policies_run_in_name_order() {
+        let policies = flagged(&["b", "a"]);
+        assert_eq!(policies.plan(), &Plan::unordered(2));
+        let rules = crate::ruleset::RuleSet::new(
+            Config::parse("policies: {a: {parameters: {}}, b: {parameters: {}}}", "t").unwrap(),
+            policies,
+            "t",
+        )
+        .unwrap();
+        assert!(!rules.policies.plan().has_dependencies());
+        assert_eq!(rules.policies.plan().order, [0, 1]);
+        let outcomes = rules.policies.evaluate(
+            &json!({"flags": {"a": "fail", "b": "error"}}),
+            None,
+            None,
+            None,
+            State::NotApplied,
+            &rules.config,
+        );
+        let names: Vec<&str> = outcomes.iter().map(|o| o.policy.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(outcomes[0].result.state(), State::NonCompliant);
+        assert_eq!(outcomes[1].result.state(), State::Error);
+    }
+
+    #[test]
+    fn loading_rejects_unknown_dependencies_and_cycles() {
+        let load = |text: &str| {
+            // As written, without the config's own checks, to reach the load's.
+            let config: Config = crate::documents::parse_one(text, "t").unwrap();
+            crate::ruleset::RuleSet::new(config, flagged(&["a", "b"]), "cfg.yaml")
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            load("policies:\n  a: {dependencies: [{policy: c}]}\n").as_deref(),
+            Some("cfg.yaml: at `policies.a.dependencies[0].policy`: no policy named `c` is loaded, and it is not `placement` (loaded: a, b)")
+        );
+        assert_eq!(
+            load("policies:\n  a: {dependencies: [{policy: b}]}\n  b: {dependencies: [{policy: a}]}\n").as_deref(),
+            Some("cfg.yaml: at `policies.a.dependencies`: dependency cycle a -> b -> a")
+        );
+        assert_eq!(
+            load("policies:\n  b: {dependencies: [{policy: b}]}\n").as_deref(),
+            Some("cfg.yaml: at `policies.b.dependencies`: policy `b` depends on itself")
+        );
+        assert_eq!(
+            load("policies:\n  b: {dependencies: [{policy: a}]}\n"),
+            None
+        );
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub type ReplicaCounts = BTreeMap<String, BTreeMap<String, BTreeMap<String, Admi
 /// audit pass's), plus the admission counts of `replicas` for that version. A group with no
 /// objects is reported with zeros (the state machine treats an absent group as "no data").
 /// Errors count as violations: at admission the version would refuse those objects too
-/// (`evaluation.onError: deny`, the default).
+/// (`evaluation.onError: deny`, the default). A policy Pending for an object (a dependency
+/// unmet: `skip`, or `pass` with `ignorePending`) did not run on it, so that object counts but
+/// is no violation.
 pub fn observations(
     results: &[AuditResult],
     spec: &RolloutSpec,
@@ -149,6 +151,22 @@ mod tests {
         );
         let rest = &obs["rest"];
         assert_eq!((rest.objects, rest.violations, rest.would_deny), (2, 0, 0));
+        // A Pending result (`skip`, or `pass` with ignorePending) is never a violation: the
+        // version did not run on the object, so admission would not have refused it either.
+        let pending = observations(
+            &[
+                result("p", "canary", "v2", Verdict::Skip),
+                result("p", "canary", "v2", Verdict::Pass),
+            ],
+            &spec(),
+            "p",
+            "v2",
+            &[],
+        );
+        assert_eq!(
+            (pending["canary"].objects, pending["canary"].violations),
+            (2, 0)
+        );
         // An empty group is there, with zeros.
         let none = observations(&[], &spec(), "p", "v2", &[]);
         assert_eq!(none.len(), 2);
