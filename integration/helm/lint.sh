@@ -134,6 +134,7 @@ refuse "provided without caBundle" "/certificates/caBundle" --set certificates.m
 refuse "unknown mode" "/certificates/mode" --set certificates.mode=manual
 refuse "unknown config key" "'namespaceLabels' not allowed" --set config.namespaceLabels=x
 refuse "bad enforcement" "/allowedrepositories/enforcement" --set config.policies.allowedrepositories.enforcement=block
+refuse "bad rollout approval" "/rollout/groups/1/approval" --set config.policies.allowedrepositories.rollout.minSuccessTime=1m --set config.policies.allowedrepositories.rollout.progressDeadline=1h --set config.policies.allowedrepositories.rollout.groups[0].name=a --set config.policies.allowedrepositories.rollout.groups[1].name=b --set config.policies.allowedrepositories.rollout.groups[1].approval=maybe
 refuse "timeout too large" "/webhook/timeoutSeconds" --set webhook.timeoutSeconds=31
 refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failurePolicy=Retry
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
