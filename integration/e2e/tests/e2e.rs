@@ -388,3 +388,54 @@ async fn relabel_race_never_refuses() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_dependent_policy_waits_for_its_dependency() {
+    run(
+        "a_dependent_policy_waits_for_its_dependency",
+        |env| async move {
+            let ns = env.namespace("deps", Some(env.pool1())).await?;
+            // latesttag depends on allowedrepositories being Compliant: an untagged image from a
+            // foreign registry gets one denial, allowedrepositories', and latesttag is Pending.
+            env.say("check: an untagged foreign image is refused by allowedrepositories alone");
+            let result = env
+                .create_pod(&ns, &env.pod("foreign", "nginx", None)?)
+                .await;
+            let msg = expect_refused(
+                "untagged foreign image",
+                result,
+                403,
+                &["allowedrepositories", "docker.io/library/nginx"],
+            )?;
+            ensure!(
+                !msg.contains("latesttag"),
+                "latesttag ran although allowedrepositories was not met: {msg}"
+            );
+            env.say(format!("  ok: 403 {msg}"));
+            // Moved to an allowed registry, still untagged: now latesttag's own denial.
+            env.say("check: the same image from an allowed registry is refused by latesttag");
+            let result = env
+                .create_pod(&ns, &env.pod("untagged", "registry.k8s.io/pause", None)?)
+                .await;
+            let msg = expect_refused(
+                "untagged allowed image",
+                result,
+                403,
+                &["latesttag", "no tag"],
+            )?;
+            ensure!(
+                !msg.contains("allowedrepositories"),
+                "allowedrepositories refused an allowed image: {msg}"
+            );
+            env.say(format!("  ok: 403 {msg}"));
+            let pod = env
+                .create_pod(&ns, &env.pod("tagged", &env.allowed_image, None)?)
+                .await?;
+            env.track_pod(&ns, "tagged");
+            ensure!(pod.metadata.name.as_deref() == Some("tagged"));
+            env.say("  ok: a tagged image from an allowed registry is admitted");
+            Ok(())
+        },
+    )
+    .await;
+}
