@@ -17,7 +17,10 @@ pub async fn status(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let contents = store::read(client, at).await?;
+    let Some(contents) = store::read(client, at).await? else {
+        writeln!(out, "no rollouts: {} does not exist", store::describe(at))?;
+        return Ok(());
+    };
     let states: Vec<(String, RolloutState)> = contents
         .policies()
         .into_iter()
@@ -96,7 +99,7 @@ pub async fn status(
 /// Queues `command` for `policy`; returns once it is stored.
 pub async fn queue(client: &Client, at: &Location, policy: &str, command: Command) -> Result<()> {
     for _ in 0..5 {
-        let contents = store::read(client, at).await?;
+        let contents = store::read(client, at).await?.unwrap_or_default();
         let Some(state) = contents.state(policy) else {
             bail!(
                 "no rollout state for policy {policy:?} in {} (is the policy under a rollout, and is the audit running?)",

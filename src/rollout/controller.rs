@@ -83,7 +83,12 @@ impl Controller {
             .keys()
             .any(|p| rules.config.rollout(p).is_some());
         for _ in 0..ATTEMPTS {
-            let contents = store::read(&self.client, &self.at).await?;
+            let contents = match store::read(&self.client, &self.at).await? {
+                Some(contents) => contents,
+                // Nothing rolled out and nothing stored: no ConfigMap to make.
+                None if !rolled_out => return Ok(()),
+                None => store::read_or_create(&self.client, &self.at).await?,
+            };
             if !rolled_out && contents.policies().is_empty() {
                 return Ok(());
             }

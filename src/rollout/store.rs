@@ -115,11 +115,21 @@ pub fn api(client: &Client, at: &Location) -> Api<ConfigMap> {
     Api::namespaced(client.clone(), &at.namespace)
 }
 
-/// Reads the ConfigMap, creating it empty when missing.
-pub async fn read(client: &Client, at: &Location) -> Result<Contents> {
+/// Reads the ConfigMap; `None` when it does not exist.
+pub async fn read(client: &Client, at: &Location) -> Result<Option<Contents>> {
+    let cm = api(client, at)
+        .get_opt(&at.name)
+        .await
+        .with_context(|| describe(at))?;
+    Ok(cm.as_ref().map(Contents::from_configmap))
+}
+
+/// Reads the ConfigMap, creating it empty when missing (only a writer with something to write
+/// does: a cluster without rollouts gets no ConfigMap).
+pub async fn read_or_create(client: &Client, at: &Location) -> Result<Contents> {
     let api = api(client, at);
-    if let Some(cm) = api.get_opt(&at.name).await.with_context(|| describe(at))? {
-        return Ok(Contents::from_configmap(&cm));
+    if let Some(contents) = read(client, at).await? {
+        return Ok(contents);
     }
     let cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": at.name, "labels": {"app.kubernetes.io/managed-by": "poolguard"}},
