@@ -17,7 +17,7 @@ use crate::server::metrics::Metrics;
 use poolguard_core::audit::AuditResult;
 use poolguard_core::rollout::observe::{self, ReplicaCounts};
 use poolguard_core::rollout::view::StoredVersion;
-use poolguard_core::rollout::{self, Change as Moved, Observations, Transition};
+use poolguard_core::rollout::{self, Change as Moved, Observations, RolloutState, Transition};
 use poolguard_core::ruleset::RuleSet;
 
 /// Time between steps when no audit pass brings new results.
@@ -93,29 +93,18 @@ impl Controller {
                 return Ok(());
             }
             let mut seen = self.would_deny_seen.clone();
-            let (changes, transitions) = plan(rules, &contents, &self.results, &mut seen, now);
-            if store::apply(&self.client, &self.at, &contents, &changes).await? {
+            let plan = plan(rules, &contents, &self.results, &mut seen, now);
+            if store::apply(&self.client, &self.at, &contents, &plan.changes).await? {
                 self.would_deny_seen = seen;
-                self.report(rules, &transitions).await;
-                let states: Vec<_> = changes
-                    .iter()
-                    .filter_map(|c| match c {
-                        Change::Set(key, text) => key
-                            .strip_prefix(STATE)
-                            .and_then(|p| Some((p.to_string(), serde_json::from_str(text).ok()?))),
-                        Change::Remove(_) => None,
-                    })
-                    .collect();
-                if !states.is_empty() {
-                    self.metrics.rollout_states(&states);
-                }
+                self.report(&plan.transitions).await;
+                self.metrics.rollout_states(&plan.states);
                 return Ok(());
             }
         }
         bail!("the rollout state kept changing while the leader wrote it; stepping again later")
     }
 
-    async fn report(&self, rules: &RuleSet, transitions: &[(String, Transition)]) {
+    async fn report(&self, transitions: &[(String, Transition)]) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("ConfigMap".into()),
@@ -161,18 +150,27 @@ impl Controller {
                 tracing::warn!(error = %e, "recording a rollout Event failed");
             }
         }
-        let _ = rules;
     }
 }
 
-/// The changes one step makes to the stored contents, and its transitions (with the policy).
+/// What one step does.
+struct Plan {
+    /// To the stored contents.
+    changes: Vec<Change>,
+    /// With their policy.
+    transitions: Vec<(String, Transition)>,
+    /// Every rolled-out policy's state after the step.
+    states: Vec<(String, RolloutState)>,
+}
+
+/// The step of every rollout: the changes to the stored contents, the transitions, the states.
 fn plan(
     rules: &RuleSet,
     contents: &Contents,
     results: &[AuditResult],
     seen: &mut WouldDeny,
     now: i64,
-) -> (Vec<Change>, Vec<(String, Transition)>) {
+) -> Plan {
     let counts: Vec<ReplicaCounts> = contents
         .counts()
         .into_iter()
@@ -192,6 +190,7 @@ fn plan(
         .collect();
     let mut changes = Vec::new();
     let mut transitions = Vec::new();
+    let mut states = Vec::new();
     for (name, settings) in &rules.config.policies {
         let (Some(spec), Some(policy)) = (rules.config.rollout(name), rules.policies.get(name))
         else {
@@ -219,6 +218,7 @@ fn plan(
         if old.as_ref() != Some(&new) {
             changes.push(Change::Set(format!("{STATE}{name}"), json(&new)));
         }
+        states.push((name.clone(), new.clone()));
         let old_version = old.as_ref().map(|o| o.version.as_str());
         if old_version != Some(new.version.as_str()) {
             let stored = StoredVersion::of(policy, &rules.config);
@@ -248,7 +248,11 @@ fn plan(
             }
         }
     }
-    (changes, transitions)
+    Plan {
+        changes,
+        transitions,
+        states,
+    }
 }
 
 fn json<T: serde::Serialize>(value: &T) -> String {
@@ -264,7 +268,7 @@ mod tests {
     use super::*;
     use poolguard_core::config::Config;
     use poolguard_core::policy::{template, PolicySet};
-    use poolguard_core::rollout::{GroupStatus, RolloutState};
+    use poolguard_core::rollout::GroupStatus;
 
     fn rules(message: &str) -> RuleSet {
         let config = Config::parse(
@@ -304,24 +308,29 @@ mod tests {
         let mut contents = Contents::default();
         let mut seen = WouldDeny::new();
         // First step: a new rollout; its version stored, no previous one.
-        let (changes, moved) = plan(&v1, &contents, &[], &mut seen, 100);
-        apply(&mut contents, changes);
-        assert!(!moved.is_empty());
+        let step = plan(&v1, &contents, &[], &mut seen, 100);
+        apply(&mut contents, step.changes);
+        assert!(!step.transitions.is_empty());
         let current = contents.stored(CURRENT, "repos").unwrap();
         assert_eq!(current.version, v1.policies.version("repos"));
         assert!(current.rego.contains("v1"));
         assert!(contents.stored(PREVIOUS, "repos").is_none());
         // Empty groups, minSuccessTime 0: the rollout finishes step by step.
         for now in 101..110 {
-            let (changes, _) = plan(&v1, &contents, &[], &mut seen, now);
-            apply(&mut contents, changes);
+            let step = plan(&v1, &contents, &[], &mut seen, now);
+            apply(&mut contents, step.changes);
         }
         assert_eq!(statuses(&contents), vec![GroupStatus::Succeeded; 2]);
+        // A step that changes nothing still reports every state (the metrics show all of them).
+        let idle = plan(&v1, &contents, &[], &mut seen, 150);
+        assert!(idle.changes.is_empty());
+        assert_eq!(idle.states.len(), 1);
+        assert_eq!(idle.states[0].0, "repos");
 
         // A new version: it becomes current, the finished one previous, the rollout restarts.
         let v2 = rules("v2");
-        let (changes, _) = plan(&v2, &contents, &[], &mut seen, 200);
-        apply(&mut contents, changes);
+        let step = plan(&v2, &contents, &[], &mut seen, 200);
+        apply(&mut contents, step.changes);
         assert!(contents
             .stored(CURRENT, "repos")
             .unwrap()
@@ -341,14 +350,14 @@ mod tests {
             format!("{COMMANDS}repos"),
             "[{\"command\":\"pause\",\"at\":1}]".into(),
         );
-        let (changes, _) = plan(&v2, &contents, &[], &mut seen, 201);
-        apply(&mut contents, changes);
+        let step = plan(&v2, &contents, &[], &mut seen, 201);
+        apply(&mut contents, step.changes);
         assert!(contents.state("repos").unwrap().is_paused());
         assert!(!contents.data.contains_key(&format!("{COMMANDS}repos")));
         let mut without = v2.clone();
         without.config = Config::parse("policies:\n  repos:\n    parameters: {}\n", "t").unwrap();
-        let (changes, _) = plan(&without, &contents, &[], &mut seen, 202);
-        apply(&mut contents, changes);
+        let step = plan(&without, &contents, &[], &mut seen, 202);
+        apply(&mut contents, step.changes);
         assert!(
             contents
                 .data
@@ -369,17 +378,17 @@ mod tests {
         let mut contents = Contents::default();
         let mut seen = WouldDeny::new();
         contents.data.insert("counts.a".into(), counts(5));
-        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 100);
-        apply(&mut contents, changes);
+        let step = plan(&rules, &contents, &[], &mut seen, 100);
+        apply(&mut contents, step.changes);
         // The first reading is the baseline; 2 more since: the next step sees 2.
         contents.data.insert("counts.a".into(), counts(7));
-        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 101);
-        apply(&mut contents, changes);
+        let step = plan(&rules, &contents, &[], &mut seen, 101);
+        apply(&mut contents, step.changes);
         let state = contents.state("repos").unwrap();
         assert_eq!(state.groups[0].failures, 2, "{state:?}");
         // Nothing new: no failures.
-        let (changes, _) = plan(&rules, &contents, &[], &mut seen, 102);
-        apply(&mut contents, changes);
+        let step = plan(&rules, &contents, &[], &mut seen, 102);
+        apply(&mut contents, step.changes);
         assert_eq!(contents.state("repos").unwrap().groups[0].failures, 0);
     }
 }
