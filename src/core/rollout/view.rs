@@ -202,31 +202,31 @@ impl RolloutView {
             .as_ref()
             .map_or(Enforcement::Dryrun, |l| l.enforcement);
         let applied = enforcement_for(state, index, final_enforcement);
-        let (code, code_version, code_config) = match applied.version {
-            Which::Current if state.version == version => (policy, version, config),
-            Which::Current => match &rollout.current {
-                Some(c) => (&c.policy, c.version.as_str(), &c.config),
-                // The state's version cannot be run here: the loaded one, observing only.
-                None => {
+        // The code to run and its parameters: the loaded version's (already looked up), or a
+        // stored version's under its own settings.
+        let stored = |v: &'a CompiledVersion| {
+            v.config
+                .effective_policy(&policy.name, pool)
+                .map(|s| (&v.policy, v.version.as_str(), s.parameters))
+        };
+        let (code, code_version, parameters) =
+            match (applied.version, &rollout.current, &rollout.previous) {
+                (Which::Current, _, _) if state.version == version => {
+                    (policy, version, local?.parameters)
+                }
+                (Which::Previous, _, Some(p)) if p.version == version => {
+                    (policy, version, local?.parameters)
+                }
+                (Which::Current, Some(c), _) => stored(c)?,
+                (Which::Previous, _, Some(p)) => stored(p)?,
+                // The version the state names cannot be run here: the loaded one, observing only.
+                (Which::Current, None, _) | (Which::Previous, _, None) => {
                     return observe_only(policy, version, local?.parameters, group_name, status)
                 }
-            },
-            Which::Previous => match &rollout.previous {
-                Some(p) if p.version == version => (policy, version, config),
-                Some(p) => (&p.policy, p.version.as_str(), &p.config),
-                None => {
-                    return observe_only(policy, version, local?.parameters, group_name, status)
-                }
-            },
-        };
-        let settings = if std::ptr::eq(code_config, config) {
-            local?
-        } else {
-            code_config.effective_policy(&policy.name, pool)?
-        };
+            };
         Some(Resolved {
             policy: code,
-            parameters: settings.parameters,
+            parameters,
             // The stored version's own enforcement never loosens what the state says; the
             // state's answer is already capped by the local final enforcement.
             enforcement: applied.enforcement,
