@@ -1,7 +1,7 @@
 //! Every replica: watches the rollout ConfigMap and decides with what it holds (the states,
 //! and the stored versions compiled once each), and publishes its admission counts into it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,17 +15,25 @@ use super::store::{self, Contents, CountsDoc, Location, COUNTS, CURRENT, PREVIOU
 use crate::server::endpoints::ServerState;
 use poolguard_core::rollout::view::{CompiledVersion, PolicyRollout, RolloutView, StoredVersion};
 
-/// Compiled stored versions, by policy and version.
+/// Compiled stored versions, by policy and version: those the last contents named.
 #[derive(Default)]
 struct Compiled {
     by_version: HashMap<(String, String), Option<CompiledVersion>>,
 }
 
 impl Compiled {
-    fn get(&mut self, policy: &str, stored: Option<StoredVersion>) -> Option<CompiledVersion> {
+    /// The compiled `stored` version of `policy`, noted in `named`.
+    fn get(
+        &mut self,
+        policy: &str,
+        stored: Option<StoredVersion>,
+        named: &mut HashSet<(String, String)>,
+    ) -> Option<CompiledVersion> {
         let stored = stored?;
+        let key = (policy.to_string(), stored.version.clone());
+        named.insert(key.clone());
         self.by_version
-            .entry((policy.to_string(), stored.version.clone()))
+            .entry(key)
             .or_insert_with(|| match stored.compile(policy) {
                 Ok(c) => Some(c),
                 Err(e) => {
@@ -40,12 +48,13 @@ impl Compiled {
 /// The view the ConfigMap's contents give.
 fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
     let mut view = RolloutView::default();
+    let mut named = HashSet::new();
     for policy in contents.policies() {
         let Some(state) = contents.state(&policy) else {
             continue;
         };
-        let current = compiled.get(&policy, contents.stored(CURRENT, &policy));
-        let previous = compiled.get(&policy, contents.stored(PREVIOUS, &policy));
+        let current = compiled.get(&policy, contents.stored(CURRENT, &policy), &mut named);
+        let previous = compiled.get(&policy, contents.stored(PREVIOUS, &policy), &mut named);
         view.policies.insert(
             policy,
             PolicyRollout {
@@ -55,6 +64,8 @@ fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
             },
         );
     }
+    // Versions no longer named (rolled past) are not kept compiled.
+    compiled.by_version.retain(|key, _| named.contains(key));
     view
 }
 
