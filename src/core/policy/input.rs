@@ -18,7 +18,7 @@ pub fn document(object: &Value, images: &[PodImage], pool: Option<&str>) -> Valu
 }
 
 /// The object's name; controller-made pods may only have `generateName`.
-fn service_name(object: &Value) -> String {
+pub(crate) fn service_name(object: &Value) -> String {
     let meta = &object["metadata"];
     meta["name"]
         .as_str()

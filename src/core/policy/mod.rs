@@ -97,33 +97,79 @@ pub fn new_engine() -> Result<Engine> {
     Ok(engine)
 }
 
+/// Which kind of policy a template is, by the entry rule it declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateKind {
+    /// `infringement`: a SIT policy, checking objects ([`Policy`]).
+    Sit,
+    /// `solutions`: a SAT policy, choosing pools
+    /// ([`crate::placement_policy::PlacementPolicy`]).
+    Sat,
+}
+
+/// A fresh engine holding the template's Rego, with its package checked to be named like the
+/// policy; and the path the module is known by. Errors name the file and, for Rego errors, the
+/// line.
+pub(crate) fn load(template: &Template) -> Result<(Engine, String)> {
+    let path = template.path.display().to_string();
+    let mut engine = new_engine()?;
+    let package = engine
+        .add_policy(path.clone(), template.rego.clone())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("policy `{}` does not compile", template.name))?;
+    if package != format!("data.{}", template.name) {
+        bail!(
+            "{path}: the package must be named like the policy: expected `package {}`, found `package {}`",
+            template.name,
+            package.trim_start_matches("data.")
+        );
+    }
+    Ok((engine, path))
+}
+
+/// Whether the module loaded from `path` declares `rule`.
+pub(crate) fn declares(engine: &Engine, path: &str, rule: &str) -> Result<bool> {
+    engine
+        .has_declared_rule_rooted_at(path, rule)
+        .map_err(|e| anyhow::anyhow!("{path}: {e}"))
+}
+
+/// Whether a template is a SIT policy (it declares `infringement`) or a SAT one (`solutions`);
+/// one declaring both or neither is an error naming the file.
+pub fn kind_of(template: &Template) -> Result<TemplateKind> {
+    let (engine, path) = load(template)?;
+    let name = &template.name;
+    match (
+        declares(&engine, &path, "infringement")?,
+        declares(&engine, &path, "solutions")?,
+    ) {
+        (true, false) => Ok(TemplateKind::Sit),
+        (false, true) => Ok(TemplateKind::Sat),
+        (true, true) => bail!(
+            "{path}: policy `{name}` declares both `infringement` (a SIT policy) and `solutions` (a placement policy); a template is one or the other"
+        ),
+        (false, false) => bail!(
+            "{path}: policy `{name}` declares neither `infringement` (a SIT policy) nor `solutions` (a placement policy)"
+        ),
+    }
+}
+
 impl Policy {
     /// Compiles a template. Errors name the file and, for Rego errors, the line.
     pub fn compile(template: &Template) -> Result<Policy> {
-        let path = template.path.display().to_string();
-        let mut engine = new_engine()?;
-        let package = engine
-            .add_policy(path.clone(), template.rego.clone())
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("policy `{}` does not compile", template.name))?;
-        let want = format!("data.{}", template.name);
-        if package != want {
+        let (mut engine, path) = load(template)?;
+        if !declares(&engine, &path, "infringement")? {
+            let hint = if declares(&engine, &path, "solutions")? {
+                ": it defines `solutions`, so it is a placement (SAT) policy, loaded with the placement policies"
+            } else {
+                ""
+            };
             bail!(
-                "{path}: the package must be named like the policy: expected `package {}`, found `package {}`",
-                template.name,
-                package.trim_start_matches("data.")
-            );
-        }
-        let declared = engine
-            .has_declared_rule_rooted_at(&path, "infringement")
-            .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
-        if !declared {
-            bail!(
-                "{path}: policy `{}` declares no `infringement` rule",
+                "{path}: policy `{}` declares no `infringement` rule{hint}",
                 template.name
             );
         }
-        let rule = format!("{want}.infringement");
+        let rule = format!("data.{}.infringement", template.name);
         // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
         // starts prepared; unknown functions and similar mistakes also surface only here.
         engine.set_input(Value::new_object());
@@ -399,6 +445,36 @@ mod tests {
 
     fn template(name: &str, rego: &str) -> Template {
         template::from_rego(name, rego.to_string(), format!("{name}.rego").into())
+    }
+
+    #[test]
+    fn templates_are_sit_or_sat_by_their_entry_rule() {
+        let sit = template("s", "package s\ninfringement[{\"msg\": \"x\"}] { false }\n");
+        let sat = template(
+            "t",
+            "package t\nsolutions = {\"fulfilled\": false, \"msg\": \"no\"} { true }\n",
+        );
+        assert_eq!(kind_of(&sit).unwrap(), TemplateKind::Sit);
+        assert_eq!(kind_of(&sat).unwrap(), TemplateKind::Sat);
+        let both = template(
+            "b",
+            "package b\ninfringement[{\"msg\": \"x\"}] { false }\nsolutions := {}\n",
+        );
+        let err = kind_of(&both).unwrap_err().to_string();
+        assert!(err.starts_with("b.rego: policy `b` declares both"), "{err}");
+        let err = kind_of(&template("n", "package n\nx := 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("n.rego: policy `n` declares neither"),
+            "{err}"
+        );
+        // A placement policy given to the SIT loader says where it belongs.
+        let err = Policy::compile(&sat).err().unwrap().to_string();
+        assert_eq!(
+            err,
+            "t.rego: policy `t` declares no `infringement` rule: it defines `solutions`, so it is a placement (SAT) policy, loaded with the placement policies"
+        );
     }
 
     #[test]
