@@ -36,6 +36,49 @@ pub struct Config {
     /// Who may set, change or remove a namespace's pool label.
     #[serde(default)]
     pub pool_authority: PoolAuthority,
+    /// Choosing a pool for pods by placement (SAT) policies. Absent: pools are only ever the
+    /// namespace's label, as without this section.
+    #[serde(default)]
+    pub placement: Option<PlacementSettings>,
+}
+
+/// When and how poolguard chooses a pool for a pod (see [`crate::placement_policy`]).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PlacementSettings {
+    /// The namespace pool label value meaning "choose a pool for each pod" (e.g. `auto`).
+    #[serde(default)]
+    pub choose_value: Option<String>,
+    /// What pods in namespaces without a pool label get.
+    #[serde(default)]
+    pub unlabelled_namespaces: UnlabelledNamespaces,
+    /// Pools in the order they are preferred when several are acceptable; pools not listed
+    /// follow in name order.
+    #[serde(default)]
+    pub preference: Vec<String>,
+    /// Settings per placement policy name. Every loaded placement policy is evaluated, listed
+    /// here or not.
+    #[serde(default)]
+    pub policies: BTreeMap<String, PlacementPolicySettings>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnlabelledNamespaces {
+    /// No pool, as without a `placement` section.
+    #[default]
+    Ignore,
+    /// A pool is chosen, as for the `chooseValue` label.
+    Choose,
+}
+
+/// Settings of one placement policy.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementPolicySettings {
+    /// The policy's `input.parameters`.
+    #[serde(default)]
+    pub parameters: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The users and groups allowed to choose a namespace's pool (the validating webhook checks
@@ -79,6 +122,7 @@ impl Default for Config {
             evaluation: EvaluationSettings::default(),
             limits: Limits::default(),
             pool_authority: PoolAuthority::default(),
+            placement: None,
         }
     }
 }
@@ -263,7 +307,45 @@ impl Config {
                 }
             }
         }
-        self.validate_dependencies()
+        self.validate_dependencies()?;
+        self.validate_placement()
+    }
+
+    /// The `placement` section: a way to reach it (`chooseValue` or `unlabelledNamespaces:
+    /// choose`), label values that can be pool names, no pool preferred twice.
+    fn validate_placement(&self) -> Result<()> {
+        let Some(placement) = &self.placement else {
+            return Ok(());
+        };
+        if let Some(value) = &placement.choose_value {
+            if !is_label_value(value) {
+                bail!(
+                    "at `placement.chooseValue`: {value:?} is not a label value (1 to 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+                );
+            }
+            if self.pools.contains_key(value) {
+                bail!(
+                    "at `placement.chooseValue`: {value:?} is a pool configured at `pools.{value}`; choose a value no pool is named"
+                );
+            }
+        } else if placement.unlabelled_namespaces == UnlabelledNamespaces::Ignore {
+            bail!(
+                "at `placement`: neither `chooseValue` nor `unlabelledNamespaces: choose` is set, so no pool would ever be chosen"
+            );
+        }
+        for (i, pool) in placement.preference.iter().enumerate() {
+            let at = format!("placement.preference[{i}]");
+            if !is_label_value(pool) {
+                bail!("at `{at}`: {pool:?} is not a label value, so no node pool is named so");
+            }
+            if placement.choose_value.as_ref() == Some(pool) {
+                bail!("at `{at}`: {pool:?} is `placement.chooseValue`, not a pool");
+            }
+            if let Some(first) = placement.preference[..i].iter().position(|p| p == pool) {
+                bail!("at `{at}`: {pool:?} is already listed at `placement.preference[{first}]`");
+            }
+        }
+        Ok(())
     }
 
     /// Each policy's dependencies: no self-dependency, none listed twice, no cycle among the
@@ -382,6 +464,18 @@ impl Config {
             parameters,
         })
     }
+}
+
+/// Whether `value` can be a Kubernetes label value that names something: 1 to 63 ASCII
+/// letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
+pub fn is_label_value(value: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    value.len() <= 63
+        && edge(value.chars().next())
+        && edge(value.chars().next_back())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// A `repositories` parameter (StackL's and Gatekeeper's name for an allow-list of image
@@ -771,6 +865,81 @@ policies:
             err.starts_with("at `policies.latesttag.dependencies[1].policy`: `placement` names the built-in pool placement check"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn placement_is_off_unless_configured() {
+        assert_eq!(Config::parse("", "t").unwrap().placement, None);
+        assert_eq!(Config::parse(FULL, "t").unwrap().placement, None);
+        let c = Config::parse(
+            "placement:\n  chooseValue: auto\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",
+            "t",
+        )
+        .unwrap();
+        let p = c.placement.unwrap();
+        assert_eq!(p.choose_value.as_deref(), Some("auto"));
+        assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Ignore);
+        assert_eq!(p.preference, ["general", "gpu"]);
+        assert_eq!(
+            p.policies["gpuonly"].parameters["resources"],
+            serde_json::json!(["nvidia.com/gpu"])
+        );
+        let c = Config::parse("placement: {unlabelledNamespaces: choose}\n", "t").unwrap();
+        let p = c.placement.unwrap();
+        assert_eq!(p.choose_value, None);
+        assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Choose);
+        assert!(p.policies.is_empty());
+    }
+
+    #[test]
+    fn placement_errors_name_the_path() {
+        let cases = [
+            ("placement: {}\n", "at `placement`: neither `chooseValue` nor `unlabelledNamespaces: choose` is set"),
+            ("placement: {chooseValue: auto, prefer: [a]}\n", "at `placement.prefer`: unknown field `prefer`"),
+            ("placement: {chooseValue: ''}\n", "at `placement.chooseValue`: \"\" is not a label value"),
+            ("placement: {chooseValue: -auto}\n", "at `placement.chooseValue`: \"-auto\" is not a label value"),
+            ("placement: {chooseValue: [auto]}\n", "at `placement.chooseValue`"),
+            ("placement: {unlabelledNamespaces: always}\n", "at `placement.unlabelledNamespaces`"),
+            (
+                "placement: {chooseValue: gpu}\npools:\n  gpu: {}\n",
+                "at `placement.chooseValue`: \"gpu\" is a pool configured at `pools.gpu`",
+            ),
+            (
+                "placement: {chooseValue: auto, preference: [a, b, a]}\n",
+                "at `placement.preference[2]`: \"a\" is already listed at `placement.preference[0]`",
+            ),
+            (
+                "placement: {chooseValue: auto, preference: [a, auto]}\n",
+                "at `placement.preference[1]`: \"auto\" is `placement.chooseValue`, not a pool",
+            ),
+            (
+                "placement: {chooseValue: auto, preference: [a b]}\n",
+                "at `placement.preference[0]`: \"a b\" is not a label value",
+            ),
+            (
+                "placement: {chooseValue: auto, policies: {gpuonly: {parameter: {}}}}\n",
+                "at `placement.policies.gpuonly.parameter`: unknown field `parameter`",
+            ),
+            (
+                "placement: {chooseValue: auto, policies: {gpuonly: {parameters: [1]}}}\n",
+                "at `placement.policies.gpuonly.parameters`",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
+            assert!(err.contains(want), "{err}\n  want: {want}");
+            assert!(err.contains("cfg.yaml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn label_values() {
+        for good in ["a", "auto", "pool-1", "a.b_c", "A1", &"x".repeat(63)] {
+            assert!(is_label_value(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", "a b", "a/b", "é", &"x".repeat(64)] {
+            assert!(!is_label_value(bad), "{bad}");
+        }
     }
 
     #[test]
