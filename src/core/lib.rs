@@ -12,6 +12,7 @@ pub mod image;
 pub mod mutate;
 pub mod namespaces;
 pub mod placement;
+pub mod placement_policy;
 pub mod pod_images;
 pub mod policy;
 pub mod pool_authority;
