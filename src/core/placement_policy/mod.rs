@@ -1,7 +1,458 @@
-//! Choosing a pool for a pod with placement (SAT) policies — issue 16, pure core part. So far:
-//! the facts such policies reason about, from Node objects ([`facts::NodeFacts`],
-//! [`facts::PoolFacts`]) and pod specs ([`facts::PodRequirements`]), with amounts read by
-//! [`quantity`].
+//! Choosing a pool for a pod with placement (SAT) policies — issue 16, pure core part.
+//!
+//! # What this is
+//!
+//! Today a pod's pool is its namespace's pool label. With a `placement` section in the config,
+//! a namespace labelled with `placement.chooseValue` (say `agentpool=auto`), or one without a
+//! pool label when `placement.unlabelledNamespaces: choose`, gets a pool chosen per pod
+//! ([`chooses`]): every placement policy names the pools it accepts for the pod, and the first
+//! pool all of them accept wins ([`choose`]).
+//!
+//! Placement policies are StackL SAT policy templates (`name`, `inputs`, `policy`; the same
+//! file format as SIT policies, see [`crate::policy::template`]) whose entry rule is
+//! `solutions`, evaluating to `{"fulfilled": true, "targets": [pool, ...]}` or
+//! `{"fulfilled": false, "msg": "why"}`. A template is SAT when it declares `solutions`, SIT
+//! when it declares `infringement` ([`crate::policy::kind_of`]); the two are separate sets
+//! ([`PlacementSet`] here, [`crate::policy::PolicySet`] for SIT), from separate directories:
+//! the shipped placement policies live in `policies/placement/`, which the SIT loader
+//! (`src/sources.rs`, top-level files only) never reads, and a SAT template given to the SIT
+//! compiler is refused with a message saying what it is.
+//!
+//! # Design
+//!
+//! - **Input, in StackL's shape** ([`input_document`]), so StackL's own SAT templates run
+//!   unchanged (`hasparams`, in `testdata/stackl/`, is tested as is):
+//!   - `infrastructure_targets`: one entry per pool, keyed by pool name ([`PoolFacts::target`]):
+//!     `labels` (those all its nodes share; also under StackL's `params`), `nodes`,
+//!     `ready_nodes`, `resources` (per resource, the largest allocatable of one node),
+//!     `node_shapes` (the distinct allocatable combinations and their node counts, so a policy
+//!     can ask whether one node holds everything) and `taints` (those all its nodes share).
+//!   - `services`: the pod as one service, keyed by its name ([`PodRequirements::service`]):
+//!     `resource_requirements` (what the scheduler reserves for it: containers and sidecars,
+//!     or the largest init phase, pod-level `resources`, `overhead`) and `containers` with
+//!     their `type`, `requests` and `limits`.
+//!   - `parameters`: the policy's `placement.policies.<name>.parameters` (`{}` when unset).
+//!   - `review`: the AdmissionRequest, only for policies whose text can read it (as for SIT
+//!     policies, [`crate::policy::reads_review`]).
+//!
+//!   Amounts are integers: cpu in millicores, memory and storage in bytes, the rest in units
+//!   ([`quantity`], which reads the API's quantity grammar and rounds up as the scheduler
+//!   does).
+//! - **Facts from nodes** are computed by pure functions from Node objects: [`NodeFacts`] per
+//!   node (what a node cache keeps, not whole Nodes) and [`PoolFacts::gather`] per pool (nodes
+//!   grouped by the config's `nodeSelectorKey` label).
+//! - **Decision** ([`choose`]): every placement policy is evaluated, in name order. Any
+//!   unfulfilled one refuses the pod, with every unfulfilled policy's `msg` (prefixed with the
+//!   policy's name) as the reasons; an error or an unknown target in a policy's answer is a
+//!   reason too (fail closed: `evaluation.onError: allow` cannot say which pool to use). Else
+//!   the candidates are the pools all policies accept, in `placement.preference` order, then
+//!   the other pools by name; the first wins. None accepted by all: refused, naming what each
+//!   accepted. No policies: the first pool in that order.
+//! - **Config** ([`crate::config::PlacementSettings`]): off unless `placement` is present;
+//!   then it must set `chooseValue` or `unlabelledNamespaces: choose`. Errors name the path;
+//!   [`PlacementSet::check_config`] checks policy names and declared inputs.
+//! - Shipped policies (`policies/placement/`, Rego tests beside them, run by this crate's
+//!   tests and by `poolguard policy test --policies-dir policies/placement`):
+//!   `fitsresources` (some node of the pool can hold the pod's requests) and `gpuonly` (pods
+//!   requesting an accelerator — `parameters.resources`, default `[nvidia.com/gpu]` — only on
+//!   pools that have it, others only on pools that do not).
+//!
+//! # Left for the next session (issue 16 continued)
+//!
+//! - **Node watch cache** (shell, `src/cluster/`): watch Nodes (not metadata-only: it needs
+//!   `status.allocatable`, `status.conditions`, `spec.taints`), keep [`NodeFacts`] per node,
+//!   recompute [`PoolFacts::gather`] on change and publish it (arc-swap) with readiness gating
+//!   like the namespace cache. RBAC: `get`, `list`, `watch` on `nodes` in the chart's
+//!   ClusterRole. Consider preparing the `infrastructure_targets` value once per change
+//!   rather than per request (today [`choose`] converts it per call).
+//! - **Wiring into the mutating webhook**: when [`chooses`] holds for the namespace, call
+//!   [`choose`] and apply the same patch as for a labelled pool
+//!   ([`crate::placement::place`] + [`crate::placement::annotate`]); a refusal is 403 with the
+//!   reasons (cut at `limits.maxDenialReasons`), an unreadable pod 400 (call
+//!   [`PodRequirements::of`] first to tell them apart). Choosing runs Rego, so such mutating
+//!   requests must go to the blocking evaluation pool under the request deadline, as
+//!   validating ones do (mutating decisions are made in place today). The validating webhook
+//!   must then accept the chosen pool for such namespaces: today it compares the selector with
+//!   the namespace label (`auto`) and would refuse. It must not trust the `poolguard.io/pool`
+//!   annotation alone (a client can write selector and annotation itself
+//!   and skip the mutating webhook): re-run [`choose`]'s policies and accept any pool they all
+//!   accept, not only the first. Which pool a namespace is "in" also matters to SIT policies'
+//!   per-pool parameters, rollouts' groups and dependencies' `placement` state: decide what
+//!   they see for a chosen pool. The chart's mutating webhook `namespaceSelector` selects only
+//!   labelled namespaces; `unlabelledNamespaces: choose` needs it widened, and probably a list
+//!   of exempt namespaces (`kube-system`) and pools never chosen (system pools), which the
+//!   config does not have yet.
+//! - Loading: read `policies/placement/` (or a `--placement-policies-dir`) in
+//!   `src/sources.rs` into a [`PlacementSet`], hold it in `RuleSet`, hot-reload it with the
+//!   rest (the reload watcher in `src/server/reload.rs` is not recursive: watch the
+//!   subdirectory too), call [`PlacementSet::check_config`] at load. The chart ships the
+//!   directory as a second ConfigMap (its `policies/*` glob does not recurse, nor does the
+//!   copy check in `integration/helm/lint.sh`) and its values schema learns `placement`.
+//!   `integration/run-tests.sh` runs the placement policies' Rego tests with
+//!   `poolguard policy test --policies-dir policies/placement` (that command reads any
+//!   directory and needed no change).
+//! - `poolguard eval --nodes-file F`: print the chosen pool or the reasons for a manifest
+//!   (nodes read with [`NodeFacts::from_node`]).
+//! - e2e against the control plane (fake nodes of two pools, one with GPU allocatable), metrics
+//!   (`poolguard_placement_choices_total{pool|refused}`), log lines, README sections (config
+//!   reference, input document, the two policies).
+//! - Validating workload templates (Deployments etc. in a choosing namespace: refuse at apply
+//!   time a template no pool can take).
+//! - Benchmarks of [`choose`] with 3 and 50 pools (the per-call conversion of the targets and
+//!   the engine clone per policy are the suspects).
+//! - Known limits to document or lift: a pool scaled to zero has no nodes, so no facts, and
+//!   is never chosen (the cluster autoscaler's node templates would be needed); taints are
+//!   facts only (no policy checks tolerations yet); the per-policy time limit is
+//!   `evaluation.timeoutMillis`, not cut to the request's deadline as the validating shell
+//!   does for SIT policies.
 
 pub mod facts;
 pub mod quantity;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use regorus::utils::limits::ExecutionTimerConfig;
+use regorus::{Engine, Value};
+
+use crate::config::{Config, UnlabelledNamespaces};
+use crate::placement::{pool_of, Labels};
+use crate::policy::template::Template;
+use crate::policy::{declares, load, reads_review};
+pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
+
+/// Time checks happen every this many units of interpreter work (as for SIT policies).
+const TIMER_CHECK_INTERVAL: u32 = 16;
+
+/// One loaded placement policy: a prepared engine, cloned for each evaluation.
+#[derive(Clone)]
+pub struct PlacementPolicy {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub path: PathBuf,
+    engine: Engine,
+    rule: String,
+    reads_review: bool,
+}
+
+/// What a placement policy said about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Solution {
+    /// The pools it accepts, sorted.
+    Fulfilled(Vec<String>),
+    /// Why no pool is acceptable.
+    Unfulfilled(String),
+}
+
+impl PlacementPolicy {
+    /// Compiles a SAT template. Errors name the file and, for Rego errors, the line; a SIT
+    /// template is refused with a message saying so.
+    pub fn compile(template: &Template) -> Result<PlacementPolicy> {
+        let (mut engine, path) = load(template)?;
+        let name = &template.name;
+        if !declares(&engine, &path, "solutions")? {
+            let hint = if declares(&engine, &path, "infringement")? {
+                ": it defines `infringement`, so it is a SIT policy, loaded with the policies"
+            } else {
+                ""
+            };
+            bail!("{path}: placement policy `{name}` declares no `solutions` rule{hint}");
+        }
+        let rule = format!("data.{name}.solutions");
+        // Evaluating once prepares the engine, so every clone starts prepared; unknown
+        // functions and similar mistakes surface here.
+        engine.set_input(Value::new_object());
+        engine
+            .eval_rule(rule.clone())
+            .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
+        Ok(PlacementPolicy {
+            name: name.clone(),
+            inputs: template.inputs.clone(),
+            path: template.path.clone(),
+            engine,
+            rule,
+            reads_review: reads_review(&template.rego),
+        })
+    }
+
+    /// Evaluates `solutions` on `input` within `limit`.
+    pub fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
+        let mut engine = self.engine.clone();
+        engine.set_execution_timer_config(ExecutionTimerConfig {
+            limit,
+            check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
+        });
+        engine.set_input(input);
+        let value = engine
+            .eval_rule(self.rule.clone())
+            .map_err(|e| format!("{e:#}"))?;
+        solution(&value)
+    }
+}
+
+/// Reads a `solutions` value. Undefined (no rule body held and no `else`) is unfulfilled.
+fn solution(value: &Value) -> Result<Solution, String> {
+    let shape = || {
+        format!(
+            "`solutions` must be {{\"fulfilled\": true, \"targets\": [...]}} or {{\"fulfilled\": false, \"msg\": \"...\"}}, got {value}"
+        )
+    };
+    let object = match value {
+        Value::Undefined => {
+            return Ok(Solution::Unfulfilled(
+                "no solution (`solutions` is undefined for this pod)".to_string(),
+            ))
+        }
+        Value::Object(object) => object,
+        _ => return Err(shape()),
+    };
+    match object.get(&Value::from("fulfilled")) {
+        Some(Value::Bool(true)) => {
+            let items: Vec<&Value> = match object.get(&Value::from("targets")) {
+                Some(Value::Array(a)) => a.iter().collect(),
+                Some(Value::Set(s)) => s.iter().collect(),
+                _ => return Err(shape()),
+            };
+            let mut targets = items
+                .into_iter()
+                .map(|t| match t {
+                    Value::String(s) => Ok(s.to_string()),
+                    other => Err(format!(
+                        "`solutions.targets` must hold pool names, got {other}"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            targets.sort();
+            targets.dedup();
+            Ok(Solution::Fulfilled(targets))
+        }
+        Some(Value::Bool(false)) => Ok(Solution::Unfulfilled(
+            match object.get(&Value::from("msg")) {
+                Some(Value::String(s)) => s.to_string(),
+                Some(other) => other.to_string(),
+                None => "unfulfilled (no `msg`)".to_string(),
+            },
+        )),
+        _ => Err(shape()),
+    }
+}
+
+/// All loaded placement policies, sorted by name.
+#[derive(Clone, Default)]
+pub struct PlacementSet {
+    policies: Vec<PlacementPolicy>,
+}
+
+impl PlacementSet {
+    /// Compiles the templates; two of the same name are an error.
+    pub fn compile(templates: &[Template]) -> Result<PlacementSet> {
+        let mut policies = templates
+            .iter()
+            .map(PlacementPolicy::compile)
+            .collect::<Result<Vec<_>>>()?;
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(pair) = policies.windows(2).find(|w| w[0].name == w[1].name) {
+            bail!(
+                "{}: placement policy `{}` is already defined by {}",
+                pair[1].path.display(),
+                pair[1].name,
+                pair[0].path.display()
+            );
+        }
+        Ok(PlacementSet { policies })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.policies.iter().map(|p| p.name.as_str())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&PlacementPolicy> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+
+    /// With a `placement` section: every policy it configures is loaded, and every loaded
+    /// policy gets the inputs it declares. Errors name the path. Without one nothing is
+    /// checked (nothing is chosen).
+    pub fn check_config(&self, config: &Config) -> Result<()> {
+        let Some(placement) = &config.placement else {
+            return Ok(());
+        };
+        for name in placement.policies.keys() {
+            if self.get(name).is_none() {
+                let loaded: Vec<&str> = self.names().collect();
+                bail!(
+                    "at `placement.policies.{name}`: no placement policy named `{name}` is loaded (loaded: {})",
+                    loaded.join(", ")
+                );
+            }
+        }
+        for policy in &self.policies {
+            let name = &policy.name;
+            let parameters = placement.policies.get(name).map(|s| &s.parameters);
+            for input in &policy.inputs {
+                match parameters {
+                    Some(p) if p.contains_key(input) => {}
+                    Some(_) => bail!(
+                        "at `placement.policies.{name}.parameters`: missing `{input}`, an input the policy declares"
+                    ),
+                    None => bail!(
+                        "at `placement.policies`: placement policy `{name}` declares the input `{input}`; give it at `placement.policies.{name}.parameters.{input}`"
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a pod in a namespace with `labels` gets its pool chosen by [`choose`]: the
+/// namespace's pool label is `placement.chooseValue`, or it has no pool (no label, or an
+/// empty one) and `placement.unlabelledNamespaces` is `choose`. Never without a `placement`
+/// section.
+pub fn chooses(labels: Option<&Labels>, config: &Config) -> bool {
+    let Some(placement) = &config.placement else {
+        return false;
+    };
+    match pool_of(labels, &config.namespace_label) {
+        Some(pool) => placement.choose_value.as_deref() == Some(pool),
+        None => placement.unlabelled_namespaces == UnlabelledNamespaces::Choose,
+    }
+}
+
+/// The pools in the order they are tried: those `preference` lists, in its order, then the
+/// rest by name. Preferred pools that have no facts (no nodes) are skipped.
+pub fn pool_order<'a>(pools: &'a [PoolFacts], preference: &[String]) -> Vec<&'a str> {
+    let mut names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let rank = |name: &str| {
+        preference
+            .iter()
+            .position(|p| p == name)
+            .unwrap_or(preference.len())
+    };
+    // Stable: pools outside the preference keep their name order.
+    names.sort_by_key(|name| rank(name));
+    names
+}
+
+/// The input document without `parameters` and `review` (added per policy):
+/// `infrastructure_targets` from `pools`, `services` from `pod` (an object with `metadata`
+/// and `spec`: a Pod, or a workload's pod template). An error names the pod's field that
+/// cannot be read.
+pub fn input_document(
+    pools: &[PoolFacts],
+    pod: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let requirements = PodRequirements::of(pod.get("spec"), "spec")?;
+    let targets: serde_json::Map<String, serde_json::Value> =
+        pools.iter().map(|p| (p.name.clone(), p.target())).collect();
+    Ok(serde_json::json!({
+        "infrastructure_targets": targets,
+        "services": { crate::policy::input::service_name(pod): requirements.service() },
+    }))
+}
+
+/// Chooses the pool for `pod` (an object with `metadata` and `spec`) among `pools`: the first,
+/// in [`pool_order`], that every placement policy accepts. Otherwise the reasons, each
+/// prefixed with the policy it comes from: every unfulfilled policy's `msg`, every policy that
+/// could not be evaluated, or, when each policy accepts some pool but no pool is accepted by
+/// all, what each accepted. `review`, the AdmissionRequest, reaches the policies that read it.
+pub fn choose(
+    pools: &[PoolFacts],
+    pod: &serde_json::Value,
+    policies: &PlacementSet,
+    config: &Config,
+    review: Option<&serde_json::Value>,
+) -> Result<String, Vec<String>> {
+    if pools.is_empty() {
+        return Err(vec![format!(
+            "no pool to choose from: no node carries the label {}",
+            config.node_selector_key
+        )]);
+    }
+    let document = input_document(pools, pod).map_err(|e| vec![e])?;
+    let placement = config.placement.as_ref();
+    let limit = Duration::from_millis(config.evaluation.timeout_millis);
+    let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    // Converted once; regorus values share their contents, so per-policy copies are shallow.
+    let base = Value::from(document);
+    let mut review_value: Option<Value> = None;
+    let mut accepted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut reasons = Vec::new();
+    for policy in &policies.policies {
+        let name = policy.name.as_str();
+        let parameters = placement
+            .and_then(|p| p.policies.get(name))
+            .map(|s| s.parameters.clone())
+            .unwrap_or_default();
+        let mut doc = base.clone();
+        let solved = match doc.as_object_mut() {
+            Ok(map) => {
+                map.insert(
+                    Value::from("parameters"),
+                    Value::from(serde_json::Value::Object(parameters)),
+                );
+                if let Some(review) = review.filter(|_| policy.reads_review) {
+                    let review = review_value
+                        .get_or_insert_with(|| Value::from(review.clone()))
+                        .clone();
+                    map.insert(Value::from("review"), review);
+                }
+                policy.solve(doc, limit)
+            }
+            Err(_) => Err("the input document is not an object".to_string()),
+        };
+        match solved {
+            Ok(Solution::Fulfilled(targets)) => {
+                if let Some(unknown) = targets.iter().find(|t| !known.contains(t.as_str())) {
+                    reasons.push(format!(
+                        "{name}: could not be evaluated: it accepts {unknown:?}, which is not a pool"
+                    ));
+                } else if targets.is_empty() {
+                    reasons.push(format!("{name}: fulfilled, but accepts no pool"));
+                } else {
+                    accepted.insert(name, targets);
+                }
+            }
+            Ok(Solution::Unfulfilled(msg)) => reasons.push(format!("{name}: {msg}")),
+            Err(e) => reasons.push(format!("{name}: could not be evaluated: {e}")),
+        }
+    }
+    if !reasons.is_empty() {
+        return Err(reasons);
+    }
+    let preference = placement.map_or(&[][..], |p| p.preference.as_slice());
+    let order = pool_order(pools, preference);
+    let chosen = order.iter().find(|pool| {
+        accepted
+            .values()
+            .all(|targets| targets.binary_search_by(|t| t.as_str().cmp(pool)).is_ok())
+    });
+    match chosen {
+        Some(pool) => Ok(pool.to_string()),
+        None => {
+            let mut reasons = vec!["no pool is accepted by every placement policy".to_string()];
+            reasons.extend(
+                accepted
+                    .iter()
+                    .map(|(name, targets)| format!("{name}: accepts only {}", targets.join(", "))),
+            );
+            Err(reasons)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,653 @@
+//! Table tests: pools, a pod and placement policies in, the chosen pool or the reasons out;
+//! the shipped placement policies' Rego tests; StackL's `hasparams` template as StackL
+//! publishes it.
+
+use serde_json::{json, Value as Json};
+
+use super::*;
+use crate::policy::template::{from_rego, from_yaml, TestFile};
+use crate::policy::{kind_of, Policy, TemplateKind};
+
+const FITSRESOURCES: &str = include_str!("../../../policies/placement/fitsresources.yaml");
+const GPUONLY: &str = include_str!("../../../policies/placement/gpuonly.yaml");
+const FITSRESOURCES_TEST: &str =
+    include_str!("../../../policies/placement/fitsresources_test.rego");
+const GPUONLY_TEST: &str = include_str!("../../../policies/placement/gpuonly_test.rego");
+/// StackL's SAT policy template example, byte for byte.
+const HASPARAMS: &str = include_str!("../../../testdata/stackl/hasparams.yaml");
+
+fn shipped_templates() -> Vec<Template> {
+    vec![
+        from_yaml(
+            FITSRESOURCES,
+            "policies/placement/fitsresources.yaml".into(),
+        )
+        .unwrap(),
+        from_yaml(GPUONLY, "policies/placement/gpuonly.yaml".into()).unwrap(),
+    ]
+}
+
+fn shipped() -> PlacementSet {
+    PlacementSet::compile(&shipped_templates()).unwrap()
+}
+
+fn config(text: &str) -> Config {
+    Config::parse(text, "t").unwrap()
+}
+
+const AUTO: &str = "placement:\n  chooseValue: auto\n";
+
+/// `count` nodes of `pool`, each with `allocatable`, Ready.
+fn nodes(pool: &str, count: usize, allocatable: Json, extra_labels: Json) -> Vec<NodeFacts> {
+    (0..count)
+        .map(|i| {
+            let mut labels = json!({"agentpool": pool, "kubernetes.io/os": "linux"});
+            for (k, v) in extra_labels.as_object().unwrap() {
+                labels[k] = v.clone();
+            }
+            NodeFacts::from_node(&json!({
+                "metadata": {"name": format!("{pool}-{i}"), "labels": labels},
+                "status": {
+                    "allocatable": allocatable,
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap()
+        })
+        .collect()
+}
+
+/// general (4 cpu, 16Gi), gpu (8 cpu, 56Gi, one nvidia.com/gpu; labelled accelerator=nvidia),
+/// large (32 cpu, 128Gi).
+fn cluster() -> Vec<PoolFacts> {
+    let mut all = nodes(
+        "general",
+        3,
+        json!({"cpu": "3860m", "memory": "16Gi", "pods": "110"}),
+        json!({}),
+    );
+    all.extend(nodes(
+        "large",
+        2,
+        json!({"cpu": "31750m", "memory": "128Gi", "pods": "110"}),
+        json!({}),
+    ));
+    all.extend(nodes(
+        "gpu",
+        2,
+        json!({"cpu": "7820m", "memory": "56Gi", "nvidia.com/gpu": "1", "pods": "110"}),
+        json!({"accelerator": "nvidia"}),
+    ));
+    PoolFacts::gather(&all, "agentpool")
+}
+
+fn only(pools: &[PoolFacts], names: &[&str]) -> Vec<PoolFacts> {
+    pools
+        .iter()
+        .filter(|p| names.contains(&p.name.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// A pod whose one container requests `requests`.
+fn pod(requests: Json) -> Json {
+    json!({
+        "metadata": {"name": "web", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                 "resources": {"requests": requests}}]},
+    })
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn choose_table() {
+    let all = cluster();
+    let no_gpu = only(&all, &["general", "large"]);
+    let small_pools = only(&all, &["general", "gpu"]);
+    let two_accelerators = "placement:\n  chooseValue: auto\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu, amd.com/gpu]}\n";
+    // (case, pools, pod, config, chosen pool or reasons)
+    type Case<'a> = (
+        &'a str,
+        &'a [PoolFacts],
+        Json,
+        &'a str,
+        Result<&'a str, Vec<String>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "small pod: the first pool in order",
+            &all[..],
+            pod(json!({"cpu": "500m", "memory": "1Gi"})),
+            AUTO,
+            Ok("general"),
+        ),
+        (
+            "small pod: preference reorders",
+            &all[..],
+            pod(json!({"cpu": "500m", "memory": "1Gi"})),
+            "placement:\n  chooseValue: auto\n  preference: [large, general]\n",
+            Ok("large"),
+        ),
+        (
+            "small pod: a preferred pool without nodes is skipped",
+            &all[..],
+            pod(json!({"cpu": "500m"})),
+            "placement:\n  chooseValue: auto\n  preference: [gone, large]\n",
+            Ok("large"),
+        ),
+        (
+            "small pod: a preferred GPU pool is still refused to it",
+            &all[..],
+            pod(json!({"cpu": "500m"})),
+            "placement:\n  chooseValue: auto\n  preference: [gpu]\n",
+            Ok("general"),
+        ),
+        (
+            "large pod: the pool that fits",
+            &all[..],
+            pod(json!({"cpu": "16", "memory": "64Gi"})),
+            AUTO,
+            Ok("large"),
+        ),
+        (
+            "GPU pod: the GPU pool",
+            &all[..],
+            pod(json!({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"})),
+            "placement:\n  chooseValue: auto\n  preference: [large, general]\n",
+            Ok("gpu"),
+        ),
+        (
+            "GPU pod asking for a limit only: the limit is its request",
+            &all[..],
+            json!({"metadata": {"name": "train"}, "spec": {"containers": [
+                {"name": "t", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}),
+            AUTO,
+            Ok("gpu"),
+        ),
+        (
+            "impossible pod: both policies' messages",
+            &all[..],
+            pod(json!({"cpu": "100", "amd.com/gpu": "1"})),
+            two_accelerators,
+            Err(strings(&[
+                "fitsresources: no pool has a node with room for the pod's requests (amd.com/gpu 1, cpu 100000m)",
+                "gpuonly: the pod requests amd.com/gpu, which no pool has allocatable",
+            ])),
+        ),
+        (
+            "GPU pod in a cluster without GPUs: both policies' messages",
+            &no_gpu[..],
+            pod(json!({"cpu": "1", "nvidia.com/gpu": "1"})),
+            AUTO,
+            Err(strings(&[
+                "fitsresources: no pool has a node with room for the pod's requests (cpu 1000m, nvidia.com/gpu 1)",
+                "gpuonly: the pod requests nvidia.com/gpu, which no pool has allocatable",
+            ])),
+        ),
+        (
+            "too large for a node: one policy's message",
+            &all[..],
+            pod(json!({"cpu": "2", "memory": "200Gi"})),
+            AUTO,
+            Err(strings(&[
+                "fitsresources: no pool has a node with room for the pod's requests (cpu 2000m, memory 200Gi)",
+            ])),
+        ),
+        (
+            "each policy accepts a pool, but not the same one",
+            &small_pools[..],
+            pod(json!({"cpu": "6"})),
+            AUTO,
+            Err(strings(&[
+                "no pool is accepted by every placement policy",
+                "fitsresources: accepts only gpu",
+                "gpuonly: accepts only general",
+            ])),
+        ),
+        (
+            "no pools",
+            &[],
+            pod(json!({})),
+            AUTO,
+            Err(strings(&["no pool to choose from: no node carries the label agentpool"])),
+        ),
+        (
+            "an unreadable request names the field",
+            &all[..],
+            pod(json!({"cpu": "two"})),
+            AUTO,
+            Err(strings(&[
+                r#"spec.containers[0].resources.requests["cpu"]: "two" is not a valid quantity: expected a number"#,
+            ])),
+        ),
+    ];
+    let policies = shipped();
+    for (name, pools, pod, text, want) in cases {
+        let got = choose(pools, &pod, &policies, &config(text), None);
+        let want = want.map(str::to_string);
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn without_policies_the_first_pool_in_order_wins() {
+    let pools = cluster();
+    let none = PlacementSet::default();
+    let big = pod(json!({"cpu": "1000"}));
+    assert_eq!(
+        choose(&pools, &big, &none, &config(AUTO), None),
+        Ok("general".into())
+    );
+    let preferred = config("placement:\n  chooseValue: auto\n  preference: [gpu]\n");
+    assert_eq!(
+        choose(&pools, &big, &none, &preferred, None),
+        Ok("gpu".into())
+    );
+}
+
+#[test]
+fn pool_order_table() {
+    let pools = cluster();
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&[], &["general", "gpu", "large"]),
+        (&["large"], &["large", "general", "gpu"]),
+        (&["gpu", "nowhere", "general"], &["gpu", "general", "large"]),
+        (&["large", "gpu", "general"], &["large", "gpu", "general"]),
+    ];
+    for (preference, want) in cases {
+        assert_eq!(
+            pool_order(&pools, &strings(preference)),
+            want,
+            "{preference:?}"
+        );
+    }
+}
+
+fn inline(name: &str, rego: &str) -> Template {
+    from_rego(name, rego.to_string(), format!("{name}.rego").into())
+}
+
+#[test]
+fn policy_answers_that_refuse() {
+    let pools = cluster();
+    let policy = |rego: &str| {
+        PlacementSet::compile(&[inline("p", &format!("package p\n{rego}\n"))]).unwrap()
+    };
+    let cases = [
+        (
+            "undefined",
+            "solutions = x { false; x := 1 }",
+            "p: no solution (`solutions` is undefined for this pod)",
+        ),
+        (
+            "a target that is not a pool",
+            "solutions = {\"fulfilled\": true, \"targets\": [\"general\", \"elsewhere\"]} { true }",
+            "p: could not be evaluated: it accepts \"elsewhere\", which is not a pool",
+        ),
+        (
+            "fulfilled with no targets",
+            "solutions = {\"fulfilled\": true, \"targets\": []} { true }",
+            "p: fulfilled, but accepts no pool",
+        ),
+        (
+            "not an object",
+            "solutions = [\"general\"] { true }",
+            "p: could not be evaluated: `solutions` must be {\"fulfilled\": true, \"targets\": [...]} or {\"fulfilled\": false, \"msg\": \"...\"}, got [\"general\"]",
+        ),
+        (
+            "targets not names",
+            "solutions = {\"fulfilled\": true, \"targets\": [1]} { true }",
+            "p: could not be evaluated: `solutions.targets` must hold pool names, got 1",
+        ),
+        (
+            "no msg",
+            "solutions = {\"fulfilled\": false} { true }",
+            "p: unfulfilled (no `msg`)",
+        ),
+        (
+            "a msg that is not a string",
+            "solutions = {\"fulfilled\": false, \"msg\": [1]} { true }",
+            "p: [1]",
+        ),
+    ];
+    for (name, rego, want) in cases {
+        let got = choose(&pools, &pod(json!({})), &policy(rego), &config(AUTO), None);
+        assert_eq!(got, Err(strings(&[want])), "{name}");
+    }
+    // An evaluation error.
+    let erring = policy("solutions = {\"fulfilled\": true, \"targets\": [x]} { input.infrastructure_targets; x := 1 / 0 }");
+    let got = choose(&pools, &pod(json!({})), &erring, &config(AUTO), None).unwrap_err();
+    assert!(got[0].starts_with("p: could not be evaluated: "), "{got:?}");
+    // A set of targets is as good as a list.
+    let set =
+        policy("solutions = {\"fulfilled\": true, \"targets\": {\"large\", \"gpu\"}} { true }");
+    assert_eq!(
+        choose(&pools, &pod(json!({})), &set, &config(AUTO), None),
+        Ok("gpu".into())
+    );
+}
+
+#[test]
+fn a_policy_past_its_time_limit_refuses() {
+    let spin = PlacementSet::compile(&[inline(
+        "spin",
+        "package spin\nimport rego.v1\nsolutions := {\"fulfilled\": true, \"targets\": [\"general\"]} if {\n  input.infrastructure_targets\n  some x in numbers.range(1, 3000)\n  some y in numbers.range(1, 3000)\n  x * y < 0\n}\n",
+    )])
+    .unwrap();
+    let config = config("evaluation: {timeoutMillis: 20}\nplacement: {chooseValue: auto}\n");
+    let got = choose(&cluster(), &pod(json!({})), &spin, &config, None).unwrap_err();
+    assert_eq!(got.len(), 1);
+    assert!(
+        got[0].starts_with("spin: could not be evaluated: "),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn parameters_and_review_reach_the_policies() {
+    let pools = cluster();
+    let policies = PlacementSet::compile(&[
+        inline(
+            "named",
+            "package named\nsolutions = {\"fulfilled\": true, \"targets\": [input.parameters.pool]} { true }\n",
+        ),
+        inline(
+            "byreview",
+            "package byreview\nsolutions = {\"fulfilled\": true, \"targets\": t} {\n  t := [p | input.infrastructure_targets[p]; p != input.review.object.metadata.labels.avoid]\n}\n",
+        ),
+        inline(
+            "blind",
+            "package blind\nsolutions = {\"fulfilled\": true, \"targets\": [p | input.infrastructure_targets[p]; not input.parameters.never]} { true }\n",
+        ),
+    ])
+    .unwrap();
+    assert!(policies.get("byreview").unwrap().reads_review);
+    assert!(!policies.get("blind").unwrap().reads_review);
+    let config = config(
+        "placement:\n  chooseValue: auto\n  policies:\n    named: {parameters: {pool: large}}\n",
+    );
+    let review = json!({"object": {"metadata": {"labels": {"avoid": "general"}}}});
+    assert_eq!(
+        choose(&pools, &pod(json!({})), &policies, &config, Some(&review)),
+        Ok("large".into())
+    );
+    // Without the review, `byreview` compares with an undefined value and accepts nothing.
+    assert_eq!(
+        choose(&pools, &pod(json!({})), &policies, &config, None),
+        Err(strings(&["byreview: fulfilled, but accepts no pool"]))
+    );
+}
+
+#[test]
+fn the_input_document() {
+    let pools = only(&cluster(), &["gpu"]);
+    let doc = input_document(&pools, &pod(json!({"cpu": "250m", "nvidia.com/gpu": 1}))).unwrap();
+    assert_eq!(
+        doc,
+        json!({
+            "infrastructure_targets": {
+                "gpu": {
+                    "name": "gpu",
+                    "labels": {"accelerator": "nvidia", "agentpool": "gpu", "kubernetes.io/os": "linux"},
+                    "params": {"accelerator": "nvidia", "agentpool": "gpu", "kubernetes.io/os": "linux"},
+                    "nodes": 2,
+                    "ready_nodes": 2,
+                    "resources": {"cpu": 7820, "memory": 60129542144i64, "nvidia.com/gpu": 1, "pods": 110},
+                    "node_shapes": [{"nodes": 2, "allocatable": {"cpu": 7820, "memory": 60129542144i64, "nvidia.com/gpu": 1, "pods": 110}}],
+                    "taints": [],
+                },
+            },
+            "services": {
+                "web": {
+                    "resource_requirements": {"cpu": 250, "nvidia.com/gpu": 1},
+                    "containers": {"app": {"type": "container", "requests": {"cpu": 250, "nvidia.com/gpu": 1}, "limits": {}}},
+                },
+            },
+        })
+    );
+    // A controller-made pod has only a generateName; a template none.
+    let doc = input_document(&pools, &json!({"metadata": {"generateName": "web-7d9f-"}})).unwrap();
+    assert!(doc["services"]["web-7d9f-"].is_object(), "{doc}");
+    let doc = input_document(&pools, &json!({"spec": {}})).unwrap();
+    assert!(doc["services"]["unnamed"].is_object(), "{doc}");
+}
+
+#[test]
+fn which_namespaces_get_a_pool_chosen() {
+    let labels = |pairs: &[(&str, &str)]| -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let auto = labels(&[("agentpool", "auto")]);
+    let pool1 = labels(&[("agentpool", "pool1")]);
+    let empty = labels(&[("agentpool", "")]);
+    let other = labels(&[("team", "a")]);
+    // (config, labels, chooses)
+    let cases: [(&str, Option<&Labels>, bool); 13] = [
+        ("", Some(&auto), false),
+        ("", None, false),
+        (AUTO, Some(&auto), true),
+        (AUTO, Some(&pool1), false),
+        (AUTO, Some(&other), false),
+        (AUTO, None, false),
+        (
+            "placement: {unlabelledNamespaces: choose}\n",
+            Some(&auto),
+            false,
+        ),
+        (
+            "placement: {unlabelledNamespaces: choose}\n",
+            Some(&other),
+            true,
+        ),
+        (
+            "placement: {unlabelledNamespaces: choose}\n",
+            Some(&empty),
+            true,
+        ),
+        ("placement: {unlabelledNamespaces: choose}\n", None, true),
+        (
+            "placement: {chooseValue: auto, unlabelledNamespaces: choose}\n",
+            Some(&auto),
+            true,
+        ),
+        (
+            "placement: {chooseValue: auto, unlabelledNamespaces: choose}\n",
+            Some(&pool1),
+            false,
+        ),
+        (
+            "namespaceLabel: pool\nplacement: {chooseValue: auto}\n",
+            Some(&auto),
+            false,
+        ),
+    ];
+    for (text, labels, want) in cases {
+        assert_eq!(chooses(labels, &config(text)), want, "{text:?} {labels:?}");
+    }
+}
+
+#[test]
+fn check_config_names_the_path() {
+    let mut templates = shipped_templates();
+    templates.push(from_yaml(HASPARAMS, "hasparams.yaml".into()).unwrap());
+    let policies = PlacementSet::compile(&templates).unwrap();
+    let names: Vec<&str> = policies.names().collect();
+    assert_eq!(names, ["fitsresources", "gpuonly", "hasparams"]);
+    assert_eq!(policies.len(), 3);
+    // Without a placement section nothing is chosen, so nothing is checked.
+    policies.check_config(&config("")).unwrap();
+    let cases = [
+        (
+            AUTO.to_string(),
+            "at `placement.policies`: placement policy `hasparams` declares the input `params`; give it at `placement.policies.hasparams.parameters.params`",
+        ),
+        (
+            format!("{AUTO}  policies:\n    hasparams: {{parameters: {{param: [a]}}}}\n"),
+            "at `placement.policies.hasparams.parameters`: missing `params`, an input the policy declares",
+        ),
+        (
+            format!("{AUTO}  policies:\n    hasparams: {{parameters: {{params: [a]}}}}\n    fitsresource: {{}}\n"),
+            "at `placement.policies.fitsresource`: no placement policy named `fitsresource` is loaded (loaded: fitsresources, gpuonly, hasparams)",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = policies
+            .check_config(&config(&text))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, want);
+    }
+    policies
+        .check_config(&config(&format!(
+            "{AUTO}  policies:\n    hasparams: {{parameters: {{params: [a]}}}}\n"
+        )))
+        .unwrap();
+}
+
+#[test]
+fn sit_and_sat_templates_stay_apart() {
+    for template in shipped_templates() {
+        assert_eq!(
+            kind_of(&template).unwrap(),
+            TemplateKind::Sat,
+            "{}",
+            template.name
+        );
+        let err = Policy::compile(&template).err().unwrap().to_string();
+        assert!(err.contains("placement (SAT) policy"), "{err}");
+    }
+    let sit = inline("s", "package s\ninfringement[{\"msg\": \"x\"}] { false }\n");
+    let err = PlacementSet::compile(&[sit]).err().unwrap().to_string();
+    assert_eq!(
+        err,
+        "s.rego: placement policy `s` declares no `solutions` rule: it defines `infringement`, so it is a SIT policy, loaded with the policies"
+    );
+    let err = PlacementSet::compile(&[inline("n", "package n\nx := 1\n")])
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        "n.rego: placement policy `n` declares no `solutions` rule"
+    );
+    let err = PlacementSet::compile(&[inline("n", "package m\nsolutions := 1\n")])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("expected `package n`"), "{err}");
+    let twice = [
+        inline("d", "package d\nsolutions := 1\n"),
+        from_rego(
+            "d",
+            "package d\nsolutions := 2\n".into(),
+            "other/d.rego".into(),
+        ),
+    ];
+    let err = PlacementSet::compile(&twice).err().unwrap().to_string();
+    assert_eq!(
+        err,
+        "other/d.rego: placement policy `d` is already defined by d.rego"
+    );
+}
+
+#[test]
+fn shipped_placement_policies_pass_their_rego_tests() {
+    let tests = [
+        TestFile {
+            rego: FITSRESOURCES_TEST.to_string(),
+            path: "policies/placement/fitsresources_test.rego".into(),
+        },
+        TestFile {
+            rego: GPUONLY_TEST.to_string(),
+            path: "policies/placement/gpuonly_test.rego".into(),
+        },
+    ];
+    let results = crate::policy::rego_tests::run(&shipped_templates(), &tests).unwrap();
+    assert!(results.len() >= 10, "{results:?}");
+    let failed: Vec<_> = results.iter().filter(|r| r.failure.is_some()).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn stackl_hasparams_loads_and_runs_unchanged() {
+    let template = from_yaml(HASPARAMS, "testdata/stackl/hasparams.yaml".into()).unwrap();
+    assert_eq!(template.name, "hasparams");
+    assert_eq!(template.inputs, ["params"]);
+    assert_eq!(kind_of(&template).unwrap(), TemplateKind::Sat);
+    let policies = PlacementSet::compile(std::slice::from_ref(&template)).unwrap();
+    let policy = policies.get("hasparams").unwrap();
+    let limit = Duration::from_millis(500);
+
+    // StackL's own example input, and the answer StackL documents for it.
+    let stackl_input = json!({
+        "parameters": {"params": ["foo"]},
+        "services": {"postgres": {
+            "functional_requirements": {"postgres": {"image": "repo.example.com/postgres:latest", "tool": "terraform"}},
+            "resource_requirements": {},
+            "params": {"foo": "bar"},
+        }},
+        "infrastructure_targets": {"vsphere.brussels.vmw-vcenter-01": {
+            "resources": {},
+            "packages": ["postgres"],
+            "tags": {"environment": "dev"},
+            "params": {"foo": "bar"},
+        }},
+    });
+    assert_eq!(
+        policy.solve(Value::from(stackl_input.clone()), limit),
+        Ok(Solution::Fulfilled(strings(&[
+            "vsphere.brussels.vmw-vcenter-01"
+        ])))
+    );
+    let mut missing = stackl_input;
+    missing["parameters"]["params"] = json!(["foo", "dns_servers"]);
+    assert_eq!(
+        policy.solve(Value::from(missing), limit),
+        Ok(Solution::Unfulfilled(
+            "No target has all the required params".into()
+        ))
+    );
+
+    // On pools: a target's params are the labels its nodes share.
+    let pools = cluster();
+    let with = |params: &str| {
+        config(&format!(
+            "placement:\n  chooseValue: auto\n  policies:\n    hasparams: {{parameters: {{params: {params}}}}}\n"
+        ))
+    };
+    let pod = pod(json!({"cpu": "100m"}));
+    assert_eq!(
+        choose(&pools, &pod, &policies, &with("[accelerator]"), None),
+        Ok("gpu".into())
+    );
+    assert_eq!(
+        choose(&pools, &pod, &policies, &with("[kubernetes.io/os]"), None),
+        Ok("general".into())
+    );
+    assert_eq!(
+        choose(&pools, &pod, &policies, &with("[accelerator, zone]"), None),
+        Err(strings(&[
+            "hasparams: No target has all the required params"
+        ]))
+    );
+    // Beside the shipped policies, the GPU label alone does not bring a CPU pod to the GPU
+    // pool: no pool is accepted by all three.
+    let mut templates = shipped_templates();
+    templates.push(template);
+    let all = PlacementSet::compile(&templates).unwrap();
+    assert_eq!(
+        choose(&pools, &pod, &all, &with("[accelerator]"), None),
+        Err(strings(&[
+            "no pool is accepted by every placement policy",
+            "fitsresources: accepts only general, gpu, large",
+            "gpuonly: accepts only general, large",
+            "hasparams: accepts only gpu",
+        ]))
+    );
+}
