@@ -2,18 +2,22 @@
 //! response), for pods with 1 and 10 containers: mutating, and validating under three configs —
 //! allowedrepositories alone (no dependencies), allowedrepositories and latesttag side by side,
 //! and latesttag depending on allowedrepositories (testdata/config/example.yaml). Every image is
-//! allowed and tagged, so every policy runs. Prints numbers; asserts nothing about time.
+//! allowed and tagged, so every policy runs. Then a pool chosen by the shipped placement
+//! policies (fitsresources, gpuonly) among 3 and 50 pools: mutating (choose and patch) and
+//! validating (choose again, then the SIT policies). Prints numbers; asserts nothing about time.
 //!
 //! cargo bench --bench decision [-- ITERATIONS]
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use poolguard::sources::{load_namespaces, load_policies};
+use poolguard::sources::{load_namespaces, load_placement_policies, load_policies};
 use poolguard_core::admission::{self, Request};
 use poolguard_core::config::Config;
+use poolguard_core::placement::Labels;
+use poolguard_core::placement_policy::{NodeFacts, PoolFacts};
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Webhook};
+use poolguard_core::webhook::{decide, Scope, Webhook};
 use serde_json::json;
 
 /// allowedrepositories as the example config sets it.
@@ -50,7 +54,7 @@ fn review(containers: usize) -> Vec<u8> {
 fn rules(name: &str, config: &str) -> RuleSet {
     let config = Config::parse(config, name).unwrap();
     let policies = load_policies("policies".as_ref()).unwrap();
-    RuleSet::new(config, policies, name).unwrap()
+    RuleSet::new(config, policies, Default::default(), name).unwrap()
 }
 
 fn main() {
@@ -94,12 +98,17 @@ fn main() {
             let once = || {
                 let doc = admission::parse_review(black_box(&body)).unwrap();
                 let req = Request::from_value(&doc["request"]).unwrap();
+                let scope = Scope {
+                    labels: namespaces.get(req.namespace),
+                    pools: None,
+                };
                 let d = decide(
                     webhook,
                     &req,
-                    namespaces.get(req.namespace),
+                    scope,
                     &rules.config,
                     &rules.policies,
+                    &rules.placement,
                 );
                 assert!(d.allowed, "{d:?}");
                 serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
@@ -119,6 +128,121 @@ fn main() {
                 containers,
                 us
             );
+        }
+    }
+
+    placement(iterations);
+}
+
+/// `count` pools of three nodes each, of growing size; the last has GPUs.
+fn pools(count: usize) -> Vec<PoolFacts> {
+    let mut nodes = Vec::new();
+    for p in 0..count {
+        for n in 0..3 {
+            let mut allocatable = json!({"cpu": format!("{}", 4 * (p + 1)), "memory": format!("{}Gi", 16 * (p + 1)), "pods": "110"});
+            if p + 1 == count {
+                allocatable["nvidia.com/gpu"] = json!("4");
+            }
+            nodes.push(
+                NodeFacts::from_node(&json!({
+                    "metadata": {"name": format!("pool{p}-node{n}"), "labels": {"agentpool": format!("pool{p}")}},
+                    "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
+                }))
+                .unwrap(),
+            );
+        }
+    }
+    PoolFacts::gather(&nodes, "agentpool")
+}
+
+/// A pod of `containers` containers in a namespace whose pool is chosen; `selected` is the
+/// nodeSelector the mutating webhook would have added (for the validating call).
+fn choosing_review(containers: usize, selected: Option<&str>) -> Vec<u8> {
+    let containers: Vec<_> = (0..containers)
+        .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:1.{i}"),
+            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}))
+        .collect();
+    let mut spec = json!({"containers": containers});
+    if let Some(pool) = selected {
+        spec["nodeSelector"] = json!({"agentpool": pool});
+    }
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "bench", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "auto", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-5d9c7b-", "labels": {"app": "web"}},
+                "spec": spec}}
+    }))
+    .unwrap()
+}
+
+fn placement(iterations: u32) {
+    let config = Config::parse(
+        &format!("{ONE_POLICY}placement:\n  chooseValue: auto\n"),
+        "placement",
+    )
+    .unwrap();
+    let rules = RuleSet::new(
+        config,
+        load_policies("policies".as_ref()).unwrap(),
+        load_placement_policies("policies/placement".as_ref()).unwrap(),
+        "placement",
+    )
+    .unwrap();
+    let labels: Labels = [("agentpool".to_string(), "auto".to_string())].into();
+    let iterations = iterations / 4;
+    println!();
+    println!("pool chosen by the placement policies (fitsresources, gpuonly): {iterations} iterations each");
+    println!(
+        "{:<10} {:>6} {:>10} {:>14}",
+        "webhook", "pools", "containers", "us/decision"
+    );
+    for count in [3, 50] {
+        let pools = pools(count);
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            for containers in [1, 10] {
+                let selected = (webhook == Webhook::Validate).then_some("pool0");
+                let body = choosing_review(containers, selected);
+                let once = || {
+                    let doc = admission::parse_review(black_box(&body)).unwrap();
+                    let req = Request::from_value(&doc["request"]).unwrap();
+                    let scope = Scope {
+                        labels: Some(&labels),
+                        pools: Some(&pools),
+                    };
+                    let d = decide(
+                        webhook,
+                        &req,
+                        scope,
+                        &rules.config,
+                        &rules.policies,
+                        &rules.placement,
+                    );
+                    assert!(d.allowed, "{d:?}");
+                    if webhook == Webhook::Mutate {
+                        assert!(d.patch.is_some(), "a pool is chosen");
+                    }
+                    serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
+                };
+                for _ in 0..iterations / 10 {
+                    black_box(once());
+                }
+                let start = Instant::now();
+                for _ in 0..iterations {
+                    black_box(once());
+                }
+                let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
+                println!(
+                    "{:<10} {:>6} {:>10} {:>14.2}",
+                    webhook.as_str(),
+                    count,
+                    containers,
+                    us
+                );
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod namespaces;
+pub mod pools;
 pub mod rollout;
 pub mod server;
 pub mod sources;

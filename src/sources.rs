@@ -6,12 +6,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
+use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
 
 /// The policies directory used when none is given.
 pub const DEFAULT_POLICIES_DIR: &str = "policies";
+
+/// The placement policies' directory inside the policies directory, used when none is given.
+pub const PLACEMENT_SUBDIR: &str = "placement";
 
 /// Where the rules come from.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +24,9 @@ pub struct Sources {
     pub config: Option<PathBuf>,
     /// No directory: `policies/` when it exists, else no policies.
     pub policies_dir: Option<PathBuf>,
+    /// The placement (SAT) policies. No directory: `placement/` inside the policies directory
+    /// when it exists, else none.
+    pub placement_dir: Option<PathBuf>,
 }
 
 impl Sources {
@@ -31,7 +38,19 @@ impl Sources {
         }
     }
 
-    /// Loads both; a config naming a policy that is not loaded, or leaving out a declared input, is an error.
+    /// The placement policies directory to read, if any.
+    pub fn placement_dir(&self) -> Option<PathBuf> {
+        match &self.placement_dir {
+            Some(dir) => Some(dir.clone()),
+            None => self
+                .policies_dir()
+                .map(|d| d.join(PLACEMENT_SUBDIR))
+                .filter(|d| d.is_dir()),
+        }
+    }
+
+    /// Loads all three; a config naming a policy that is not loaded, or leaving out a declared
+    /// input, is an error.
     pub fn load(&self) -> Result<RuleSet> {
         let config = match &self.config {
             Some(path) => load_config(path)?,
@@ -41,11 +60,15 @@ impl Sources {
             Some(dir) => load_policies(&dir)?,
             None => PolicySet::default(),
         };
+        let placement = match self.placement_dir() {
+            Some(dir) => load_placement_policies(&dir)?,
+            None => PlacementSet::default(),
+        };
         let origin = self
             .config
             .as_ref()
             .map_or_else(|| "config".to_string(), |p| p.display().to_string());
-        RuleSet::new(config, policies, &origin)
+        RuleSet::new(config, policies, placement, &origin)
     }
 }
 
@@ -53,6 +76,12 @@ pub fn load_config(path: &Path) -> Result<Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
     Config::parse(&text, &path.display().to_string())
+}
+
+/// Loads and compiles every placement (SAT) template in `dir`.
+pub fn load_placement_policies(dir: &Path) -> Result<PlacementSet> {
+    let (templates, _tests) = load_templates(dir)?;
+    PlacementSet::compile(&templates)
 }
 
 /// Loads and compiles every template in `dir` (`*_test.rego` files are not loaded).
@@ -127,6 +156,38 @@ pub fn load_nodes(path: &Path) -> Result<NodeLabels> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading nodes file {}", path.display()))?;
     parse_nodes_text(&text, &path.display().to_string())
+}
+
+/// The nodes' facts from Node objects in a file (`kubectl get nodes -o yaml|json`: a List, or
+/// several documents).
+pub fn load_node_facts(path: &Path) -> Result<Vec<NodeFacts>> {
+    let origin = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading nodes file {origin}"))?;
+    let mut nodes = Vec::new();
+    for (i, doc) in poolguard_core::documents::parse(&text, &origin)?
+        .iter()
+        .enumerate()
+    {
+        let items = match doc["kind"].as_str() {
+            Some("Node") => std::slice::from_ref(doc),
+            Some("List" | "NodeList") => doc["items"].as_array().map_or(&[][..], Vec::as_slice),
+            other => bail!(
+                "{origin}: document {}: expected a Node or a List of them, got kind {other:?}",
+                i + 1
+            ),
+        };
+        for node in items {
+            if let Some(kind) = node["kind"].as_str().filter(|k| *k != "Node") {
+                bail!(
+                    "{origin}: document {}: expected a Node, got kind {kind:?}",
+                    i + 1
+                );
+            }
+            nodes.push(NodeFacts::from_node(node).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
+        }
+    }
+    Ok(nodes)
 }
 
 /// Reads `path`, or standard input for `-`.

@@ -9,13 +9,14 @@ use poolguard::sources::Sources;
 use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::namespaces::NamespaceLabels;
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Webhook};
+use poolguard_core::webhook::{decide, Scope, Webhook};
 use serde_json::{json, Value};
 
 fn rules(config: Option<&str>) -> RuleSet {
     Sources {
         config: config.map(|c| format!("testdata/config/{c}").into()),
         policies_dir: Some("policies".into()),
+        placement_dir: None,
     }
     .load()
     .unwrap()
@@ -32,9 +33,13 @@ fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {
     decide(
         webhook,
         &req,
-        namespaces().get(req.namespace),
+        Scope {
+            labels: namespaces().get(req.namespace),
+            pools: None,
+        },
         &rules.config,
         &rules.policies,
+        &rules.placement,
     )
 }
 
@@ -264,6 +269,7 @@ fn decide_inline(
     let rules = Sources {
         config: Some(config_path),
         policies_dir: Some("policies".into()),
+        placement_dir: None,
     }
     .load()
     .unwrap();
@@ -276,9 +282,13 @@ fn decide_inline(
     decide(
         Webhook::Validate,
         &req,
-        namespaces().get("mapped"),
+        Scope {
+            labels: namespaces().get("mapped"),
+            pools: None,
+        },
         &rules.config,
         &rules.policies,
+        &rules.placement,
     )
 }
 
@@ -468,9 +478,13 @@ fn relabel_between_mutation_and_validation_is_not_a_conflict() {
         let d = decide(
             Webhook::Validate,
             &req,
-            ns.get("gpu-team"),
+            Scope {
+                labels: ns.get("gpu-team"),
+                pools: None,
+            },
             &rules.config,
             &rules.policies,
+            &rules.placement,
         );
         assert_eq!(d.allowed, allowed, "annotation {annotation:?}: {d:?}");
     }
@@ -519,6 +533,7 @@ fn enforcement_modes_and_evaluation_failures() {
         let rules = Sources {
             config: Some(config),
             policies_dir: Some(dir.path().into()),
+            placement_dir: None,
         }
         .load()
         .unwrap();
@@ -528,9 +543,13 @@ fn enforcement_modes_and_evaluation_failures() {
         let d = decide(
             Webhook::Validate,
             &req,
-            None,
+            Scope {
+                labels: None,
+                pools: None,
+            },
             &rules.config,
             &rules.policies,
+            &rules.placement,
         );
         assert_eq!(d.allowed, allowed, "{on_error}: {d:?}");
         let text = if allowed {
@@ -617,9 +636,13 @@ fn image_volumes_in_workload_templates_are_checked() {
     let d = decide(
         Webhook::Validate,
         &req,
-        namespaces().get("mapped"),
+        Scope {
+            labels: namespaces().get("mapped"),
+            pools: None,
+        },
         &rules.config,
         &rules.policies,
+        &rules.placement,
     );
     assert!(
         !d.allowed && d.message.contains("image volume \"m\""),

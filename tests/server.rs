@@ -106,6 +106,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         tls: Some(tls),
         sources,
         namespaces_file: Some("testdata/namespaces.yaml".into()),
+        nodes_file: None,
         deadline: Duration::from_secs(4),
         drain: Duration::from_secs(5),
         dev: false,
@@ -128,6 +129,7 @@ fn example_rules() -> Sources {
     Sources {
         config: Some("testdata/config/example.yaml".into()),
         policies_dir: Some("policies".into()),
+        placement_dir: None,
     }
 }
 
@@ -195,6 +197,7 @@ fn slow_rules(dir: &Path, on_error: &str) -> Sources {
     Sources {
         config: Some(config),
         policies_dir: Some(policies),
+        placement_dir: None,
     }
 }
 
@@ -554,6 +557,7 @@ async fn broken_policy_push_keeps_the_old_policy_and_is_counted() {
     let sources = Sources {
         config: Some("testdata/config/example.yaml".into()),
         policies_dir: Some(policies.clone()),
+        placement_dir: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await
@@ -604,6 +608,7 @@ async fn bad_dependency_push_keeps_the_last_good_rules() {
     let sources = Sources {
         config: Some(config.clone()),
         policies_dir: Some("policies".into()),
+        placement_dir: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await

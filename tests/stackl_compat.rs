@@ -11,7 +11,7 @@ use poolguard_core::admission::Request;
 use poolguard_core::config::Config;
 use poolguard_core::policy::dependencies::State;
 use poolguard_core::policy::{template, Evaluation, PolicySet};
-use poolguard_core::webhook::{decide, Webhook};
+use poolguard_core::webhook::{decide, Scope, Webhook};
 use serde_json::json;
 
 /// The reference text; its absence fails the test (the file is always beside the project for
@@ -87,7 +87,15 @@ fn stackl_template_runs_unchanged() {
             {"name": "postgres", "image": "repository.example.com/postgres"},
             {"name": "ok", "image": "repo.example.com/ok"}]}}});
     let req = Request::from_value(&request).unwrap();
-    let d = decide(Webhook::Validate, &req, None, &config, &policies);
+    let none = Default::default();
+    let d = decide(
+        Webhook::Validate,
+        &req,
+        Scope::default(),
+        &config,
+        &policies,
+        &none,
+    );
     assert!(!d.allowed);
     assert_eq!(d.code, 403);
     assert!(

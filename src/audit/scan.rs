@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use poolguard_core::audit::{self, AuditResult, Listed, Resource, LISTED};
 use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
+use poolguard_core::placement_policy::{NodeFacts, PoolFacts};
 use poolguard_core::ruleset::RuleSet;
+use poolguard_core::webhook::Scope;
 
 /// What one pass covers and how it lists.
 #[derive(Debug, Clone)]
@@ -41,6 +43,14 @@ pub struct Scan {
 pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -> Result<Scan> {
     let namespaces = Arc::new(namespace_labels(client, options).await?);
     let nodes = Arc::new(node_labels(client, options.page_size).await?);
+    // The pools' facts only when placement policies may choose pools.
+    let pools = match &rules.config.placement {
+        Some(_) => Some(Arc::new(PoolFacts::gather(
+            &node_facts(client, options.page_size).await?,
+            &rules.config.node_selector_key,
+        ))),
+        None => None,
+    };
     let mut scan = Scan {
         namespaces: namespaces.keys().cloned().collect(),
         ..Scan::default()
@@ -54,11 +64,17 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
                 .with_context(|| format!("listing {}", listed.plural))?;
             token = page.next;
             let (namespaces, nodes, rules) = (namespaces.clone(), nodes.clone(), rules.clone());
+            let pools = pools.clone();
             let items = page.items;
             count += items.len();
             // Policy evaluation is CPU work: off the async threads.
             let results = tokio::task::spawn_blocking(move || {
-                audit_page(items, &listed, &namespaces, &nodes, &rules)
+                let cluster = (
+                    namespaces.as_ref(),
+                    nodes.as_ref(),
+                    pools.as_deref().map(Vec::as_slice),
+                );
+                audit_page(items, &listed, cluster, &rules)
             })
             .await
             .context("auditing a page")?;
@@ -76,8 +92,7 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
 fn audit_page(
     items: Vec<Value>,
     listed: &Listed,
-    namespaces: &NamespaceLabels,
-    nodes: &NodeLabels,
+    (namespaces, nodes, pools): (&NamespaceLabels, &NodeLabels, Option<&[PoolFacts]>),
     rules: &RuleSet,
 ) -> Vec<AuditResult> {
     let api_version = listed.api_version();
@@ -101,12 +116,17 @@ fn audit_page(
         let Some(labels) = namespaces.get(namespace) else {
             continue;
         };
+        let scope = Scope {
+            labels: Some(labels),
+            pools,
+        };
         results.extend(audit::audit(
             &object,
-            Some(labels),
+            scope,
             Some(nodes),
             &rules.config,
             &rules.policies,
+            &rules.placement,
         ));
     }
     results
@@ -164,6 +184,32 @@ async fn node_labels(client: &Client, page_size: u32) -> Result<NodeLabels> {
     names_and_labels(&api, ListParams::default().limit(page_size))
         .await
         .context("listing nodes")
+}
+
+/// Every node's facts (what placement policies read), listed in pages. A node that cannot be
+/// read is left out of its pool and logged.
+async fn node_facts(client: &Client, page_size: u32) -> Result<Vec<NodeFacts>> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut params = ListParams::default().limit(page_size);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await.context("listing nodes")?;
+        for node in page.items {
+            let facts = serde_json::to_value(&node)
+                .map_err(|e| e.to_string())
+                .and_then(|value| NodeFacts::from_node(&value));
+            match facts {
+                Ok(facts) => out.push(facts),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a node cannot be read; it is left out of its pool")
+                }
+            }
+        }
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// Names and labels of a cluster-scoped resource, listed in pages (metadata only).

@@ -4,6 +4,8 @@
 //! for objects dumped from a cluster (`kubectl get pods,deployments,... -A -o yaml`), without
 //! one. Either way every Pod and workload gets [`audit::audit`]'s results.
 
+use poolguard_core::placement_policy::PoolFacts;
+use poolguard_core::webhook::Scope;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +34,8 @@ pub struct Inputs<'a> {
     pub manifests: &'a Path,
     pub namespaces: &'a NamespaceLabels,
     pub nodes: Option<&'a NodeLabels>,
+    /// The pools gathered from the nodes (placement policies choose among them).
+    pub pools: Option<&'a [PoolFacts]>,
 }
 
 /// How reports are written.
@@ -165,12 +169,17 @@ fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<A
         return Vec::new();
     }
     let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let scope = Scope {
+        labels: inputs.namespaces.get(namespace),
+        pools: inputs.pools,
+    };
     audit::audit(
         &object,
-        inputs.namespaces.get(namespace),
+        scope,
         inputs.nodes,
         &rules.config,
         &rules.policies,
+        &rules.placement,
     )
 }
 

@@ -10,8 +10,13 @@ use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
 use poolguard_core::placement;
+use poolguard_core::placement_policy::{self, PoolFacts};
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{self, Webhook};
+use poolguard_core::validate;
+use poolguard_core::webhook::{self, Scope, Webhook};
+
+/// The namespaces' labels, and the pools when a nodes file was given.
+pub type Cluster<'a> = (&'a NamespaceLabels, Option<&'a [PoolFacts]>);
 
 /// Evaluates the documents in `text`; writes the result to `out`. True when all were allowed.
 pub fn run(
@@ -19,7 +24,7 @@ pub fn run(
     text: &str,
     origin: &str,
     namespace: Option<&str>,
-    namespaces: &NamespaceLabels,
+    namespaces: Cluster,
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
@@ -47,7 +52,7 @@ fn review_mode(
     webhook: Webhook,
     review: &Value,
     origin: &str,
-    namespaces: &NamespaceLabels,
+    namespaces: Cluster,
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
@@ -65,7 +70,7 @@ fn manifest_mode(
     object: &Value,
     index: usize,
     namespace: Option<&str>,
-    namespaces: &NamespaceLabels,
+    namespaces: Cluster,
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
@@ -88,8 +93,22 @@ fn manifest_mode(
     });
     let req = Request::from_value(&request).map_err(|e| anyhow::anyhow!("{e}"))?;
     let decision = decide(webhook, &req, namespaces, rules);
-    let pool = placement::pool_of(namespaces.get(namespace), &rules.config.namespace_label);
-    let pool = pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"));
+    let labels = namespaces.0.get(namespace);
+    let pool = if placement_policy::chooses(labels, &rules.config) {
+        let scope = Scope {
+            labels,
+            pools: namespaces.1,
+        };
+        let path = admission::pod_spec_path(group, kind).unwrap_or(&["spec"]);
+        let (config, placement) = (&rules.config, &rules.placement);
+        match validate::pool_for(object, path, namespace, scope, None, config, placement) {
+            Ok(Some(pool)) => format!("pool {pool}, chosen by the placement policies"),
+            _ => "no pool can be chosen by the placement policies".to_string(),
+        }
+    } else {
+        let pool = placement::pool_of(labels, &rules.config.namespace_label);
+        pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"))
+    };
     let verdict = match (&decision.allowed, &decision.patch) {
         (true, Some(_)) => "ALLOWED, patched".to_string(),
         (true, None) => "ALLOWED".to_string(),
@@ -126,14 +145,19 @@ fn manifest_mode(
 fn decide(
     webhook: Webhook,
     req: &Request,
-    namespaces: &NamespaceLabels,
+    (namespaces, pools): Cluster,
     rules: &RuleSet,
 ) -> Decision {
+    let scope = Scope {
+        labels: namespaces.get(req.namespace),
+        pools,
+    };
     webhook::decide(
         webhook,
         req,
-        namespaces.get(req.namespace),
+        scope,
         &rules.config,
         &rules.policies,
+        &rules.placement,
     )
 }

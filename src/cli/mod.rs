@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use poolguard_core::placement_policy::PoolFacts;
 use poolguard_core::policy::rego_tests;
 use poolguard_core::report::ReportApi;
 use poolguard_core::webhook::Webhook;
@@ -80,6 +81,21 @@ struct RuleArgs {
     /// Directory of policy templates (*.yaml StackL templates, *.rego). Default: ./policies if it exists.
     #[arg(long, value_name = "DIR")]
     policies_dir: Option<PathBuf>,
+    /// Directory of placement policy templates (StackL SAT templates: a `solutions` rule),
+    /// which choose pools when the config's `placement` section asks for it. Default: the
+    /// policies directory's `placement/` if it exists.
+    #[arg(long, value_name = "DIR")]
+    placement_policies_dir: Option<PathBuf>,
+}
+
+impl RuleArgs {
+    fn sources(self) -> Sources {
+        Sources {
+            config: self.config,
+            policies_dir: self.policies_dir,
+            placement_dir: self.placement_policies_dir,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -88,6 +104,10 @@ struct EvalArgs {
     /// file has no labels.
     #[arg(long, value_name = "FILE")]
     namespaces_file: PathBuf,
+    /// Node objects (`kubectl get nodes -o yaml|json`): the pools placement policies choose
+    /// among, with what their nodes can do. Without it no pool can be chosen.
+    #[arg(long, value_name = "FILE")]
+    nodes_file: Option<PathBuf>,
     #[command(flatten)]
     rules: RuleArgs,
     /// Which webhook decides.
@@ -207,6 +227,10 @@ struct ServeArgs {
     /// Namespace objects to take labels from instead of the cluster.
     #[arg(long, value_name = "FILE")]
     namespaces_file: Option<PathBuf>,
+    /// Node objects to take the pools from instead of the cluster (the pools placement policies
+    /// choose among).
+    #[arg(long, value_name = "FILE")]
+    nodes_file: Option<PathBuf>,
     /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -563,11 +587,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         addr: args.addr.unwrap_or_else(|| default(8443)),
         metrics_addr: args.metrics_addr.unwrap_or_else(|| default(9090)),
         tls,
-        sources: Sources {
-            config: args.rules.config,
-            policies_dir: args.rules.policies_dir,
-        },
+        sources: args.rules.sources(),
         namespaces_file: args.namespaces_file,
+        nodes_file: args.nodes_file,
         deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         dev: args.dev,
@@ -604,12 +626,15 @@ fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => serve(*args),
         Command::Eval(args) => {
-            let sources = Sources {
-                config: args.rules.config,
-                policies_dir: args.rules.policies_dir,
-            };
-            let rules = sources.load()?;
+            let rules = args.rules.sources().load()?;
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
+            let pools = match &args.nodes_file {
+                Some(path) => Some(PoolFacts::gather(
+                    &sources::load_node_facts(path)?,
+                    &rules.config.node_selector_key,
+                )),
+                None => None,
+            };
             let text = sources::read_input(&args.input)?;
             let origin = if args.input == "-" {
                 "<stdin>"
@@ -622,7 +647,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 &text,
                 origin,
                 args.namespace.as_deref(),
-                &namespaces,
+                (&namespaces, pools.as_deref()),
                 &rules,
                 &mut stdout,
             )?;
@@ -633,11 +658,7 @@ fn run(command: Command) -> Result<ExitCode> {
             })
         }
         Command::Audit(args) => {
-            let sources = Sources {
-                config: args.rules.config,
-                policies_dir: args.rules.policies_dir,
-            };
-            let rules = sources.load()?;
+            let rules = args.rules.sources().load()?;
             let results = match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
@@ -645,10 +666,18 @@ fn run(command: Command) -> Result<ExitCode> {
                         Some(path) => Some(sources::load_nodes(path)?),
                         None => None,
                     };
+                    let pools = match &args.nodes_file {
+                        Some(path) => Some(PoolFacts::gather(
+                            &sources::load_node_facts(path)?,
+                            &rules.config.node_selector_key,
+                        )),
+                        None => None,
+                    };
                     let inputs = audit::Inputs {
                         manifests,
                         namespaces: &namespaces,
                         nodes: nodes.as_ref(),
+                        pools: pools.as_deref(),
                     };
                     audit::manifests(&inputs, &rules)?
                 }

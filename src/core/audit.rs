@@ -26,9 +26,11 @@ use serde_json::{json, Value};
 use crate::admission::pod_spec_path;
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
-use crate::placement::{self, Labels, Placement};
+use crate::placement::Placement;
+use crate::placement_policy::PlacementSet;
 use crate::policy::{Evaluation, PolicySet};
 use crate::validate::{self, one_line};
+use crate::webhook::Scope;
 
 /// The policy (and rule) name of the placement result.
 pub const PLACEMENT: &str = "placement";
@@ -238,13 +240,19 @@ pub fn audited(api_version: &str, kind: &str) -> bool {
 /// placement result, then one per applied policy in name order. `labels` are its namespace's
 /// labels; `nodes` the labels of the cluster's nodes, when known (without them a bound Pod's
 /// node is not checked).
+///
+/// `scope` holds the namespace's labels and, for namespaces whose pods get their pool chosen,
+/// the pools: the object is then checked against the pool the placement policies choose for it,
+/// as the validating webhook does ([`validate::pool_for`]).
 pub fn audit(
     object: &Value,
-    labels: Option<&Labels>,
+    scope: Scope,
     nodes: Option<&NodeLabels>,
     config: &Config,
     policies: &PolicySet,
+    placement: &PlacementSet,
 ) -> Vec<AuditResult> {
+    let labels = scope.labels;
     let resource = Resource::of(object);
     let (group, version) = resource
         .api_version
@@ -260,7 +268,6 @@ pub fn audit(
         )];
     }
     let namespace = resource.namespace.as_str();
-    let pool = placement::pool_of(labels, &config.namespace_label);
     // An audit has no AdmissionRequest: policies reading `input.review` get the object and
     // where it lives, with no operation, user or old object.
     let review = json!({
@@ -269,6 +276,19 @@ pub fn audit(
         "name": resource.name,
         "object": object,
     });
+    let chosen = validate::pool_for(
+        object,
+        path,
+        namespace,
+        scope,
+        Some(&review),
+        config,
+        placement,
+    );
+    let (pool, refusal) = match &chosen {
+        Ok(pool) => (pool.as_deref(), None),
+        Err(refusal) => (None, Some(refusal)),
+    };
     let checks = validate::check(
         object,
         path,
@@ -283,16 +303,32 @@ pub fn audit(
     if let Some(pool) = pool {
         base.insert("pool".to_string(), pool.to_string());
     }
-    let mut results = vec![placement_result(
-        object,
-        path.len() == 1,
-        &resource,
-        pool,
-        checks.placement,
-        nodes,
-        config,
-        base.clone(),
-    )];
+    let mut results = vec![match refusal {
+        // No pool can take it, or none could be chosen.
+        Some((code, reasons)) => AuditResult {
+            resource: resource.clone(),
+            policy: PLACEMENT.to_string(),
+            rule: PLACEMENT.to_string(),
+            result: if *code == 503 {
+                Verdict::Error
+            } else {
+                Verdict::Fail
+            },
+            message: cap(reasons.join("; ")),
+            severity: Severity::High,
+            properties: base.clone(),
+        },
+        None => placement_result(
+            object,
+            path.len() == 1,
+            &resource,
+            pool,
+            checks.placement,
+            nodes,
+            config,
+            base.clone(),
+        ),
+    }];
     let result = |policy: &str, enforcement: Enforcement, verdict, message: String| {
         let mut properties = base.clone();
         properties.insert("enforcement".into(), enforcement.as_str().into());
@@ -491,6 +527,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::placement::Labels;
     use crate::policy::template;
 
     const REPOS: &str = r#"package repos
@@ -534,6 +571,13 @@ pools:
             "config",
         )
         .unwrap()
+    }
+
+    fn scope(labels: Option<&Labels>) -> Scope<'_> {
+        Scope {
+            labels,
+            pools: None,
+        }
     }
 
     fn labels(pool: &str) -> Labels {
@@ -839,7 +883,14 @@ pools:
         ];
         let (config, policies) = (config(), policies());
         for (name, object, labels, nodes, want) in cases {
-            let got = audit(&object, labels.as_ref(), nodes.as_ref(), &config, &policies);
+            let got = audit(
+                &object,
+                scope(labels.as_ref()),
+                nodes.as_ref(),
+                &config,
+                &policies,
+                &PlacementSet::default(),
+            );
             let summary: Vec<_> = got
                 .iter()
                 .map(|r| (&r.policy, r.result, &r.message))
@@ -905,7 +956,7 @@ policies:
                     "onplaced.rego".into(),
                 ),
             ])
-            .unwrap(),
+            .unwrap(), Default::default(),
             "config",
         )
         .unwrap();
@@ -983,10 +1034,11 @@ policies:
         for (name, object, labels, want) in cases {
             let got = audit(
                 &object,
-                labels.as_ref(),
+                scope(labels.as_ref()),
                 None,
                 &rules.config,
                 &rules.policies,
+                &rules.placement,
             );
             let summary: Vec<_> = got
                 .iter()
@@ -1021,7 +1073,15 @@ policies:
             json!({"apiVersion": "extensions/v1beta1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team"}}),
         ] {
             assert!(
-                audit(&object, None, None, &config, &policies).is_empty(),
+                audit(
+                    &object,
+                    Scope::default(),
+                    None,
+                    &config,
+                    &policies,
+                    &PlacementSet::default()
+                )
+                .is_empty(),
                 "{object}"
             );
         }
@@ -1044,7 +1104,14 @@ policies:
             "ml",
             json!({"nodeSelector": {"agentpool": "gpu"}, "containers": many}),
         );
-        let got = audit(&object, Some(&labels("gpu")), None, &config, &policies);
+        let got = audit(
+            &object,
+            scope(Some(&labels("gpu"))),
+            None,
+            &config,
+            &policies,
+            &PlacementSet::default(),
+        );
         assert_eq!(got[0].severity, Severity::High);
         assert_eq!(got[1].severity, Severity::Medium, "warn in pool gpu");
         assert_eq!(got[1].properties["infringements"], "200");

@@ -9,9 +9,11 @@ use serde_json::Value;
 use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResult, Request};
 use crate::config::{Config, Enforcement, OnError};
 use crate::placement::{self, Labels, Placement};
+use crate::placement_policy::{self, Chosen, PlacementSet};
 use crate::pod_images;
 use crate::policy::dependencies::State;
 use crate::policy::{input, Evaluation, Outcome, PolicySet};
+use crate::webhook::Scope;
 
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
 const MAX_ERROR_CHARS: usize = 300;
@@ -24,6 +26,8 @@ struct Findings {
     warnings: Vec<String>,
     dryrun: Vec<String>,
     evaluations: Vec<PolicyResult>,
+    /// The pool the object was checked against: its namespace's, or the one chosen for it.
+    pool: Option<String>,
 }
 
 /// Decides one validating request.
@@ -32,11 +36,17 @@ struct Findings {
 /// under older rules stays updatable — except a pod's scheduling directives: while a pod is not
 /// bound to a node its nodeSelector and affinity may still change (scheduling gates), and any
 /// such change must keep it on its namespace's pool.
+///
+/// In a namespace whose pods get their pool chosen, the object is checked against the pool the
+/// placement policies choose for it ([`placement_policy::select`], run again here: the
+/// `poolguard.io/pool` annotation and the selector are the client's to write): a pod must
+/// select a pool they accept, and a workload template that no pool can take is refused.
 pub fn validate(
     req: &Request,
-    labels: Option<&Labels>,
+    scope: Scope,
     config: &Config,
     policies: &PolicySet,
+    placement: &PlacementSet,
 ) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::allow();
@@ -50,14 +60,14 @@ pub fn validate(
     let Some(object) = req.object.filter(|_| checked_subresource) else {
         return Decision::allow();
     };
-    let pool = placement::pool_of(labels, &config.namespace_label);
-    let mut found = findings(req, object, path, is_pod, (pool, labels), config, policies);
+    let rules = (config, policies, placement);
+    let mut found = findings(req, object, path, is_pod, scope, rules);
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
-            let before = findings(req, old, path, is_pod, (pool, labels), config, policies);
+            let before = findings(req, old, path, is_pod, scope, rules);
             let known: HashSet<&str> = before.denials.iter().map(|d| d.1.as_str()).collect();
             found.denials.retain(|d| !known.contains(d.1.as_str()));
-            if let (true, Some(pool)) = (is_pod, pool) {
+            if let (true, Some(pool)) = (is_pod, &found.pool) {
                 found
                     .denials
                     .extend(rescheduling(req, old, object, pool, config));
@@ -82,8 +92,14 @@ pub fn validate(
 
 /// The reasons, one per line, at most `max` of them and a count of the rest.
 fn summary(denials: &[(u16, String)], max: usize) -> String {
-    let mut lines: Vec<&str> = denials.iter().take(max).map(|d| d.1.as_str()).collect();
-    let more = denials.len().saturating_sub(max);
+    let reasons: Vec<&str> = denials.iter().map(|d| d.1.as_str()).collect();
+    summary_of(&reasons, max)
+}
+
+/// `reasons`, one per line, at most `max` of them and a count of the rest.
+pub fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
+    let mut lines: Vec<&str> = reasons.iter().take(max).map(AsRef::as_ref).collect();
+    let more = reasons.len().saturating_sub(max);
     let tail = format!("... and {more} more");
     if more > 0 {
         lines.push(&tail);
@@ -189,16 +205,62 @@ pub fn check(
     }
 }
 
+/// The pool a pod spec is checked against: its namespace's; or, where the placement policies
+/// choose pools, the one they choose for it (`Err`: the denial when they cannot). `review` is
+/// what placement policies that read `input.review` get.
+#[allow(clippy::too_many_arguments)]
+pub fn pool_for(
+    object: &Value,
+    path: &[&str],
+    namespace: &str,
+    scope: Scope,
+    review: Option<&Value>,
+    config: &Config,
+    placement: &PlacementSet,
+) -> Result<Option<String>, (u16, Vec<String>)> {
+    if !placement_policy::chooses(scope.labels, config) {
+        return Ok(placement::pool_of(scope.labels, &config.namespace_label).map(str::to_string));
+    }
+    match placement_policy::select(scope.pools, object, path, namespace, placement, config, review)
+    {
+        Chosen::Pool(pool, _) => Ok(Some(pool)),
+        Chosen::Refused(reasons) => Err((
+            403,
+            reasons
+                .into_iter()
+                .map(|r| format!("no pool can take its pods (the placement policies choose the pools of namespace {namespace:?}): {r}"))
+                .collect(),
+        )),
+        Chosen::Invalid(message) => Err((400, vec![message])),
+        Chosen::Unknown(message) => Err((503, vec![message])),
+    }
+}
+
 fn findings(
     req: &Request,
     object: &Value,
     path: &[&str],
     is_pod: bool,
-    (pool, labels): (Option<&str>, Option<&Labels>),
-    config: &Config,
-    policies: &PolicySet,
+    scope: Scope,
+    (config, policies, placement): (&Config, &PolicySet, &PlacementSet),
 ) -> Findings {
     let mut found = Findings::default();
+    let labels = scope.labels;
+    let chosen = placement_policy::chooses(labels, config);
+    match pool_for(
+        object,
+        path,
+        req.namespace,
+        scope,
+        Some(req.raw),
+        config,
+        placement,
+    ) {
+        Ok(pool) => found.pool = pool,
+        Err((code, reasons)) => found.denials.extend(reasons.into_iter().map(|r| (code, r))),
+    }
+    let pool = found.pool.clone();
+    let pool = pool.as_deref();
     let spec = value_at(object, path);
     let checks = check(
         object,
@@ -217,10 +279,17 @@ fn findings(
             Placement::Patch(_) if !is_pod => {}
             Placement::Patch(_) => found.denials.push((
                 403,
-                format!(
-                    "namespace {:?} is assigned to pool {pool:?} but the pod has no nodeSelector {}={pool}: the mutating webhook did not run or its change was undone",
-                    req.namespace, config.node_selector_key
-                ),
+                if chosen {
+                    format!(
+                        "the placement policies choose the pools of namespace {:?} (pool {pool:?} for this pod) but the pod has no nodeSelector {}: the mutating webhook did not run or its change was undone",
+                        req.namespace, config.node_selector_key
+                    )
+                } else {
+                    format!(
+                        "namespace {:?} is assigned to pool {pool:?} but the pod has no nodeSelector {}={pool}: the mutating webhook did not run or its change was undone",
+                        req.namespace, config.node_selector_key
+                    )
+                },
             )),
             // The namespace was relabelled between the mutating call and this one: the pod
             // carries the pool the mutating webhook gave it, as it would had it come a moment
@@ -343,7 +412,7 @@ mod tests {
                     "tagged.rego".into(),
                 ),
             ])
-            .unwrap(),
+            .unwrap(), Default::default(),
             "t",
         )
         .unwrap();
@@ -355,7 +424,13 @@ mod tests {
                 request["oldObject"] = pod(old);
             }
             let req = Request::from_value(&request).unwrap();
-            validate(&req, None, &rules.config, &rules.policies)
+            validate(
+                &req,
+                Scope::default(),
+                &rules.config,
+                &rules.policies,
+                &rules.placement,
+            )
         };
         let pending = |d: &Decision| -> Vec<(String, Option<String>)> {
             d.policy_results

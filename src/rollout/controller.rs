@@ -280,7 +280,7 @@ mod tests {
             format!("package repos\ninfringement[{{\"msg\": \"{message}\"}}] {{ input.x }}\n");
         let policies =
             PolicySet::compile(&[template::from_rego("repos", rego, "repos.rego".into())]).unwrap();
-        RuleSet::new(config, policies, "t").unwrap()
+        RuleSet::new(config, policies, Default::default(), "t").unwrap()
     }
 
     /// Applies the planned changes to the contents, as the API server would.

@@ -16,7 +16,7 @@ use poolguard_core::admission::{self, Decision, Operation, Request};
 use poolguard_core::config::{Config, OnError};
 use poolguard_core::placement::Labels;
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Webhook};
+use poolguard_core::webhook::{decide, Scope, Webhook};
 
 use super::body::{self, Refusal};
 use super::limits::{Gates, Limits, NoSlot};
@@ -24,12 +24,15 @@ use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
 use crate::namespaces::Namespaces;
+use crate::pools::Pools;
 
 /// What the request handlers share.
 pub struct ServerState {
     /// Replaced whole on a config or policy reload.
     pub rules: ArcSwap<RuleSet>,
     pub namespaces: Namespaces,
+    /// The pools placement policies choose among (unknown until set).
+    pub pools: Pools,
     pub metrics: Arc<Metrics>,
     /// Per-request deadline; past it, `evaluation.onError` decides.
     pub deadline: Duration,
@@ -50,6 +53,7 @@ impl ServerState {
         ServerState {
             rules: ArcSwap::from_pointee(rules),
             namespaces,
+            pools: Pools::unknown(),
             metrics,
             deadline,
             gates: Gates::new(limits),
@@ -131,7 +135,8 @@ async fn handle(
     let deadline = tokio::time::Instant::from_std(started + app.deadline);
     // A validating request waits for its evaluation slot before its body is parsed: waiting, it
     // holds the bytes (counted in the body budget), not the several times larger document.
-    let slot = if webhook.runs_policies() {
+    let rules = app.rules.load_full();
+    let slot = if webhook.runs_policies(&rules) {
         Some(app.gates.evaluation_slot(deadline).await)
     } else {
         None
@@ -155,7 +160,6 @@ async fn handle(
         kind_label: kind_label(req.group, req.kind),
         operation: req.operation.as_str(),
     };
-    let rules = app.rules.load_full();
     let decision = match slot {
         Some(Err(why)) => no_slot(&rules, why, app.deadline),
         slot => match lookup(&app, &subject.namespace).await {
@@ -173,12 +177,17 @@ async fn handle(
                 // (see `decide_review`).
                 Some(Ok(slot)) => {
                     let (task_rules, budget) = (rules.clone(), app.deadline);
+                    let pools = app.pools.facts(&rules.config.node_selector_key);
                     let task = tokio::task::spawn_blocking(move || {
                         let _held = (slot, reservation);
+                        let scope = Scope {
+                            labels: labels.as_ref(),
+                            pools: pools.as_ref().map(|p| p.as_slice()),
+                        };
                         decide_review(
                             webhook,
                             &review,
-                            labels,
+                            scope,
                             &task_rules,
                             deadline.into_std(),
                             budget,
@@ -197,9 +206,13 @@ async fn handle(
                 _ => decide(
                     webhook,
                     &req,
-                    labels.as_ref(),
+                    Scope {
+                        labels: labels.as_ref(),
+                        pools: None,
+                    },
                     &rules.config,
                     &rules.policies,
+                    &rules.placement,
                 ),
             },
         },
@@ -268,7 +281,7 @@ fn refuse_malformed(
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
-    labels: Option<Labels>,
+    scope: Scope,
     rules: &RuleSet,
     deadline: Instant,
     budget: Duration,
@@ -278,9 +291,17 @@ fn decide_review(
     }
     match Request::from_value(&review["request"]) {
         Ok(req) => {
-            let cut = within_deadline(&rules.config, rules.policies.len(), req.operation, deadline);
+            let runs = webhook.policy_count(rules);
+            let cut = within_deadline(&rules.config, runs, req.operation, deadline);
             let config = cut.as_ref().unwrap_or(&rules.config);
-            let decision = decide(webhook, &req, labels.as_ref(), config, &rules.policies);
+            let decision = decide(
+                webhook,
+                &req,
+                scope,
+                config,
+                &rules.policies,
+                &rules.placement,
+            );
             if cut.is_some() && Instant::now() >= deadline {
                 return past_deadline(rules, budget);
             }

@@ -17,6 +17,7 @@ use crate::certs::pacing::Pacing;
 use crate::certs::rotation::{Settings, Stored};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
+use crate::cluster::node_cache;
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
 use endpoints::ServerState;
@@ -47,6 +48,8 @@ pub struct Options {
     pub tls: Option<TlsFiles>,
     pub sources: Sources,
     pub namespaces_file: Option<PathBuf>,
+    /// Node objects to take the pools from instead of the cluster.
+    pub nodes_file: Option<PathBuf>,
     pub deadline: Duration,
     /// How long in-flight requests get after SIGTERM.
     pub drain: Duration,
@@ -120,7 +123,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     };
     let rules = opts.sources.load()?;
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
-    let namespaces = namespace_source(&opts).await?;
+    let (namespaces, client) = namespace_source(&opts).await?;
     tracing::info!(?limits, "limits");
     let app = Arc::new(ServerState::new(
         rules,
@@ -129,6 +132,7 @@ pub async fn start(opts: Options) -> Result<Running> {
         opts.deadline,
         limits.clone(),
     ));
+    pool_source(&opts, client, &app)?;
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref(), &tls, &app),
         metrics.clone(),
@@ -347,21 +351,47 @@ fn dev_certificates(dir: &Path) -> Result<TlsFiles> {
 /// A namespaces file; else, with `--dev` and no `--kubeconfig`, the embedded testdata namespaces
 /// (a development run never attaches to whatever cluster the current kubeconfig context names);
 /// else the cluster: `--kubeconfig`, or in-cluster config, or KUBECONFIG / ~/.kube/config.
-async fn namespace_source(opts: &Options) -> Result<Namespaces> {
+/// The cluster's client is returned when the labels come from a cluster.
+async fn namespace_source(opts: &Options) -> Result<(Namespaces, Option<kube::Client>)> {
     if let Some(path) = &opts.namespaces_file {
         let labels = sources::load_namespaces(path)?;
         tracing::info!(source = %path.display(), namespaces = labels.len(), "namespace labels from a file");
-        return Ok(Namespaces::fixed(labels));
+        return Ok((Namespaces::fixed(labels), None));
     }
     if opts.dev && opts.kubeconfig.is_none() {
         let origin = "embedded testdata/namespaces.yaml";
         let labels = parse_file_text(EMBEDDED_NAMESPACES, origin)?;
         tracing::info!(source = origin, namespaces = labels.len(), "namespace labels from the embedded testdata (--dev; give --kubeconfig to read a cluster)");
-        return Ok(Namespaces::fixed(labels));
+        return Ok((Namespaces::fixed(labels), None));
     }
     let client = kube_client(opts.kubeconfig.as_deref()).await?;
     tracing::info!(source = %cluster_name(opts.kubeconfig.as_deref()), "namespace labels from the cluster (watch cache, GET on a miss)");
-    Ok(Namespaces::new(Arc::new(ClusterNamespaces::start(client))))
+    let namespaces = Namespaces::new(Arc::new(ClusterNamespaces::start(client.clone())));
+    Ok((namespaces, Some(client)))
+}
+
+/// The pools placement policies choose among: from a nodes file; else from the cluster's nodes
+/// (a watch cache) when the namespaces come from a cluster; else none (no pool can be chosen).
+fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerState>) -> Result<()> {
+    let key = || app.rules.load().config.node_selector_key.clone();
+    match (&opts.nodes_file, client) {
+        (Some(path), _) => {
+            let nodes = sources::load_node_facts(path)?;
+            tracing::info!(source = %path.display(), nodes = nodes.len(), "pools from a nodes file");
+            app.pools.publish(nodes, &key());
+        }
+        (None, Some(client)) => {
+            let weak = Arc::downgrade(app);
+            let key: node_cache::PoolKey = Arc::new(move || {
+                weak.upgrade()
+                    .map(|app| app.rules.load().config.node_selector_key.clone())
+                    .unwrap_or_default()
+            });
+            node_cache::start(client, key, app.pools.clone());
+        }
+        (None, None) => app.pools.publish(Vec::new(), &key()),
+    }
+    Ok(())
 }
 
 /// A client for `kubeconfig` when given, else the inferred configuration (in-cluster, then
@@ -412,7 +442,8 @@ fn reload_targets(
             .config
             .iter()
             .map(|c| reload::dir_of(c))
-            .chain(opts.sources.policies_dir().map(|d| reload::dir_of(&d))),
+            .chain(opts.sources.policies_dir().map(|d| reload::dir_of(&d)))
+            .chain(opts.sources.placement_dir().map(|d| reload::dir_of(&d))),
     );
     if !rule_dirs.is_empty() {
         let (sources, app) = (opts.sources.clone(), app.clone());

@@ -18,16 +18,23 @@ pub fn router(app: Arc<ServerState>) -> Router {
         .with_state(app)
 }
 
-/// Ready once the namespace cache has synced (TLS, config and policies are loaded before the
-/// server starts listening, and reloads never leave them unloaded).
+/// Ready once the namespace cache has synced and, when placement policies may choose pools,
+/// the node cache too (TLS, config and policies are loaded before the server starts listening,
+/// and reloads never leave them unloaded).
 async fn readyz(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
-    if app.namespaces.ready() {
-        (StatusCode::OK, "ok\n".to_string())
-    } else {
+    let chooses = app.rules.load().config.placement.is_some();
+    if !app.namespaces.ready() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the namespace cache has not synced yet\n".to_string(),
         )
+    } else if chooses && !app.pools.ready() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the node cache has not synced yet (placement policies choose pools from it)\n".to_string(),
+        )
+    } else {
+        (StatusCode::OK, "ok\n".to_string())
     }
 }
 

@@ -28,7 +28,8 @@ pub struct NodeFacts {
     pub labels: Labels,
     /// `status.allocatable` (empty until the kubelet reports it).
     pub allocatable: Resources,
-    /// The `Ready` condition is `True`.
+    /// The `Ready` condition is `True` and the node is not cordoned (`spec.unschedulable`):
+    /// it takes new pods.
     pub ready: bool,
     pub taints: Vec<Taint>,
 }
@@ -95,7 +96,8 @@ impl NodeFacts {
                 conditions
                     .iter()
                     .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+            })
+            && node.pointer("/spec/unschedulable") != Some(&Value::Bool(true));
         let mut taints = Vec::new();
         if let Some(list) = node.pointer("/spec/taints").filter(|t| !t.is_null()) {
             let Some(list) = list.as_array() else {

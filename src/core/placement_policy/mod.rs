@@ -119,7 +119,7 @@ use regorus::utils::limits::ExecutionTimerConfig;
 use regorus::{Engine, Value};
 
 use crate::config::{Config, UnlabelledNamespaces};
-use crate::placement::{pool_of, Labels};
+use crate::placement::{self, pool_of, Labels, Placement};
 use crate::policy::template::Template;
 use crate::policy::{declares, load, reads_review};
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
@@ -364,11 +364,8 @@ pub fn input_document(
     }))
 }
 
-/// Chooses the pool for `pod` (an object with `metadata` and `spec`) among `pools`: the first,
-/// in [`pool_order`], that every placement policy accepts. Otherwise the reasons, each
-/// prefixed with the policy it comes from: every unfulfilled policy's `msg`, every policy that
-/// could not be evaluated, or, when each policy accepts some pool but no pool is accepted by
-/// all, what each accepted. `review`, the AdmissionRequest, reaches the policies that read it.
+/// Chooses the pool for `pod` (an object with `metadata` and `spec`) among `pools`: the first
+/// of [`candidates`].
 pub fn choose(
     pools: &[PoolFacts],
     pod: &serde_json::Value,
@@ -376,6 +373,22 @@ pub fn choose(
     config: &Config,
     review: Option<&serde_json::Value>,
 ) -> Result<String, Vec<String>> {
+    let candidates = candidates(pools, pod, policies, config, review)?;
+    Ok(candidates.into_iter().next().unwrap_or_default())
+}
+
+/// The pools every placement policy accepts for `pod` (an object with `metadata` and `spec`),
+/// in [`pool_order`]; never empty. Otherwise the reasons, each prefixed with the policy it
+/// comes from: every unfulfilled policy's `msg`, every policy that could not be evaluated, or,
+/// when each policy accepts some pool but no pool is accepted by all, what each accepted.
+/// `review`, the AdmissionRequest, reaches the policies that read it.
+pub fn candidates(
+    pools: &[PoolFacts],
+    pod: &serde_json::Value,
+    policies: &PlacementSet,
+    config: &Config,
+    review: Option<&serde_json::Value>,
+) -> Result<Vec<String>, Vec<String>> {
     if pools.is_empty() {
         return Err(vec![format!(
             "no pool to choose from: no node carries the label {}",
@@ -434,23 +447,95 @@ pub fn choose(
         return Err(reasons);
     }
     let preference = placement.map_or(&[][..], |p| p.preference.as_slice());
-    let order = pool_order(pools, preference);
-    let chosen = order.iter().find(|pool| {
-        accepted
-            .values()
-            .all(|targets| targets.binary_search_by(|t| t.as_str().cmp(pool)).is_ok())
-    });
-    match chosen {
-        Some(pool) => Ok(pool.to_string()),
-        None => {
-            let mut reasons = vec!["no pool is accepted by every placement policy".to_string()];
-            reasons.extend(
-                accepted
-                    .iter()
-                    .map(|(name, targets)| format!("{name}: accepts only {}", targets.join(", "))),
-            );
-            Err(reasons)
+    let chosen: Vec<String> = pool_order(pools, preference)
+        .into_iter()
+        .filter(|pool| {
+            accepted
+                .values()
+                .all(|targets| targets.binary_search_by(|t| t.as_str().cmp(pool)).is_ok())
+        })
+        .map(str::to_string)
+        .collect();
+    if chosen.is_empty() {
+        let mut reasons = vec!["no pool is accepted by every placement policy".to_string()];
+        reasons.extend(
+            accepted
+                .iter()
+                .map(|(name, targets)| format!("{name}: accepts only {}", targets.join(", "))),
+        );
+        return Err(reasons);
+    }
+    Ok(chosen)
+}
+
+/// What the pools and the placement policies make of one pod spec in a namespace whose pods
+/// get their pool chosen ([`chooses`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chosen {
+    /// The pool: the one the spec's nodeSelector names, or the first the policies accept; and
+    /// the spec against it:
+    /// [`Placement::Satisfied`], or [`Placement::Patch`] adding the pool's selector.
+    Pool(String, Placement),
+    /// 403: why no pool can take the pod.
+    Refused(Vec<String>),
+    /// 400: the pod spec cannot be read.
+    Invalid(String),
+    /// 503: the node facts are not known yet (the node cache has not synced).
+    Unknown(String),
+}
+
+/// Chooses the pool for the pod spec at `path` inside `object` (a Pod, or a workload whose
+/// template is chosen for as its pods will be): the candidates all placement policies accept
+/// ([`candidates`]); the pool the spec's nodeSelector names if it is one of them (refused if
+/// not), else the first, checked with [`placement::place`] as a named pool is. The mutating webhook patches with it; the
+/// validating webhook and the audit check with it (a pod that selects a pool itself must select
+/// one the policies accept). `pools` is `None` while the node facts are unknown.
+pub fn select(
+    pools: Option<&[PoolFacts]>,
+    object: &serde_json::Value,
+    path: &[&str],
+    namespace: &str,
+    policies: &PlacementSet,
+    config: &Config,
+    review: Option<&serde_json::Value>,
+) -> Chosen {
+    let Some(pools) = pools else {
+        return Chosen::Unknown(
+            "no pool can be chosen yet: the nodes have not been read (the node cache has not synced)"
+                .to_string(),
+        );
+    };
+    let Some((_, template_path)) = path.split_last() else {
+        return Chosen::Invalid("no pod spec path".to_string());
+    };
+    let pod = crate::admission::value_at(object, template_path).unwrap_or(&serde_json::Value::Null);
+    if let Err(e) = PodRequirements::of(pod.get("spec"), &path.join(".")) {
+        return Chosen::Invalid(e);
+    }
+    let candidates = match candidates(pools, pod, policies, config, review) {
+        Ok(candidates) => candidates,
+        Err(reasons) => return Chosen::Refused(reasons),
+    };
+    let spec = pod.get("spec");
+    let key = &config.node_selector_key;
+    let own = spec
+        .and_then(|s| s.get("nodeSelector"))
+        .and_then(|s| s.get(key))
+        .and_then(serde_json::Value::as_str);
+    let pool = match own {
+        Some(own) if !candidates.iter().any(|c| c == own) => {
+            return Chosen::Refused(vec![format!(
+                "the pod selects pool {own:?} (nodeSelector {key}={own}), which the placement policies do not accept for it; they accept {}",
+                candidates.join(", ")
+            )])
         }
+        Some(own) => own,
+        None => candidates[0].as_str(),
+    };
+    match placement::place(spec, path, namespace, pool, &config.placement_rules()) {
+        Placement::Conflict(message) => Chosen::Refused(vec![message]),
+        Placement::Invalid(message) => Chosen::Invalid(message),
+        placed => Chosen::Pool(pool.to_string(), placed),
     }
 }
 

@@ -651,3 +651,170 @@ fn stackl_hasparams_loads_and_runs_unchanged() {
         ]))
     );
 }
+
+/// The webhooks and the audit in namespaces whose pods get their pool chosen: the same
+/// [`select`] behind the mutating patch, the validating check and the audit result.
+#[test]
+fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
+    use crate::admission::Request;
+    use crate::webhook::{decide, Scope, Webhook};
+
+    let pools = cluster();
+    let rules = crate::ruleset::RuleSet::new(
+        config("placement:\n  chooseValue: auto\n  unlabelledNamespaces: choose\n"),
+        Default::default(),
+        shipped(),
+        "t",
+    )
+    .unwrap();
+    let auto: Labels = [("agentpool".to_string(), "auto".to_string())].into();
+    let named: Labels = [("agentpool".to_string(), "large".to_string())].into();
+    let pod_with = |requests: Json, selector: Option<&str>| {
+        let mut pod = pod(requests);
+        if let Some(pool) = selector {
+            pod["spec"]["nodeSelector"] = json!({"agentpool": pool, "disk": "ssd"});
+        }
+        pod
+    };
+    let run = |webhook, object: &Json, kind: &str, labels: Option<&Labels>, known: bool| {
+        let (group, version) = if kind == "Pod" {
+            ("", "v1")
+        } else {
+            ("apps", "v1")
+        };
+        let request = json!({"uid": "u", "kind": {"group": group, "version": version, "kind": kind},
+            "namespace": "team-a", "operation": "CREATE", "object": object});
+        let req = Request::from_value(&request).unwrap();
+        let scope = Scope {
+            labels,
+            pools: known.then_some(&pools[..]),
+        };
+        decide(
+            webhook,
+            &req,
+            scope,
+            &rules.config,
+            &rules.policies,
+            &rules.placement,
+        )
+    };
+    // The pool a mutating decision's patch selects, if any.
+    let patched = |d: &crate::admission::Decision| -> Option<String> {
+        let patch = serde_json::to_value(d.patch.as_ref()?).unwrap();
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|op| match op["path"].as_str() {
+                Some("/spec/nodeSelector") => op["value"]["agentpool"].as_str().map(str::to_string),
+                Some("/spec/nodeSelector/agentpool") => op["value"].as_str().map(str::to_string),
+                _ => None,
+            })
+    };
+    let small = json!({"cpu": "500m", "memory": "1Gi"});
+    let gpu = json!({"cpu": "1", "nvidia.com/gpu": "1"});
+    let huge = json!({"cpu": "100"});
+
+    // Mutating: (case, pod, namespace labels, node facts known, code, chosen pool or message part)
+    type Case<'a> = (&'a str, Json, Option<&'a Labels>, bool, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("a small pod: the first pool", pod_with(small.clone(), None), Some(&auto), true, 0, "general"),
+        ("a GPU pod: the GPU pool", pod_with(gpu.clone(), None), Some(&auto), true, 0, "gpu"),
+        ("unlabelled namespace, unlabelledNamespaces: choose", pod_with(gpu.clone(), None), None, true, 0, "gpu"),
+        ("a named pool keeps today's behaviour", pod_with(small.clone(), None), Some(&named), true, 0, "large"),
+        ("a pod that selects an accepted pool keeps it", pod_with(small.clone(), Some("large")), Some(&auto), true, 0, ""),
+        ("a pod that selects a refused pool", pod_with(small.clone(), Some("gpu")), Some(&auto), true, 403,
+            "the pod selects pool \"gpu\" (nodeSelector agentpool=gpu), which the placement policies do not accept for it; they accept general, large"),
+        ("an impossible pod: the policy's message", pod_with(huge.clone(), None), Some(&auto), true, 403,
+            "fitsresources: no pool has a node with room for the pod's requests (cpu 100000m)"),
+        ("an unreadable request", pod_with(json!({"cpu": "lots"}), None), Some(&auto), true, 400, "is not a valid quantity"),
+        ("nodes not read yet", pod_with(small.clone(), None), Some(&auto), false, 503, "the node cache has not synced"),
+    ];
+    for (name, pod, labels, known, code, want) in &cases {
+        let d = run(Webhook::Mutate, pod, "Pod", *labels, *known);
+        assert_eq!(d.code, *code, "{name}: {d:?}");
+        if *code == 0 {
+            assert!(d.allowed, "{name}: {d:?}");
+            let chosen = patched(&d);
+            assert_eq!(
+                chosen.as_deref(),
+                Some(*want).filter(|w| !w.is_empty()),
+                "{name}: {d:?}"
+            );
+            // The annotation records the pool the pod ends up on.
+            let annotated = serde_json::to_string(&d.patch).unwrap();
+            let pool = chosen.unwrap_or_else(|| "large".to_string());
+            assert!(
+                annotated.contains(&format!("\"poolguard.io/pool\":\"{pool}\"")),
+                "{name}: {annotated}"
+            );
+        } else {
+            assert!(!d.allowed && d.message.contains(want), "{name}: {d:?}");
+        }
+    }
+
+    // Validating: the pod as the mutating webhook left it passes; anything else is checked
+    // again, never trusted.
+    let cases: Vec<(&str, Json, &str, u16, &str)> = vec![
+        ("as mutated", pod_with(small.clone(), Some("general")), "Pod", 0, ""),
+        ("another accepted pool", pod_with(small.clone(), Some("large")), "Pod", 0, ""),
+        ("the GPU pod on the GPU pool", pod_with(gpu.clone(), Some("gpu")), "Pod", 0, ""),
+        ("no selector: the mutating webhook did not run", pod_with(small.clone(), None), "Pod", 403,
+            "the placement policies choose the pools of namespace \"team-a\" (pool \"general\" for this pod) but the pod has no nodeSelector agentpool"),
+        ("a refused pool written by the client", pod_with(small.clone(), Some("gpu")), "Pod", 403,
+            "which the placement policies do not accept for it"),
+        ("a GPU pod on a pool without GPUs", pod_with(gpu.clone(), Some("general")), "Pod", 403,
+            "they accept gpu"),
+        ("a template some pool can take", json!({"metadata": {"name": "d"}, "spec": {"template": pod_with(small.clone(), None)}}), "Deployment", 0, ""),
+        ("a template no pool can take", json!({"metadata": {"name": "d"}, "spec": {"template": pod_with(huge.clone(), None)}}), "Deployment", 403,
+            "no pool can take its pods (the placement policies choose the pools of namespace \"team-a\"): fitsresources: no pool has a node with room"),
+    ];
+    for (name, object, kind, code, want) in &cases {
+        let d = run(Webhook::Validate, object, kind, Some(&auto), true);
+        assert_eq!((d.allowed, d.code), (*code == 0, *code), "{name}: {d:?}");
+        assert!(d.message.contains(want), "{name}: {d:?}");
+    }
+
+    // The audit runs the same check on stored objects.
+    let audited = |object: Json| {
+        let scope = Scope {
+            labels: Some(&auto),
+            pools: Some(&pools),
+        };
+        let results = crate::audit::audit(
+            &object,
+            scope,
+            None,
+            &rules.config,
+            &rules.policies,
+            &rules.placement,
+        );
+        (results[0].result, results[0].message.clone())
+    };
+    let stored = |selector| {
+        let mut pod = pod_with(small.clone(), selector);
+        pod["apiVersion"] = json!("v1");
+        pod["kind"] = json!("Pod");
+        pod
+    };
+    let (verdict, message) = audited(stored(Some("large")));
+    assert_eq!(verdict, crate::audit::Verdict::Pass, "{message}");
+    let (verdict, message) = audited(stored(Some("gpu")));
+    assert_eq!(verdict, crate::audit::Verdict::Fail, "{message}");
+    assert!(message.contains("do not accept"), "{message}");
+}
+
+#[test]
+fn a_cordoned_node_is_not_ready() {
+    let node = |unschedulable: bool| {
+        NodeFacts::from_node(&json!({
+            "metadata": {"name": "n"},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap()
+        .ready
+    };
+    assert!(node(false));
+    assert!(!node(true));
+}

@@ -655,6 +655,7 @@ pools:
         let rules = crate::ruleset::RuleSet::new(
             Config::parse(DEPENDENT, "t").unwrap(),
             flagged(&["s", "t", "u", "v", "w", "x", "y", "z"]),
+            Default::default(),
             "t",
         )
         .unwrap();
@@ -795,6 +796,7 @@ pools:
         let rules = crate::ruleset::RuleSet::new(
             Config::parse("policies: {a: {parameters: {}}, b: {parameters: {}}}", "t").unwrap(),
             policies,
+            Default::default(),
             "t",
         )
         .unwrap();
@@ -819,9 +821,14 @@ pools:
         let load = |text: &str| {
             // As written, without the config's own checks, to reach the load's.
             let config: Config = crate::documents::parse_one(text, "t").unwrap();
-            crate::ruleset::RuleSet::new(config, flagged(&["a", "b"]), "cfg.yaml")
-                .err()
-                .map(|e| e.to_string())
+            crate::ruleset::RuleSet::new(
+                config,
+                flagged(&["a", "b"]),
+                Default::default(),
+                "cfg.yaml",
+            )
+            .err()
+            .map(|e| e.to_string())
         };
         assert_eq!(
             load("policies:\n  a: {dependencies: [{policy: c}]}\n").as_deref(),
