@@ -6,7 +6,8 @@
 # 1. builds (or reuses) etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #    (integration/controlplane/build.sh; honours KUBEBUILDER_ASSETS), helm
 #    (integration/helm/helm.sh), poolguard and the tests;
-# 2. starts the control plane with controllers, registers fake Ready nodes for two pools;
+# 2. starts the control plane with controllers, registers fake Ready nodes for two pools, and
+#    for three more of different sizes (psmall, plarge, pgpu: the placement policies' test);
 # 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
 #    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
 # 4. runs `cargo test -p poolguard-e2e --test e2e` and `--test bypasses`, then the fail-closed test, which stops
@@ -26,7 +27,7 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses cert_renewal audit rollout fail_closed
+#                         e2e bypasses cert_renewal audit rollout placement fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -111,7 +112,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --test placement --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -127,15 +128,20 @@ cp_started=1
 export KUBECONFIG="${cp_state}/kubeconfig"
 kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
 
-register_node() { # name pool
-    KUBECTL="${cp_bin}/kubectl" integration/controlplane/fake-node.sh "$1" "${label}" "$2"
-    log "node $1: ${label}=$2, Ready"
+register_node() { # name pool [allocatable]
+    KUBECTL="${cp_bin}/kubectl" integration/controlplane/fake-node.sh "$1" "${label}" "$2" ${3:+"$3"}
+    log "node $1: ${label}=$2, Ready${3:+, allocatable $3}"
 }
 register_node "${pools[0]}-node-1" "${pools[0]}"
 register_node "${pools[0]}-node-2" "${pools[0]}"
 for pool in "${pools[@]:1}"; do
     register_node "${pool}-node-1" "${pool}"
 done
+# Pools that placement policies choose among (tests/placement.rs; the config prefers them in this
+# order): small, large, and one with GPUs.
+register_node psmall-node-1 psmall '{"cpu": "4", "memory": "8Gi", "pods": "110"}'
+register_node plarge-node-1 plarge '{"cpu": "64", "memory": "256Gi", "pods": "110"}'
+register_node pgpu-node-1 pgpu '{"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4", "pods": "110"}'
 deadline=$((SECONDS + 30))
 until kubectl -n kube-system get serviceaccount default >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "the ServiceAccount controller did not create kube-system/default"
@@ -183,7 +189,7 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
@@ -217,6 +223,10 @@ fi
 if suite rollout; then
     log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
     POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
+fi
+if suite placement; then
+    log "running tests/placement.rs (placement policies choose the pools of pods in namespaces labelled ${label}=auto)"
+    cargo test --locked -p poolguard-e2e --test placement -- --nocapture
 fi
 if suite fail_closed; then
     log "running tests/fail_closed.rs (stops poolguard, then starts it again)"

@@ -136,6 +136,76 @@ fn eval_reports_a_dependent_policy_as_pending() {
     }
 }
 
+/// The README's placement example: in a namespace labelled agentpool=auto the placement
+/// policies choose each pod's pool from the nodes file; a pod no node can hold is refused with
+/// the policy's message. The validating webhook checks the choice again.
+#[test]
+fn eval_chooses_pools_with_placement_policies() {
+    let args = [
+        "eval",
+        "--namespaces-file",
+        "testdata/placement/namespaces.yaml",
+        "--nodes-file",
+        "testdata/placement/nodes.yaml",
+        "--config",
+        "testdata/placement/config.yaml",
+    ];
+    let pods = "testdata/placement/pods.yaml";
+    let out = poolguard(&[&args[..], &["--webhook", "mutate", pods]].concat(), None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let verdicts: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("# ") && !l.starts_with("# patch"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            "# Pod web in namespace ml-team (pool general, chosen by the placement policies): ALLOWED, patched",
+            "# Pod train in namespace ml-team (pool gpu, chosen by the placement policies): ALLOWED, patched",
+            "# Pod huge in namespace ml-team (no pool can be chosen by the placement policies): DENIED (403)",
+            "#   no pool can take this pod (the placement policies choose the pools of namespace \"ml-team\"):",
+            "#   fitsresources: no pool has a node with room for the pod's requests (cpu 48000m, memory 300Gi)",
+        ]
+    );
+
+    // Validating: the web pod as mutated passes; placed on the GPU pool by its author, refused.
+    let web = std::fs::read_to_string(pods).unwrap();
+    let web = web.split("---").next().unwrap();
+    let placed = |pool: &str| {
+        web.replace(
+            "spec:\n",
+            &format!("spec:\n  nodeSelector: {{agentpool: {pool}}}\n"),
+        )
+    };
+    let out = poolguard(
+        &[&args[..], &["--webhook", "validate", "-"]].concat(),
+        Some(&placed("general")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = poolguard(
+        &[&args[..], &["--webhook", "validate", "-"]].concat(),
+        Some(&placed("gpu")),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("the pod selects pool \"gpu\" (nodeSelector agentpool=gpu), which the placement policies do not accept for it; they accept general, large"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Without the nodes file there is nothing to choose from.
+    let out = poolguard(
+        &[&args[..3], &args[5..], &["--webhook", "mutate", pods]].concat(),
+        None,
+    );
+    assert!(
+        text(&out.stdout).contains("no pool to choose from: no node carries the label agentpool"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 /// Dependency cycles, self-dependencies and names that are neither loaded nor `placement` are
 /// load errors (exit 2) naming the cycle or the name.
 #[test]

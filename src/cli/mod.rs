@@ -628,12 +628,13 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Eval(args) => {
             let rules = args.rules.sources().load()?;
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
+            // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
-                Some(path) => Some(PoolFacts::gather(
+                Some(path) => PoolFacts::gather(
                     &sources::load_node_facts(path)?,
                     &rules.config.node_selector_key,
-                )),
-                None => None,
+                ),
+                None => Vec::new(),
             };
             let text = sources::read_input(&args.input)?;
             let origin = if args.input == "-" {
@@ -647,7 +648,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 &text,
                 origin,
                 args.namespace.as_deref(),
-                (&namespaces, pools.as_deref()),
+                (&namespaces, Some(&pools)),
                 &rules,
                 &mut stdout,
             )?;
