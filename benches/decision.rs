@@ -15,7 +15,7 @@ use poolguard::sources::{load_namespaces, load_placement_policies, load_policies
 use poolguard_core::admission::{self, Request};
 use poolguard_core::config::Config;
 use poolguard_core::placement::Labels;
-use poolguard_core::placement_policy::{NodeFacts, PoolFacts};
+use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Scope, Webhook};
 use serde_json::json;
@@ -135,7 +135,7 @@ fn main() {
 }
 
 /// `count` pools of three nodes each, of growing size; the last has GPUs.
-fn pools(count: usize) -> Vec<PoolFacts> {
+fn pools(count: usize) -> PoolSet {
     let mut nodes = Vec::new();
     for p in 0..count {
         for n in 0..3 {
@@ -152,7 +152,7 @@ fn pools(count: usize) -> Vec<PoolFacts> {
             );
         }
     }
-    PoolFacts::gather(&nodes, "agentpool")
+    PoolSet::new(PoolFacts::gather(&nodes, "agentpool"))
 }
 
 /// A pod of `containers` containers in a namespace whose pool is chosen; `selected` is the

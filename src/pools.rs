@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-use poolguard_core::placement_policy::{NodeFacts, PoolFacts};
+use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 
 /// The nodes' facts as last read, and the pools gathered from them by one node label.
 struct Snapshot {
     nodes: Vec<NodeFacts>,
     key: String,
-    pools: Arc<Vec<PoolFacts>>,
+    pools: Arc<PoolSet>,
 }
 
 /// The pools the server chooses among. Unknown until the nodes have been read once (a node
@@ -37,7 +37,7 @@ impl Pools {
     /// Replaces the nodes' facts; the pools are gathered by the node label `key` (the config's
     /// `nodeSelectorKey`).
     pub fn publish(&self, nodes: Vec<NodeFacts>, key: &str) {
-        let pools = Arc::new(PoolFacts::gather(&nodes, key));
+        let pools = Arc::new(PoolSet::new(PoolFacts::gather(&nodes, key)));
         self.current.store(Some(Arc::new(Snapshot {
             nodes,
             key: key.to_string(),
@@ -47,12 +47,15 @@ impl Pools {
 
     /// The pools by the node label `key`; `None` while no node has been read. A key other than
     /// the one last published (the config changed its `nodeSelectorKey`) is gathered anew.
-    pub fn facts(&self, key: &str) -> Option<Arc<Vec<PoolFacts>>> {
+    pub fn facts(&self, key: &str) -> Option<Arc<PoolSet>> {
         let snapshot = self.current.load_full()?;
         if snapshot.key == key {
             Some(snapshot.pools.clone())
         } else {
-            Some(Arc::new(PoolFacts::gather(&snapshot.nodes, key)))
+            Some(Arc::new(PoolSet::new(PoolFacts::gather(
+                &snapshot.nodes,
+                key,
+            ))))
         }
     }
 
@@ -98,6 +101,7 @@ mod tests {
             pools
                 .facts(key)
                 .unwrap()
+                .facts()
                 .iter()
                 .map(|p| p.name.clone())
                 .collect()

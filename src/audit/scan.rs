@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use poolguard_core::audit::{self, AuditResult, Listed, Resource, LISTED};
 use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
-use poolguard_core::placement_policy::{NodeFacts, PoolFacts};
+use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::Scope;
 
@@ -45,10 +45,10 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
     let nodes = Arc::new(node_labels(client, options.page_size).await?);
     // The pools' facts only when placement policies may choose pools.
     let pools = match &rules.config.placement {
-        Some(_) => Some(Arc::new(PoolFacts::gather(
+        Some(_) => Some(Arc::new(PoolSet::new(PoolFacts::gather(
             &node_facts(client, options.page_size).await?,
             &rules.config.node_selector_key,
-        ))),
+        )))),
         None => None,
     };
     let mut scan = Scan {
@@ -69,11 +69,7 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
             count += items.len();
             // Policy evaluation is CPU work: off the async threads.
             let results = tokio::task::spawn_blocking(move || {
-                let cluster = (
-                    namespaces.as_ref(),
-                    nodes.as_ref(),
-                    pools.as_deref().map(Vec::as_slice),
-                );
+                let cluster = (namespaces.as_ref(), nodes.as_ref(), pools.as_deref());
                 audit_page(items, &listed, cluster, &rules)
             })
             .await
@@ -92,7 +88,7 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
 fn audit_page(
     items: Vec<Value>,
     listed: &Listed,
-    (namespaces, nodes, pools): (&NamespaceLabels, &NodeLabels, Option<&[PoolFacts]>),
+    (namespaces, nodes, pools): (&NamespaceLabels, &NodeLabels, Option<&PoolSet>),
     rules: &RuleSet,
 ) -> Vec<AuditResult> {
     let api_version = listed.api_version();

@@ -4,7 +4,7 @@
 //! for objects dumped from a cluster (`kubectl get pods,deployments,... -A -o yaml`), without
 //! one. Either way every Pod and workload gets [`audit::audit`]'s results.
 
-use poolguard_core::placement_policy::PoolFacts;
+use poolguard_core::placement_policy::PoolSet;
 use poolguard_core::webhook::Scope;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ pub struct Inputs<'a> {
     pub namespaces: &'a NamespaceLabels,
     pub nodes: Option<&'a NodeLabels>,
     /// The pools gathered from the nodes (placement policies choose among them).
-    pub pools: Option<&'a [PoolFacts]>,
+    pub pools: Option<&'a PoolSet>,
 }
 
 /// How reports are written.

@@ -10,13 +10,13 @@ use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
 use poolguard_core::placement;
-use poolguard_core::placement_policy::{self, PoolFacts};
+use poolguard_core::placement_policy::{self, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::validate;
 use poolguard_core::webhook::{self, Scope, Webhook};
 
 /// The namespaces' labels, and the pools when a nodes file was given.
-pub type Cluster<'a> = (&'a NamespaceLabels, Option<&'a [PoolFacts]>);
+pub type Cluster<'a> = (&'a NamespaceLabels, Option<&'a PoolSet>);
 
 /// Evaluates the documents in `text`; writes the result to `out`. True when all were allowed.
 pub fn run(

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use poolguard_core::placement_policy::PoolFacts;
+use poolguard_core::placement_policy::{PoolFacts, PoolSet};
 use poolguard_core::policy::rego_tests;
 use poolguard_core::report::ReportApi;
 use poolguard_core::webhook::Webhook;
@@ -630,11 +630,11 @@ fn run(command: Command) -> Result<ExitCode> {
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
-                Some(path) => PoolFacts::gather(
+                Some(path) => PoolSet::new(PoolFacts::gather(
                     &sources::load_node_facts(path)?,
                     &rules.config.node_selector_key,
-                ),
-                None => Vec::new(),
+                )),
+                None => PoolSet::default(),
             };
             let text = sources::read_input(&args.input)?;
             let origin = if args.input == "-" {
@@ -668,17 +668,17 @@ fn run(command: Command) -> Result<ExitCode> {
                         None => None,
                     };
                     let pools = match &args.nodes_file {
-                        Some(path) => Some(PoolFacts::gather(
+                        Some(path) => Some(PoolSet::new(PoolFacts::gather(
                             &sources::load_node_facts(path)?,
                             &rules.config.node_selector_key,
-                        )),
+                        ))),
                         None => None,
                     };
                     let inputs = audit::Inputs {
                         manifests,
                         namespaces: &namespaces,
                         nodes: nodes.as_ref(),
-                        pools: pools.as_deref(),
+                        pools: pools.as_ref(),
                     };
                     audit::manifests(&inputs, &rules)?
                 }

@@ -3,7 +3,7 @@
 use crate::admission::{Decision, Request};
 use crate::config::Config;
 use crate::placement::Labels;
-use crate::placement_policy::{PlacementSet, PoolFacts};
+use crate::placement_policy::{PlacementSet, PoolSet};
 use crate::policy::PolicySet;
 use crate::ruleset::RuleSet;
 use crate::{mutate, pool_authority, validate};
@@ -47,7 +47,7 @@ pub struct Scope<'a> {
     /// The labels of the request's namespace (`None`: no namespace, or not found).
     pub labels: Option<&'a Labels>,
     /// The pools and what their nodes can do; `None` while the nodes are unknown.
-    pub pools: Option<&'a [PoolFacts]>,
+    pub pools: Option<&'a PoolSet>,
 }
 
 /// Decides `req` for `webhook` in `scope`. `config` is the rules' config, or a copy whose

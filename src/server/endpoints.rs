@@ -182,7 +182,7 @@ async fn handle(
                         let _held = (slot, reservation);
                         let scope = Scope {
                             labels: labels.as_ref(),
-                            pools: pools.as_ref().map(|p| p.as_slice()),
+                            pools: pools.as_deref(),
                         };
                         decide_review(
                             webhook,

@@ -364,6 +364,36 @@ pub fn input_document(
     }))
 }
 
+/// The pools as placement policies see them: their facts, and their `infrastructure_targets`
+/// input converted once (per node change, not per request: for 50 pools the conversion alone
+/// costs more than the policies).
+#[derive(Debug, Clone)]
+pub struct PoolSet {
+    facts: Vec<PoolFacts>,
+    targets: Value,
+}
+
+impl PoolSet {
+    pub fn new(facts: Vec<PoolFacts>) -> PoolSet {
+        let targets: serde_json::Map<String, serde_json::Value> =
+            facts.iter().map(|p| (p.name.clone(), p.target())).collect();
+        PoolSet {
+            targets: Value::from(serde_json::Value::Object(targets)),
+            facts,
+        }
+    }
+
+    pub fn facts(&self) -> &[PoolFacts] {
+        &self.facts
+    }
+}
+
+impl Default for PoolSet {
+    fn default() -> PoolSet {
+        PoolSet::new(Vec::new())
+    }
+}
+
 /// Chooses the pool for `pod` (an object with `metadata` and `spec`) among `pools`: the first
 /// of [`candidates`].
 pub fn choose(
@@ -373,7 +403,8 @@ pub fn choose(
     config: &Config,
     review: Option<&serde_json::Value>,
 ) -> Result<String, Vec<String>> {
-    let candidates = candidates(pools, pod, policies, config, review)?;
+    let pools = PoolSet::new(pools.to_vec());
+    let candidates = candidates(&pools, pod, policies, config, review)?;
     Ok(candidates.into_iter().next().unwrap_or_default())
 }
 
@@ -383,24 +414,33 @@ pub fn choose(
 /// when each policy accepts some pool but no pool is accepted by all, what each accepted.
 /// `review`, the AdmissionRequest, reaches the policies that read it.
 pub fn candidates(
-    pools: &[PoolFacts],
+    set: &PoolSet,
     pod: &serde_json::Value,
     policies: &PlacementSet,
     config: &Config,
     review: Option<&serde_json::Value>,
 ) -> Result<Vec<String>, Vec<String>> {
+    let pools = set.facts();
     if pools.is_empty() {
         return Err(vec![format!(
             "no pool to choose from: no node carries the label {}",
             config.node_selector_key
         )]);
     }
-    let document = input_document(pools, pod).map_err(|e| vec![e])?;
+    let requirements = PodRequirements::of(pod.get("spec"), "spec").map_err(|e| vec![e])?;
+    let services = serde_json::json!({
+        crate::policy::input::service_name(pod): requirements.service()
+    });
     let placement = config.placement.as_ref();
     let limit = Duration::from_millis(config.evaluation.timeout_millis);
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    // Converted once; regorus values share their contents, so per-policy copies are shallow.
-    let base = Value::from(document);
+    // The document of `input_document`, with the targets converted once per pool set; regorus
+    // values share their contents, so per-policy copies are shallow.
+    let mut base = Value::new_object();
+    if let Ok(map) = base.as_object_mut() {
+        map.insert(Value::from("infrastructure_targets"), set.targets.clone());
+        map.insert(Value::from("services"), Value::from(services));
+    }
     let mut review_value: Option<Value> = None;
     let mut accepted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut reasons = Vec::new();
@@ -491,7 +531,7 @@ pub enum Chosen {
 /// validating webhook and the audit check with it (a pod that selects a pool itself must select
 /// one the policies accept). `pools` is `None` while the node facts are unknown.
 pub fn select(
-    pools: Option<&[PoolFacts]>,
+    pools: Option<&PoolSet>,
     object: &serde_json::Value,
     path: &[&str],
     namespace: &str,

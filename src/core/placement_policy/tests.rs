@@ -659,7 +659,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
     use crate::admission::Request;
     use crate::webhook::{decide, Scope, Webhook};
 
-    let pools = cluster();
+    let pools = PoolSet::new(cluster());
     let rules = crate::ruleset::RuleSet::new(
         config("placement:\n  chooseValue: auto\n  unlabelledNamespaces: choose\n"),
         Default::default(),
@@ -687,7 +687,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
         let req = Request::from_value(&request).unwrap();
         let scope = Scope {
             labels,
-            pools: known.then_some(&pools[..]),
+            pools: known.then_some(&pools),
         };
         decide(
             webhook,
