@@ -154,6 +154,11 @@ expect "namespace operations are not matched" kubectl create namespace other
 
 # --- RBAC ----------------------------------------------------------------------------------------
 can_i yes watch namespaces
+# The node watch cache (what each pool can do, for the placement policies), audit or not.
+can_i yes watch nodes
+can_i yes get nodes/any
+can_i no patch nodes/any
+can_i no delete nodes/any
 can_i yes get namespaces/team-a
 can_i no update namespaces/team-a
 can_i yes patch mutatingwebhookconfigurations/poolguard-mutating
@@ -169,8 +174,9 @@ can_i no get secrets/someone-elses -n "$ns"
 can_i no list secrets -n "$ns"
 can_i no create secrets -n default
 can_i no create pods -n "$ns"
-# The background audit (on by default): reads Pods, workloads and nodes, never watches or writes
-# them; writes its reports; elects its runner with one Lease of the release namespace.
+# The background audit (on by default): reads Pods, workloads and nodes (nodes also watched,
+# above), never watches or writes Pods or workloads; writes its reports; elects its runner with
+# one Lease of the release namespace.
 can_i yes list pods -A
 can_i yes get replicationcontrollers/web -n team-a
 can_i yes list deployments.apps -A

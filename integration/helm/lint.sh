@@ -311,9 +311,10 @@ APIS = {
                     "crds": {"Report": ("reports", "rep", "Namespaced"),
                              "ClusterReport": ("clusterreports", "crep", "Cluster")}},
 }
-# What the audit reads: get/list, never watch.
+# What the audit reads: get/list, never watch. (Nodes are watched by every replica whether the
+# audit runs or not: checked on their own.)
 READ = [("", "pods"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "replicasets"),
-        ("apps", "statefulsets"), ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "nodes")]
+        ("apps", "statefulsets"), ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs")]
 
 def split_terms(selector):
     terms, depth, cur = [], 0, ""
@@ -462,6 +463,10 @@ for name in names:
     for gr in READ:
         want = {"get", "list"} if audit_on and rbac else set()
         check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    # The node watch cache (placement policies) and the audit's node reads, audit on or off.
+    want = {"get", "list", "watch"} if rbac else set()
+    check(grants.get(("", "nodes"), set()) == want,
+          f"ClusterRole grants {sorted(grants.get(('', 'nodes'), set()))} on nodes, want {sorted(want)}")
     for other_name, other in APIS.items():
         gr = (other["group"], other["resource"])
         want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
