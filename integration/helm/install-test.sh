@@ -312,12 +312,15 @@ done
 # The Deployment's container arguments, run on loopback: listen addresses on free loopback ports,
 # the ConfigMaps' files where the pod would mount them.
 pg_dir="${state}/poolguard"
-mkdir -p "${pg_dir}/config" "${pg_dir}/policies"
+mkdir -p "${pg_dir}/config"
 kubectl -n "$ns" get configmap poolguard-config -o json | jq -j '.data["config.yaml"]' >"${pg_dir}/config/config.yaml"
-policies_json="$(kubectl -n "$ns" get configmap poolguard-policies -o json)"
-while IFS= read -r key; do
-    jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/policies/${key}"
-done < <(jq -r '.data | keys[]' <<<"$policies_json")
+for dir in policies placement-policies; do
+    mkdir -p "${pg_dir}/${dir}"
+    policies_json="$(kubectl -n "$ns" get configmap "poolguard-${dir}" -o json)"
+    while IFS= read -r key; do
+        jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/${dir}/${key}"
+    done < <(jq -r '.data // {} | keys[]' <<<"$policies_json")
+done
 # shellcheck source=integration/controlplane/free-port.sh
 source integration/controlplane/free-port.sh
 pg_port="" metrics_port="" # set by pick_port
@@ -331,6 +334,7 @@ while IFS= read -r arg; do
         --metrics-addr) arg="127.0.0.1:${metrics_port}" ;;
         --config) arg="${pg_dir}${arg}" ;;
         --policies-dir) arg="${pg_dir}${arg}" ;;
+        --placement-policies-dir) arg="${pg_dir}${arg}" ;;
     esac
     args+=("$arg")
     prev="$arg"
@@ -401,6 +405,15 @@ if grep -q 'Verify return code: 0 (ok)' <<<"$served"; then
     ok "poolguard serves a certificate for ${cert_dns} that verifies against the Secret's ca.crt"
 else
     bad "poolguard's certificate does not verify for ${cert_dns}: $(grep -E 'Verify return|error' <<<"$served" | head -n2)"
+fi
+# The node watch cache (placement policies' view of the pools) lists and watches Nodes under the
+# chart's RBAC: synced, and no watch error.
+deadline=$((SECONDS + 30))
+until grep -q 'node cache synced' "${state}/poolguard.log" || ((SECONDS >= deadline)); do sleep 0.5; done
+if grep -q 'node cache synced' "${state}/poolguard.log" && ! grep -q 'node watch failed' "${state}/poolguard.log"; then
+    ok "poolguard's node watch cache synced as its ServiceAccount (list and watch on nodes)"
+else
+    bad "poolguard's node watch cache: $(grep -m2 -E 'node (cache|watch)' "${state}/poolguard.log" || echo 'no sync logged in 30s')"
 fi
 kill -TERM "$pg_pid"
 if wait "$pg_pid"; then pg_rc=0; else pg_rc=$?; fi

@@ -45,6 +45,16 @@ done
 for f in "${chart}"/policies/*; do
     [[ -e "policies/$(basename "$f")" ]] || die "$f is not in policies/ (stale copy?)"
 done
+# Likewise the placement policies: policies/placement/ -> placement-policies/ in the chart.
+for f in policies/placement/*.yaml policies/placement/*.rego; do
+    [[ -e "$f" ]] || continue
+    case "$f" in *_test.rego) continue ;; esac
+    copy="${chart}/placement-policies/$(basename "$f")"
+    cmp -s "$f" "$copy" || die "${copy} differs from $f (copy it: cp $f ${copy})"
+done
+for f in "${chart}"/placement-policies/*; do
+    [[ -e "policies/placement/$(basename "$f")" ]] || die "$f is not in policies/placement/ (stale copy?)"
+done
 
 # A PEM CA for mode provided (any syntactically valid certificate will do for rendering).
 ca_pem="-----BEGIN CERTIFICATE-----
@@ -59,6 +69,7 @@ cases=(
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
     "policies|-f ${chart}/ci/policies-values.yaml"
+    "no-placement-policies|--set placementPolicies.shipped=false"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -140,6 +151,8 @@ refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failureP
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
+refuse "shadowing extra placement policy" "already ships a placement policy" --set-string extraPlacementPolicies.gpuonly\\.yaml=x
+refuse "extra placement policy not yaml or rego" "'notes.txt' does not match pattern" --set-string extraPlacementPolicies.notes\\.txt=x
 refuse "unknown report API" "/audit/reportApi" --set audit.reportApi=kyverno
 refuse "audit interval without unit" "/audit/interval" --set audit.interval=10
 refuse "audit interval not a duration" "/audit/interval" --set audit.interval=often
@@ -274,15 +287,43 @@ for name in names:
             yaml.safe_load(cm["data"]["config.yaml"])
             os.makedirs(f"{out}/{name}.d/config", exist_ok=True)
             open(f"{out}/{name}.d/config/config.yaml", "w").write(cm["data"]["config.yaml"])
-        if cm["metadata"]["name"].endswith("-policies"):
-            os.makedirs(f"{out}/{name}.d/policies", exist_ok=True)
-            for key, text in cm["data"].items():
-                open(f"{out}/{name}.d/policies/{key}", "w").write(text)
+        for suffix, subdir in (("-placement-policies", "placement-policies"), ("-policies", "policies")):
+            if not cm["metadata"]["name"].endswith(suffix):
+                continue
+            os.makedirs(f"{out}/{name}.d/{subdir}", exist_ok=True)
+            for key, text in (cm.get("data") or {}).items():
+                open(f"{out}/{name}.d/{subdir}/{key}", "w").write(text)
                 if key.endswith(".yaml"):
-                    check("policy" in yaml.safe_load(text), f"policy {key} is a template")
-                shipped = os.path.join(chart, "policies", key)
+                    check("policy" in yaml.safe_load(text), f"{subdir}/{key} is a template")
+                check(not key.endswith("_test.rego"), f"{subdir}/{key}: Rego tests are not shipped")
+                shipped = os.path.join(chart, subdir, key)
                 if os.path.exists(shipped):
-                    check(text == open(shipped).read(), f"policy {key} differs from {shipped}")
+                    check(text == open(shipped).read(), f"{subdir}/{key} differs from {shipped}")
+            break
+    # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
+    placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
+    check(len(placement_cms) == 1, "one placement policies ConfigMap")
+    shipped_placement = sorted(f for f in os.listdir(f"{chart}/placement-policies") if not f.endswith("_test.rego"))
+    if placement_cms:
+        keys = sorted((placement_cms[0].get("data") or {}).keys())
+        if name == "no-placement-policies":
+            check(keys == [], f"placementPolicies.shipped=false: no placement policies, got {keys}")
+        else:
+            check(set(shipped_placement) <= set(keys), f"placement policies {keys} include the shipped {shipped_placement}")
+    for dep in kinds.get("Deployment", []):
+        pod = dep["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        args = c["args"]
+        check("--placement-policies-dir" in args and args[args.index("--placement-policies-dir") + 1] == "/placement-policies",
+              "--placement-policies-dir /placement-policies")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        check(mounts.get("placement-policies", {}).get("mountPath") == "/placement-policies"
+              and mounts["placement-policies"].get("readOnly"), "placement policies mounted read-only at /placement-policies")
+        check(not any(m["mountPath"].startswith(("/policies/", "/placement-policies/")) for m in c["volumeMounts"]),
+              "no mount nested in the policies directories")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        check(placement_cms and volumes.get("placement-policies", {}).get("configMap", {}).get("name")
+              == placement_cms[0]["metadata"]["name"], "the placement-policies volume is the placement policies ConfigMap")
     mine = [e for e in errors if e.startswith(f"{name}: ")]
     status = "FAILED" if mine else "ok"
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
@@ -556,6 +597,7 @@ for c in "${cases[@]}"; do
     d="${out}/${name}.d"
     if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
             --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+            --placement-policies-dir "${d}/placement-policies" \
             --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
         log "poolguard loads ${name}: ok"
         passed=$((passed + 1))
