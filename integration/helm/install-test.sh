@@ -116,6 +116,7 @@ ca_pem="$(cat "${state}/test-ca.crt")"
 for args in "" \
     "--set certificates.mode=provided --set certificates.secretName=serving --set-string certificates.caBundle=$(printf '%s\n' "$ca_pem" | base64 -w0)" \
     "-f ${chart}/ci/policies-values.yaml" \
+    "-f ${chart}/ci/placement-values.yaml" \
     "-f ${chart}/ci/options-values.yaml --set serviceMonitor.enabled=false" \
     "--set audit.interval=0" \
     "--set audit.reportApi=openreports"; do

@@ -69,6 +69,7 @@ cases=(
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
     "policies|-f ${chart}/ci/policies-values.yaml"
+    "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
@@ -151,6 +152,12 @@ refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failureP
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
+refuse "placement without a way to choose" "/config/placement" --set config.placement.preference={a}
+refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
+refuse "bad unlabelledNamespaces" "/config/placement/unlabelledNamespaces" --set config.placement.unlabelledNamespaces=always
+refuse "unknown placement key" "'prefer' not allowed" --set config.placement.chooseValue=auto --set config.placement.prefer={a}
+refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "unknown placement policy setting" "'parameter' not allowed" --set config.placement.chooseValue=auto --set config.placement.policies.gpuonly.parameter.x=y
 refuse "shadowing extra placement policy" "already ships a placement policy" --set-string extraPlacementPolicies.gpuonly\\.yaml=x
 refuse "extra placement policy not yaml or rego" "'notes.txt' does not match pattern" --set-string extraPlacementPolicies.notes\\.txt=x
 refuse "unknown report API" "/audit/reportApi" --set audit.reportApi=kyverno
@@ -610,6 +617,25 @@ for c in "${cases[@]}"; do
         failures=$((failures + 1))
     fi
 done
+
+# The placement case chooses pools in poolguard with the rendered config and placement policies:
+# the shipped gpuonly with its parameter, the extra readynodes (spot, preferred, has no Ready node)
+# and the preference.
+d="${out}/placement.d"
+if output="$("$poolguard" eval --namespaces-file integration/helm/testdata/placement-namespaces.yaml \
+        --nodes-file integration/helm/testdata/placement-nodes.yaml \
+        --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+        --placement-policies-dir "${d}/placement-policies" \
+        --webhook mutate integration/helm/testdata/placement-pods.yaml 2>&1)" \
+    && grep -q '^# Pod plain in namespace team-auto (pool general, chosen' <<<"$output" \
+    && grep -q '^# Pod trainer in namespace team-auto (pool gpu, chosen' <<<"$output"; then
+    log "poolguard chooses pools with the placement case: ok (plain -> general, trainer -> gpu)"
+    passed=$((passed + 1))
+else
+    printf '%s\n' "$output" >&2
+    log "poolguard chooses pools with the placement case: FAILED (want plain -> general, trainer -> gpu)"
+    failures=$((failures + 1))
+fi
 
 echo "${passed} passed, ${failures} failed"
 if (( failures > 0 )); then
