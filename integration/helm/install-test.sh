@@ -7,17 +7,19 @@
 #     throwaway cluster does not have, so those are only rendered, by lint.sh);
 #   * the namespaceSelectors: with no poolguard pod behind the Service (no controllers run here)
 #     the webhooks fail closed, so a pod is refused exactly where a webhook applies: in a
-#     labelled namespace (mutating + validating), in an unlabelled one (validating, all
-#     namespaces by default; allowed with validating.failurePolicy=Ignore), never in the release
-#     namespace or kube-system;
+#     labelled namespace (mutating + validating; also one labelled with a placement chooseValue,
+#     agentpool=auto), in an unlabelled one (validating, all namespaces by default; allowed with
+#     validating.failurePolicy=Ignore, unless config.placement.unlabelledNamespaces=choose sends
+#     it to the mutating webhook), never in the release namespace or kube-system;
 #   * RBAC grants exactly what the chart README says (kubectl auth can-i as poolguard's
-#     ServiceAccount), including the background audit's reads, reports and Lease;
+#     ServiceAccount), including the node watch, the background audit's reads, reports and Lease;
 #   * the real write path of mode self: `poolguard serve` runs on loopback with the Deployment's
 #     arguments, as poolguard's ServiceAccount (a kubeconfig with a token from the TokenRequest
 #     API), creates its certificate Secret and injects the CA into both webhook configurations:
 #     every caBundle equals the Secret's ca.crt, and every other field of the configurations
 #     (including a matchCondition another field manager added) is unchanged (a binary without a
-#     flag the Deployment passes stops the test here, naming the flags);
+#     flag the Deployment passes stops the test here, naming the flags); its node watch cache
+#     syncs under the chart's RBAC;
 #   * that injected caBundle survives `helm upgrade`;
 #   * the background audit's report CRDs: created by `helm install`, a report with every field
 #     poolguard writes is stored and read back unpruned (PolicyReport, ClusterPolicyReport and, after
@@ -102,10 +104,12 @@ run_pod() { # namespace name
 }
 
 kubectl create namespace "$ns" >/dev/null
-for n in team-a plain; do kubectl create namespace "$n" >/dev/null; done
+for n in team-a team-auto plain; do kubectl create namespace "$n" >/dev/null; done
 kubectl label namespace team-a agentpool=pool1 >/dev/null
+# A namespace whose pods get their pool chosen (config.placement.chooseValue auto).
+kubectl label namespace team-auto agentpool=auto >/dev/null
 # No controller-manager here: create the default ServiceAccounts pods refer to.
-for n in "$ns" kube-system team-a plain; do
+for n in "$ns" kube-system team-a team-auto plain; do
     kubectl -n "$n" create serviceaccount default >/dev/null 2>&1 || true
 done
 
@@ -147,6 +151,8 @@ fi
 # --- namespaceSelectors (no endpoints behind the Service: the webhooks fail closed) -------------
 expect_not "pod in labelled namespace team-a is sent to poolguard (refused: no poolguard)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod team-a p1
+expect_not "pod in namespace team-auto (agentpool=auto, a placement chooseValue) is sent to poolguard (refused: no poolguard)" \
+    'failed calling webhook "mutate.poolguard.io"' run_pod team-auto p1
 expect_not "pod in unlabelled namespace is validated (refused: no poolguard, failurePolicy Fail)" \
     'failed calling webhook "validate.poolguard.io"' run_pod plain p1
 expect "pod in the release namespace is never sent to poolguard" run_pod "$ns" p1
@@ -458,6 +464,15 @@ expect "helm upgrade (validating.failurePolicy=Ignore)" \
 expect "Ignore: pod in an unlabelled namespace is admitted while poolguard is down" run_pod plain p3
 expect_not "Ignore: pod in a labelled namespace is still refused (mutating Fail)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod team-a p3
+
+# --- config.placement.unlabelledNamespaces=choose: unlabelled namespaces reach the mutating webhook
+expect "helm upgrade (config.placement.unlabelledNamespaces=choose, validating.failurePolicy=Ignore)" \
+    helm upgrade "$release" "$chart" -n "$ns" --set config.placement.unlabelledNamespaces=choose \
+        --set validating.failurePolicy=Ignore
+expect_not "choose: pod in an unlabelled namespace is sent to the mutating webhook (refused: no poolguard)" \
+    'failed calling webhook "mutate.poolguard.io"' run_pod plain p5
+expect "choose: pod in the release namespace is still never sent to poolguard" run_pod "$ns" p5
+expect "choose: pod in kube-system is still never sent to poolguard" run_pod kube-system p5
 
 # --- uninstall -----------------------------------------------------------------------------------
 expect "helm uninstall" helm uninstall "$release" -n "$ns"

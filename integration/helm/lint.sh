@@ -71,6 +71,7 @@ cases=(
     "policies|-f ${chart}/ci/policies-values.yaml"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
+    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set webhook.excludedNamespaces={monitoring}"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -198,6 +199,20 @@ if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
 import base64, os, sys, yaml
 out, namespace, chart, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 errors = []
+
+def selects(sel, labels):
+    """Does a namespaceSelector select a namespace with these labels (the API server's rules)?"""
+    if any(labels.get(k) != v for k, v in (sel.get("matchLabels") or {}).items()):
+        return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if {"In": key not in labels or labels[key] not in values,
+            "NotIn": key in labels and labels[key] in values,
+            "Exists": key not in labels,
+            "DoesNotExist": key in labels}[op]:
+            return False
+    return True
+
 for name in names:
     path = f"{out}/{name}.yaml"
     try:
@@ -216,9 +231,14 @@ for name in names:
             errors.append(f"{name}: {msg}")
     self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
+    placement = {}
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
-            label = (yaml.safe_load(cm["data"]["config.yaml"]) or {}).get("namespaceLabel", label)
+            config = yaml.safe_load(cm["data"]["config.yaml"]) or {}
+            label = config.get("namespaceLabel", label)
+            placement = config.get("placement") or {}
+    choose_unlabelled = placement.get("unlabelledNamespaces") == "choose"
+    requires_label = name in ("policies", "url", "selector")  # validating.requireNamespaceLabel
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for cfg in kinds.get(kind, []):
             ann = (cfg["metadata"].get("annotations") or {})
@@ -237,9 +257,29 @@ for name in names:
                     check("namespaceSelector" not in wh and wh["failurePolicy"] == "Fail",
                           "the pool-authority webhook fails closed for every namespace")
                     continue
-                if kind.startswith("Mutating"):
+                if kind.startswith("Mutating") and not choose_unlabelled:
                     check({"key": label, "operator": "NotIn", "values": [""]} in wh["namespaceSelector"]["matchExpressions"],
                           "the mutating webhook skips an empty pool label (no pool)")
+                # Which namespaces reach the webhook (carrying webhook.namespaceMatchLabels): a
+                # pool's, one labelled with placement.chooseValue (both webhooks), unlabelled or
+                # empty-labelled ones (mutating: only with unlabelledNamespaces choose; validating:
+                # unless requireNamespaceLabel), never the excluded ones.
+                sel = wh["namespaceSelector"]
+                def ns(ns_name, **labels):
+                    return {"kubernetes.io/metadata.name": ns_name, **(sel.get("matchLabels") or {}), **labels}
+                check(selects(sel, ns("team-a", **{label: "pool1"})), f"{kind} selects a namespace of pool pool1")
+                if placement.get("chooseValue"):
+                    check(selects(sel, ns("team-auto", **{label: placement["chooseValue"]})),
+                          f"{kind} selects a namespace labelled {label}={placement['chooseValue']} (placement.chooseValue)")
+                mutating = kind.startswith("Mutating")
+                want = choose_unlabelled if mutating else not requires_label
+                check(selects(sel, ns("plain")) == want, f"{kind} selects an unlabelled namespace: want {want}")
+                # (requireNamespaceLabel asks for the label to exist: an empty one is validated.)
+                want = choose_unlabelled if mutating else True
+                check(selects(sel, ns("empty", **{label: ""})) == want, f"{kind} selects a namespace with an empty pool label: want {want}")
+                for never in (namespace, "kube-system"):
+                    check(not selects(sel, ns(never)) and not selects(sel, ns(never, **{label: "pool1"})),
+                          f"{kind} never selects {never}")
                 if name == "url":
                     check(cc.get("url") == f"https://127.0.0.1:8443{path}" and "service" not in cc,
                           f"{kind} with webhook.url calls https://127.0.0.1:8443{path}, not the Service")
