@@ -7,17 +7,19 @@
 #     throwaway cluster does not have, so those are only rendered, by lint.sh);
 #   * the namespaceSelectors: with no poolguard pod behind the Service (no controllers run here)
 #     the webhooks fail closed, so a pod is refused exactly where a webhook applies: in a
-#     labelled namespace (mutating + validating), in an unlabelled one (validating, all
-#     namespaces by default; allowed with validating.failurePolicy=Ignore), never in the release
-#     namespace or kube-system;
+#     labelled namespace (mutating + validating; also one labelled with a placement chooseValue,
+#     agentpool=auto), in an unlabelled one (validating, all namespaces by default; allowed with
+#     validating.failurePolicy=Ignore, unless config.placement.unlabelledNamespaces=choose sends
+#     it to the mutating webhook), never in the release namespace or kube-system;
 #   * RBAC grants exactly what the chart README says (kubectl auth can-i as poolguard's
-#     ServiceAccount), including the background audit's reads, reports and Lease;
+#     ServiceAccount), including the node watch, the background audit's reads, reports and Lease;
 #   * the real write path of mode self: `poolguard serve` runs on loopback with the Deployment's
 #     arguments, as poolguard's ServiceAccount (a kubeconfig with a token from the TokenRequest
 #     API), creates its certificate Secret and injects the CA into both webhook configurations:
 #     every caBundle equals the Secret's ca.crt, and every other field of the configurations
 #     (including a matchCondition another field manager added) is unchanged (a binary without a
-#     flag the Deployment passes stops the test here, naming the flags);
+#     flag the Deployment passes stops the test here, naming the flags); its node watch cache
+#     syncs under the chart's RBAC;
 #   * that injected caBundle survives `helm upgrade`;
 #   * the background audit's report CRDs: created by `helm install`, a report with every field
 #     poolguard writes is stored and read back unpruned (PolicyReport, ClusterPolicyReport and, after
@@ -102,10 +104,12 @@ run_pod() { # namespace name
 }
 
 kubectl create namespace "$ns" >/dev/null
-for n in team-a plain; do kubectl create namespace "$n" >/dev/null; done
+for n in team-a team-auto plain; do kubectl create namespace "$n" >/dev/null; done
 kubectl label namespace team-a agentpool=pool1 >/dev/null
+# A namespace whose pods get their pool chosen (config.placement.chooseValue auto).
+kubectl label namespace team-auto agentpool=auto >/dev/null
 # No controller-manager here: create the default ServiceAccounts pods refer to.
-for n in "$ns" kube-system team-a plain; do
+for n in "$ns" kube-system team-a team-auto plain; do
     kubectl -n "$n" create serviceaccount default >/dev/null 2>&1 || true
 done
 
@@ -116,6 +120,7 @@ ca_pem="$(cat "${state}/test-ca.crt")"
 for args in "" \
     "--set certificates.mode=provided --set certificates.secretName=serving --set-string certificates.caBundle=$(printf '%s\n' "$ca_pem" | base64 -w0)" \
     "-f ${chart}/ci/policies-values.yaml" \
+    "-f ${chart}/ci/placement-values.yaml" \
     "-f ${chart}/ci/options-values.yaml --set serviceMonitor.enabled=false" \
     "--set audit.interval=0" \
     "--set audit.reportApi=openreports"; do
@@ -146,6 +151,8 @@ fi
 # --- namespaceSelectors (no endpoints behind the Service: the webhooks fail closed) -------------
 expect_not "pod in labelled namespace team-a is sent to poolguard (refused: no poolguard)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod team-a p1
+expect_not "pod in namespace team-auto (agentpool=auto, a placement chooseValue) is sent to poolguard (refused: no poolguard)" \
+    'failed calling webhook "mutate.poolguard.io"' run_pod team-auto p1
 expect_not "pod in unlabelled namespace is validated (refused: no poolguard, failurePolicy Fail)" \
     'failed calling webhook "validate.poolguard.io"' run_pod plain p1
 expect "pod in the release namespace is never sent to poolguard" run_pod "$ns" p1
@@ -154,6 +161,11 @@ expect "namespace operations are not matched" kubectl create namespace other
 
 # --- RBAC ----------------------------------------------------------------------------------------
 can_i yes watch namespaces
+# The node watch cache (what each pool can do, for the placement policies), audit or not.
+can_i yes watch nodes
+can_i yes get nodes/any
+can_i no patch nodes/any
+can_i no delete nodes/any
 can_i yes get namespaces/team-a
 can_i no update namespaces/team-a
 can_i yes patch mutatingwebhookconfigurations/poolguard-mutating
@@ -169,8 +181,9 @@ can_i no get secrets/someone-elses -n "$ns"
 can_i no list secrets -n "$ns"
 can_i no create secrets -n default
 can_i no create pods -n "$ns"
-# The background audit (on by default): reads Pods, workloads and nodes, never watches or writes
-# them; writes its reports; elects its runner with one Lease of the release namespace.
+# The background audit (on by default): reads Pods, workloads and nodes (nodes also watched,
+# above), never watches or writes Pods or workloads; writes its reports; elects its runner with
+# one Lease of the release namespace.
 can_i yes list pods -A
 can_i yes get replicationcontrollers/web -n team-a
 can_i yes list deployments.apps -A
@@ -306,12 +319,15 @@ done
 # The Deployment's container arguments, run on loopback: listen addresses on free loopback ports,
 # the ConfigMaps' files where the pod would mount them.
 pg_dir="${state}/poolguard"
-mkdir -p "${pg_dir}/config" "${pg_dir}/policies"
+mkdir -p "${pg_dir}/config"
 kubectl -n "$ns" get configmap poolguard-config -o json | jq -j '.data["config.yaml"]' >"${pg_dir}/config/config.yaml"
-policies_json="$(kubectl -n "$ns" get configmap poolguard-policies -o json)"
-while IFS= read -r key; do
-    jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/policies/${key}"
-done < <(jq -r '.data | keys[]' <<<"$policies_json")
+for dir in policies placement-policies; do
+    mkdir -p "${pg_dir}/${dir}"
+    policies_json="$(kubectl -n "$ns" get configmap "poolguard-${dir}" -o json)"
+    while IFS= read -r key; do
+        jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/${dir}/${key}"
+    done < <(jq -r '.data // {} | keys[]' <<<"$policies_json")
+done
 # shellcheck source=integration/controlplane/free-port.sh
 source integration/controlplane/free-port.sh
 pg_port="" metrics_port="" # set by pick_port
@@ -325,6 +341,7 @@ while IFS= read -r arg; do
         --metrics-addr) arg="127.0.0.1:${metrics_port}" ;;
         --config) arg="${pg_dir}${arg}" ;;
         --policies-dir) arg="${pg_dir}${arg}" ;;
+        --placement-policies-dir) arg="${pg_dir}${arg}" ;;
     esac
     args+=("$arg")
     prev="$arg"
@@ -396,6 +413,15 @@ if grep -q 'Verify return code: 0 (ok)' <<<"$served"; then
 else
     bad "poolguard's certificate does not verify for ${cert_dns}: $(grep -E 'Verify return|error' <<<"$served" | head -n2)"
 fi
+# The node watch cache (placement policies' view of the pools) lists and watches Nodes under the
+# chart's RBAC: synced, and no watch error.
+deadline=$((SECONDS + 30))
+until grep -q 'node cache synced' "${state}/poolguard.log" || ((SECONDS >= deadline)); do sleep 0.5; done
+if grep -q 'node cache synced' "${state}/poolguard.log" && ! grep -q 'node watch failed' "${state}/poolguard.log"; then
+    ok "poolguard's node watch cache synced as its ServiceAccount (list and watch on nodes)"
+else
+    bad "poolguard's node watch cache: $(grep -m2 -E 'node (cache|watch)' "${state}/poolguard.log" || echo 'no sync logged in 30s')"
+fi
 kill -TERM "$pg_pid"
 if wait "$pg_pid"; then pg_rc=0; else pg_rc=$?; fi
 if ((pg_rc == 0)); then ok "poolguard exited 0 on SIGTERM"; else bad "poolguard exited ${pg_rc} on SIGTERM (log: ${state}/poolguard.log)"; fi
@@ -438,6 +464,15 @@ expect "helm upgrade (validating.failurePolicy=Ignore)" \
 expect "Ignore: pod in an unlabelled namespace is admitted while poolguard is down" run_pod plain p3
 expect_not "Ignore: pod in a labelled namespace is still refused (mutating Fail)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod team-a p3
+
+# --- config.placement.unlabelledNamespaces=choose: unlabelled namespaces reach the mutating webhook
+expect "helm upgrade (config.placement.unlabelledNamespaces=choose, validating.failurePolicy=Ignore)" \
+    helm upgrade "$release" "$chart" -n "$ns" --set config.placement.unlabelledNamespaces=choose \
+        --set validating.failurePolicy=Ignore
+expect_not "choose: pod in an unlabelled namespace is sent to the mutating webhook (refused: no poolguard)" \
+    'failed calling webhook "mutate.poolguard.io"' run_pod plain p5
+expect "choose: pod in the release namespace is still never sent to poolguard" run_pod "$ns" p5
+expect "choose: pod in kube-system is still never sent to poolguard" run_pod kube-system p5
 
 # --- uninstall -----------------------------------------------------------------------------------
 expect "helm uninstall" helm uninstall "$release" -n "$ns"

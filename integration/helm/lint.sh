@@ -45,6 +45,16 @@ done
 for f in "${chart}"/policies/*; do
     [[ -e "policies/$(basename "$f")" ]] || die "$f is not in policies/ (stale copy?)"
 done
+# Likewise the placement policies: policies/placement/ -> placement-policies/ in the chart.
+for f in policies/placement/*.yaml policies/placement/*.rego; do
+    [[ -e "$f" ]] || continue
+    case "$f" in *_test.rego) continue ;; esac
+    copy="${chart}/placement-policies/$(basename "$f")"
+    cmp -s "$f" "$copy" || die "${copy} differs from $f (copy it: cp $f ${copy})"
+done
+for f in "${chart}"/placement-policies/*; do
+    [[ -e "policies/placement/$(basename "$f")" ]] || die "$f is not in policies/placement/ (stale copy?)"
+done
 
 # A PEM CA for mode provided (any syntactically valid certificate will do for rendering).
 ca_pem="-----BEGIN CERTIFICATE-----
@@ -59,6 +69,9 @@ cases=(
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
     "policies|-f ${chart}/ci/policies-values.yaml"
+    "placement|-f ${chart}/ci/placement-values.yaml"
+    "no-placement-policies|--set placementPolicies.shipped=false"
+    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set webhook.excludedNamespaces={monitoring}"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -140,6 +153,14 @@ refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failureP
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
+refuse "placement without a way to choose" "/config/placement" --set config.placement.preference={a}
+refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
+refuse "bad unlabelledNamespaces" "/config/placement/unlabelledNamespaces" --set config.placement.unlabelledNamespaces=always
+refuse "unknown placement key" "'prefer' not allowed" --set config.placement.chooseValue=auto --set config.placement.prefer={a}
+refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "unknown placement policy setting" "'parameter' not allowed" --set config.placement.chooseValue=auto --set config.placement.policies.gpuonly.parameter.x=y
+refuse "shadowing extra placement policy" "already ships a placement policy" --set-string extraPlacementPolicies.gpuonly\\.yaml=x
+refuse "extra placement policy not yaml or rego" "'notes.txt' does not match pattern" --set-string extraPlacementPolicies.notes\\.txt=x
 refuse "unknown report API" "/audit/reportApi" --set audit.reportApi=kyverno
 refuse "audit interval without unit" "/audit/interval" --set audit.interval=10
 refuse "audit interval not a duration" "/audit/interval" --set audit.interval=often
@@ -178,6 +199,20 @@ if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
 import base64, os, sys, yaml
 out, namespace, chart, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 errors = []
+
+def selects(sel, labels):
+    """Does a namespaceSelector select a namespace with these labels (the API server's rules)?"""
+    if any(labels.get(k) != v for k, v in (sel.get("matchLabels") or {}).items()):
+        return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if {"In": key not in labels or labels[key] not in values,
+            "NotIn": key in labels and labels[key] in values,
+            "Exists": key not in labels,
+            "DoesNotExist": key in labels}[op]:
+            return False
+    return True
+
 for name in names:
     path = f"{out}/{name}.yaml"
     try:
@@ -196,9 +231,14 @@ for name in names:
             errors.append(f"{name}: {msg}")
     self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
+    placement = {}
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
-            label = (yaml.safe_load(cm["data"]["config.yaml"]) or {}).get("namespaceLabel", label)
+            config = yaml.safe_load(cm["data"]["config.yaml"]) or {}
+            label = config.get("namespaceLabel", label)
+            placement = config.get("placement") or {}
+    choose_unlabelled = placement.get("unlabelledNamespaces") == "choose"
+    requires_label = name in ("policies", "url", "selector")  # validating.requireNamespaceLabel
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for cfg in kinds.get(kind, []):
             ann = (cfg["metadata"].get("annotations") or {})
@@ -217,9 +257,29 @@ for name in names:
                     check("namespaceSelector" not in wh and wh["failurePolicy"] == "Fail",
                           "the pool-authority webhook fails closed for every namespace")
                     continue
-                if kind.startswith("Mutating"):
+                if kind.startswith("Mutating") and not choose_unlabelled:
                     check({"key": label, "operator": "NotIn", "values": [""]} in wh["namespaceSelector"]["matchExpressions"],
                           "the mutating webhook skips an empty pool label (no pool)")
+                # Which namespaces reach the webhook (carrying webhook.namespaceMatchLabels): a
+                # pool's, one labelled with placement.chooseValue (both webhooks), unlabelled or
+                # empty-labelled ones (mutating: only with unlabelledNamespaces choose; validating:
+                # unless requireNamespaceLabel), never the excluded ones.
+                sel = wh["namespaceSelector"]
+                def ns(ns_name, **labels):
+                    return {"kubernetes.io/metadata.name": ns_name, **(sel.get("matchLabels") or {}), **labels}
+                check(selects(sel, ns("team-a", **{label: "pool1"})), f"{kind} selects a namespace of pool pool1")
+                if placement.get("chooseValue"):
+                    check(selects(sel, ns("team-auto", **{label: placement["chooseValue"]})),
+                          f"{kind} selects a namespace labelled {label}={placement['chooseValue']} (placement.chooseValue)")
+                mutating = kind.startswith("Mutating")
+                want = choose_unlabelled if mutating else not requires_label
+                check(selects(sel, ns("plain")) == want, f"{kind} selects an unlabelled namespace: want {want}")
+                # (requireNamespaceLabel asks for the label to exist: an empty one is validated.)
+                want = choose_unlabelled if mutating else True
+                check(selects(sel, ns("empty", **{label: ""})) == want, f"{kind} selects a namespace with an empty pool label: want {want}")
+                for never in (namespace, "kube-system"):
+                    check(not selects(sel, ns(never)) and not selects(sel, ns(never, **{label: "pool1"})),
+                          f"{kind} never selects {never}")
                 if name == "url":
                     check(cc.get("url") == f"https://127.0.0.1:8443{path}" and "service" not in cc,
                           f"{kind} with webhook.url calls https://127.0.0.1:8443{path}, not the Service")
@@ -274,15 +334,43 @@ for name in names:
             yaml.safe_load(cm["data"]["config.yaml"])
             os.makedirs(f"{out}/{name}.d/config", exist_ok=True)
             open(f"{out}/{name}.d/config/config.yaml", "w").write(cm["data"]["config.yaml"])
-        if cm["metadata"]["name"].endswith("-policies"):
-            os.makedirs(f"{out}/{name}.d/policies", exist_ok=True)
-            for key, text in cm["data"].items():
-                open(f"{out}/{name}.d/policies/{key}", "w").write(text)
+        for suffix, subdir in (("-placement-policies", "placement-policies"), ("-policies", "policies")):
+            if not cm["metadata"]["name"].endswith(suffix):
+                continue
+            os.makedirs(f"{out}/{name}.d/{subdir}", exist_ok=True)
+            for key, text in (cm.get("data") or {}).items():
+                open(f"{out}/{name}.d/{subdir}/{key}", "w").write(text)
                 if key.endswith(".yaml"):
-                    check("policy" in yaml.safe_load(text), f"policy {key} is a template")
-                shipped = os.path.join(chart, "policies", key)
+                    check("policy" in yaml.safe_load(text), f"{subdir}/{key} is a template")
+                check(not key.endswith("_test.rego"), f"{subdir}/{key}: Rego tests are not shipped")
+                shipped = os.path.join(chart, subdir, key)
                 if os.path.exists(shipped):
-                    check(text == open(shipped).read(), f"policy {key} differs from {shipped}")
+                    check(text == open(shipped).read(), f"{subdir}/{key} differs from {shipped}")
+            break
+    # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
+    placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
+    check(len(placement_cms) == 1, "one placement policies ConfigMap")
+    shipped_placement = sorted(f for f in os.listdir(f"{chart}/placement-policies") if not f.endswith("_test.rego"))
+    if placement_cms:
+        keys = sorted((placement_cms[0].get("data") or {}).keys())
+        if name == "no-placement-policies":
+            check(keys == [], f"placementPolicies.shipped=false: no placement policies, got {keys}")
+        else:
+            check(set(shipped_placement) <= set(keys), f"placement policies {keys} include the shipped {shipped_placement}")
+    for dep in kinds.get("Deployment", []):
+        pod = dep["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        args = c["args"]
+        check("--placement-policies-dir" in args and args[args.index("--placement-policies-dir") + 1] == "/placement-policies",
+              "--placement-policies-dir /placement-policies")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        check(mounts.get("placement-policies", {}).get("mountPath") == "/placement-policies"
+              and mounts["placement-policies"].get("readOnly"), "placement policies mounted read-only at /placement-policies")
+        check(not any(m["mountPath"].startswith(("/policies/", "/placement-policies/")) for m in c["volumeMounts"]),
+              "no mount nested in the policies directories")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        check(placement_cms and volumes.get("placement-policies", {}).get("configMap", {}).get("name")
+              == placement_cms[0]["metadata"]["name"], "the placement-policies volume is the placement policies ConfigMap")
     mine = [e for e in errors if e.startswith(f"{name}: ")]
     status = "FAILED" if mine else "ok"
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
@@ -311,9 +399,10 @@ APIS = {
                     "crds": {"Report": ("reports", "rep", "Namespaced"),
                              "ClusterReport": ("clusterreports", "crep", "Cluster")}},
 }
-# What the audit reads: get/list, never watch.
+# What the audit reads: get/list, never watch. (Nodes are watched by every replica whether the
+# audit runs or not: checked on their own.)
 READ = [("", "pods"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "replicasets"),
-        ("apps", "statefulsets"), ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "nodes")]
+        ("apps", "statefulsets"), ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs")]
 
 def split_terms(selector):
     terms, depth, cur = [], 0, ""
@@ -462,6 +551,10 @@ for name in names:
     for gr in READ:
         want = {"get", "list"} if audit_on and rbac else set()
         check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    # The node watch cache (placement policies) and the audit's node reads, audit on or off.
+    want = {"get", "list", "watch"} if rbac else set()
+    check(grants.get(("", "nodes"), set()) == want,
+          f"ClusterRole grants {sorted(grants.get(('', 'nodes'), set()))} on nodes, want {sorted(want)}")
     for other_name, other in APIS.items():
         gr = (other["group"], other["resource"])
         want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
@@ -551,6 +644,7 @@ for c in "${cases[@]}"; do
     d="${out}/${name}.d"
     if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
             --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+            --placement-policies-dir "${d}/placement-policies" \
             --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
         log "poolguard loads ${name}: ok"
         passed=$((passed + 1))
@@ -563,6 +657,25 @@ for c in "${cases[@]}"; do
         failures=$((failures + 1))
     fi
 done
+
+# The placement case chooses pools in poolguard with the rendered config and placement policies:
+# the shipped gpuonly with its parameter, the extra readynodes (spot, preferred, has no Ready node)
+# and the preference.
+d="${out}/placement.d"
+if output="$("$poolguard" eval --namespaces-file integration/helm/testdata/placement-namespaces.yaml \
+        --nodes-file integration/helm/testdata/placement-nodes.yaml \
+        --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
+        --placement-policies-dir "${d}/placement-policies" \
+        --webhook mutate integration/helm/testdata/placement-pods.yaml 2>&1)" \
+    && grep -q '^# Pod plain in namespace team-auto (pool general, chosen' <<<"$output" \
+    && grep -q '^# Pod trainer in namespace team-auto (pool gpu, chosen' <<<"$output"; then
+    log "poolguard chooses pools with the placement case: ok (plain -> general, trainer -> gpu)"
+    passed=$((passed + 1))
+else
+    printf '%s\n' "$output" >&2
+    log "poolguard chooses pools with the placement case: FAILED (want plain -> general, trainer -> gpu)"
+    failures=$((failures + 1))
+fi
 
 echo "${passed} passed, ${failures} failed"
 if (( failures > 0 )); then

@@ -130,6 +130,15 @@ clientConfig:
 {{- toJson $excluded }}
 {{- end }}
 
+{{/*
+config.placement.unlabelledNamespaces is choose: pods of namespaces without the pool label get a
+pool chosen, so the mutating webhook must see every namespace that is not excluded. Prints "true"
+or nothing.
+*/}}
+{{- define "poolguard.choosesUnlabelled" -}}
+{{- with .Values.config.placement }}{{ if eq (toString .unlabelledNamespaces) "choose" }}true{{ end }}{{ end }}
+{{- end }}
+
 {{/* Annotations of both webhook configurations. */}}
 {{- define "poolguard.webhookAnnotations" -}}
 {{- if eq .Values.certificates.mode "certManager" }}
