@@ -57,54 +57,23 @@
 //!   requesting an accelerator — `parameters.resources`, default `[nvidia.com/gpu]` — only on
 //!   pools that have it, others only on pools that do not).
 //!
-//! # Left for the next session (issue 16 continued)
+//! # Where it runs
 //!
-//! - **Node watch cache** (shell, `src/cluster/`): watch Nodes (not metadata-only: it needs
-//!   `status.allocatable`, `status.conditions`, `spec.taints`), keep [`NodeFacts`] per node,
-//!   recompute [`PoolFacts::gather`] on change and publish it (arc-swap) with readiness gating
-//!   like the namespace cache. RBAC: `get`, `list`, `watch` on `nodes` in the chart's
-//!   ClusterRole. Consider preparing the `infrastructure_targets` value once per change
-//!   rather than per request (today [`choose`] converts it per call).
-//! - **Wiring into the mutating webhook**: when [`chooses`] holds for the namespace, call
-//!   [`choose`] and apply the same patch as for a labelled pool
-//!   ([`crate::placement::place`] + [`crate::placement::annotate`]); a refusal is 403 with the
-//!   reasons (cut at `limits.maxDenialReasons`), an unreadable pod 400 (call
-//!   [`PodRequirements::of`] first to tell them apart). Choosing runs Rego, so such mutating
-//!   requests must go to the blocking evaluation pool under the request deadline, as
-//!   validating ones do (mutating decisions are made in place today). The validating webhook
-//!   must then accept the chosen pool for such namespaces: today it compares the selector with
-//!   the namespace label (`auto`) and would refuse. It must not trust the `poolguard.io/pool`
-//!   annotation alone (a client can write selector and annotation itself
-//!   and skip the mutating webhook): re-run [`choose`]'s policies and accept any pool they all
-//!   accept, not only the first. Which pool a namespace is "in" also matters to SIT policies'
-//!   per-pool parameters, rollouts' groups and dependencies' `placement` state: decide what
-//!   they see for a chosen pool. The chart's mutating webhook `namespaceSelector` selects only
-//!   labelled namespaces; `unlabelledNamespaces: choose` needs it widened, and probably a list
-//!   of exempt namespaces (`kube-system`) and pools never chosen (system pools), which the
-//!   config does not have yet.
-//! - Loading: read `policies/placement/` (or a `--placement-policies-dir`) in
-//!   `src/sources.rs` into a [`PlacementSet`], hold it in `RuleSet`, hot-reload it with the
-//!   rest (the reload watcher in `src/server/reload.rs` is not recursive: watch the
-//!   subdirectory too), call [`PlacementSet::check_config`] at load. The chart ships the
-//!   directory as a second ConfigMap (its `policies/*` glob does not recurse, nor does the
-//!   copy check in `integration/helm/lint.sh`) and its values schema learns `placement`.
-//!   `integration/run-tests.sh` runs the placement policies' Rego tests with
-//!   `poolguard policy test --policies-dir policies/placement` (that command reads any
-//!   directory and needed no change).
-//! - `poolguard eval --nodes-file F`: print the chosen pool or the reasons for a manifest
-//!   (nodes read with [`NodeFacts::from_node`]).
-//! - e2e against the control plane (fake nodes of two pools, one with GPU allocatable), metrics
-//!   (`poolguard_placement_choices_total{pool|refused}`), log lines, README sections (config
-//!   reference, input document, the two policies).
-//! - Validating workload templates (Deployments etc. in a choosing namespace: refuse at apply
-//!   time a template no pool can take).
-//! - Benchmarks of [`choose`] with 3 and 50 pools (the per-call conversion of the targets and
-//!   the engine clone per policy are the suspects).
-//! - Known limits to document or lift: a pool scaled to zero has no nodes, so no facts, and
-//!   is never chosen (the cluster autoscaler's node templates would be needed); taints are
-//!   facts only (no policy checks tolerations yet); the per-policy time limit is
-//!   `evaluation.timeoutMillis`, not cut to the request's deadline as the validating shell
-//!   does for SIT policies.
+//! [`select`] is the one entry point of the webhooks and the audit: the mutating webhook
+//! patches with its pool ([`crate::mutate`]); the validating webhook and the audit call it again
+//! through [`crate::validate::pool_for`], so a pod must select a pool the policies accept and a
+//! workload template no pool can take is refused at apply time. The shells keep the pools as a
+//! [`PoolSet`] (facts, and the policies' `infrastructure_targets` input converted once per node
+//! change): a node watch cache in `serve`, `--nodes-file` offline, one listing per audit pass.
+//!
+//! # Known limits
+//!
+//! - A pool scaled to zero has no nodes, so no facts, and is never chosen (the cluster
+//!   autoscaler's node templates would be needed).
+//! - Taints are facts only: no shipped policy checks the pod's tolerations.
+//! - The per-policy time limit is `evaluation.timeoutMillis`, cut to the request's deadline by
+//!   the server as for SIT policies.
+//! - DaemonSet pods in a choosing namespace get one pool like any other pod.
 
 pub mod facts;
 pub mod quantity;
