@@ -435,6 +435,84 @@ async fn without_a_free_evaluation_slot_the_failure_behaviour_applies() {
     }
 }
 
+/// With placement policies configured, mutating requests also take an evaluation slot. Without
+/// one (here: the only slot held by a slow validation, onError allow), a pod of a named pool is
+/// still placed — admitted unpatched it could run on any node — and a pod whose pool would be
+/// chosen is refused with 503 whatever onError says.
+#[tokio::test]
+async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sources = slow_rules(dir.path(), "allow");
+    let config = sources.config.clone().unwrap();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("placement:\n  chooseValue: auto\n");
+    std::fs::write(&config, text).unwrap();
+    sources.placement_dir = Some("policies/placement".into());
+    let mut namespaces = sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap();
+    namespaces.insert(
+        "ml".into(),
+        [("agentpool".to_string(), "auto".to_string())].into(),
+    );
+    let limits = Limits {
+        max_evaluations: 1,
+        max_queued_evaluations: 0,
+        ..Limits::default()
+    };
+    let app = Arc::new(ServerState::new(
+        sources.load().unwrap(),
+        Namespaces::fixed(namespaces),
+        Arc::new(Metrics::new()),
+        Duration::from_millis(1500),
+        limits,
+    ));
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                request("POST", "/validate", review("pod-create-placed.json")),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while app.gates.evaluations_running() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the slow evaluation did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let named = call(
+        &app,
+        request("POST", "/mutate", review("pod-create-mapped.json")),
+    )
+    .await
+    .json();
+    assert_eq!(named["response"]["allowed"], true, "{named}");
+    assert!(
+        named["response"]["patch"].is_string(),
+        "placed without a slot: {named}"
+    );
+
+    let mut chosen: Value = serde_json::from_slice(&review("pod-create-mapped.json")).unwrap();
+    chosen["request"]["namespace"] = "ml".into();
+    let chosen = call(
+        &app,
+        request("POST", "/mutate", serde_json::to_vec(&chosen).unwrap()),
+    )
+    .await
+    .json();
+    assert_eq!(chosen["response"]["allowed"], false, "{chosen}");
+    assert_eq!(chosen["response"]["status"]["code"], 503, "{chosen}");
+    let message = chosen["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("poolguard is busy (1 policy evaluations running, 0 waiting), so no pool could be chosen"),
+        "{message}"
+    );
+    slow.await.unwrap();
+}
+
 // ---- On loopback, over TLS ----
 
 #[tokio::test]

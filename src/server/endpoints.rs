@@ -15,6 +15,7 @@ use axum::{Json, Router};
 use poolguard_core::admission::{self, Decision, Operation, Request};
 use poolguard_core::config::{Config, OnError};
 use poolguard_core::placement::Labels;
+use poolguard_core::placement_policy;
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Scope, Webhook};
 
@@ -144,8 +145,9 @@ async fn handle(
     let parsed = admission::parse_review(&received.bytes);
     let reservation = received.reservation;
     drop(received.bytes);
+    // Shared with the blocking pool, which decides on it while `req` here borrows from it.
     let review = match parsed {
-        Ok(review) => review,
+        Ok(review) => Arc::new(review),
         Err(e) => return refuse_malformed(&app, webhook, &e),
     };
     let req = match Request::from_value(&review["request"]) {
@@ -161,7 +163,9 @@ async fn handle(
         operation: req.operation.as_str(),
     };
     let decision = match slot {
-        Some(Err(why)) => no_slot(&rules, why, app.deadline),
+        Some(Err(why)) if webhook == Webhook::Validate => {
+            on_error(&rules, &busy(why, app.deadline))
+        }
         slot => match lookup(&app, &subject.namespace).await {
             Err(e) => Decision::deny(
                 500,
@@ -171,6 +175,13 @@ async fn handle(
                 ),
             ),
             Ok(labels) => match slot {
+                Some(Err(why)) => unevaluated(
+                    webhook,
+                    &req,
+                    labels.as_ref(),
+                    &rules,
+                    &busy(why, app.deadline),
+                ),
                 // Policies run on the blocking pool, so that a slow one holds up no other
                 // request and the deadline can answer for it. The evaluation keeps its slot and
                 // the body's reservation until its work stops, which the deadline also bounds
@@ -178,15 +189,16 @@ async fn handle(
                 Some(Ok(slot)) => {
                     let (task_rules, budget) = (rules.clone(), app.deadline);
                     let pools = app.pools.facts(&rules.config.node_selector_key);
+                    let (task_review, task_labels) = (review.clone(), labels.clone());
                     let task = tokio::task::spawn_blocking(move || {
                         let _held = (slot, reservation);
                         let scope = Scope {
-                            labels: labels.as_ref(),
+                            labels: task_labels.as_ref(),
                             pools: pools.as_deref(),
                         };
                         decide_review(
                             webhook,
-                            &review,
+                            &task_review,
                             scope,
                             &task_rules,
                             deadline.into_std(),
@@ -198,7 +210,9 @@ async fn handle(
                         Ok(Err(e)) => {
                             Decision::deny(500, format!("internal error while deciding: {e}"))
                         }
-                        Err(_) => past_deadline(&rules, app.deadline),
+                        Err(_) => {
+                            unevaluated(webhook, &req, labels.as_ref(), &rules, &late(app.deadline))
+                        }
                     }
                 }
                 // Placement alone is decided right here; a thread hand-off would cost more
@@ -286,29 +300,28 @@ fn decide_review(
     deadline: Instant,
     budget: Duration,
 ) -> Decision {
+    let req = match Request::from_value(&review["request"]) {
+        Ok(req) => req,
+        Err(e) => return Decision::deny(400, e.0),
+    };
     if Instant::now() >= deadline {
-        return past_deadline(rules, budget);
+        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
     }
-    match Request::from_value(&review["request"]) {
-        Ok(req) => {
-            let runs = webhook.policy_count(rules);
-            let cut = within_deadline(&rules.config, runs, req.operation, deadline);
-            let config = cut.as_ref().unwrap_or(&rules.config);
-            let decision = decide(
-                webhook,
-                &req,
-                scope,
-                config,
-                &rules.policies,
-                &rules.placement,
-            );
-            if cut.is_some() && Instant::now() >= deadline {
-                return past_deadline(rules, budget);
-            }
-            decision
-        }
-        Err(e) => Decision::deny(400, e.0),
+    let runs = webhook.policy_count(rules);
+    let cut = within_deadline(&rules.config, runs, req.operation, deadline);
+    let config = cut.as_ref().unwrap_or(&rules.config);
+    let decision = decide(
+        webhook,
+        &req,
+        scope,
+        config,
+        &rules.policies,
+        &rules.placement,
+    );
+    if cut.is_some() && Instant::now() >= deadline {
+        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
     }
+    decision
 }
 
 /// The config with `evaluation.timeoutMillis` lowered to what each policy evaluation may take
@@ -341,21 +354,44 @@ async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, St
     app.namespaces.labels(namespace).await
 }
 
-fn past_deadline(rules: &RuleSet, deadline: Duration) -> Decision {
+/// Why a request was not decided in time.
+fn late(deadline: Duration) -> String {
     let ms = deadline.as_millis();
-    on_error(
-        rules,
-        &format!("poolguard did not decide within the {ms} ms deadline"),
-    )
+    format!("poolguard did not decide within the {ms} ms deadline")
 }
 
-fn no_slot(rules: &RuleSet, why: NoSlot, deadline: Duration) -> Decision {
+/// Why a request got no evaluation slot.
+fn busy(why: NoSlot, deadline: Duration) -> String {
     match why {
-        NoSlot::Deadline => past_deadline(rules, deadline),
-        NoSlot::QueueFull { running, waiting } => on_error(
-            rules,
-            &format!("poolguard is busy ({running} policy evaluations running, {waiting} waiting)"),
+        NoSlot::Deadline => late(deadline),
+        NoSlot::QueueFull { running, waiting } => {
+            format!("poolguard is busy ({running} policy evaluations running, {waiting} waiting)")
+        }
+    }
+}
+
+/// The answer to a request whose policies could not be evaluated (`what` says why): a
+/// validating one gets `evaluation.onError`. A mutating one is still placed when its namespace
+/// names its pool (no policy is needed for that, and admitted without the patch the pod would
+/// run on any node when the validating webhook is also allowed by `onError`); a pod whose pool
+/// placement policies would choose is refused with 503, whatever `onError` says.
+fn unevaluated(
+    webhook: Webhook,
+    req: &Request,
+    labels: Option<&Labels>,
+    rules: &RuleSet,
+    what: &str,
+) -> Decision {
+    match webhook {
+        Webhook::Validate => on_error(rules, what),
+        Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
+            503,
+            format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
         ),
+        Webhook::Mutate => {
+            let scope = Scope { labels, pools: None };
+            decide(webhook, req, scope, &rules.config, &rules.policies, &rules.placement)
+        }
     }
 }
 
