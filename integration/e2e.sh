@@ -8,7 +8,9 @@
 #    (integration/helm/helm.sh), poolguard and the tests;
 # 2. starts the control plane with controllers, registers fake Ready nodes for two pools, and
 #    for three more of different sizes (psmall, plarge, pgpu: the placement policies' test);
-# 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
+# 3. makes a CA (openssl; its key is kept in the work directory) and a serving certificate it
+#    signs with `poolguard certs --ca-cert --ca-key`, starts `poolguard serve` against the cluster
+#    with copies of the config and the policies directory (the faults suite rewrites them) and
 #    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
 # 4. runs `cargo test -p poolguard-e2e --test e2e` and `--test bypasses`, then the fail-closed test, which stops
 #    poolguard (and starts it again at its end).
@@ -41,6 +43,8 @@ IFS=',' read -r -a pools <<< "${pools_csv}"
 ((${#pools[@]} >= 2)) || die "POOLGUARD_E2E_POOLS must name at least two pools (got '${pools_csv}')"
 label=agentpool # namespaceLabel and nodeSelectorKey of integration/e2e/manifests/poolguard-config.yaml
 config="${POOLGUARD_E2E_CONFIG:-integration/e2e/manifests/poolguard-config.yaml}"
+[[ -f "${config}" ]] || die "POOLGUARD_E2E_CONFIG=${config} is not a file"
+config="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")"
 for cmd in curl openssl base64 jq ss; do
     command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
 done
@@ -152,7 +156,23 @@ log "cluster: $(since "${t_cluster}")s"
 
 # --- 3. poolguard and its webhooks --------------------------------------------------
 t_pg="$(now)"
-"${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost
+# The CA's key is kept (WORK/ca): the faults suite signs new serving certificates with it, which
+# the webhooks' caBundle (ca.crt) keeps trusting.
+mkdir -p "${work}/ca"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "${work}/ca/ca.key" 2>/dev/null ||
+    die "openssl could not make the CA key"
+chmod 600 "${work}/ca/ca.key"
+openssl req -x509 -new -key "${work}/ca/ca.key" -subj "/CN=poolguard-e2e-ca" -days 7 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "${work}/ca/ca.crt" 2>/dev/null || die "openssl could not make the CA certificate"
+"${poolguard}" certs --out-dir "${work}/certs" --ca-cert "${work}/ca/ca.crt" --ca-key "${work}/ca/ca.key" \
+    --ip 127.0.0.1 --dns-name localhost
+# poolguard reads copies of the config and the policies (placement/ included), each in a
+# directory of its own (it watches the directories; the work directory's logs would be changes
+# too): the faults suite rewrites them, the repository's files stay untouched.
+mkdir -p "${work}/config"
+cp "${config}" "${work}/config/"
+cp -R "${root}/policies" "${work}/policies"
 pg_port="" metrics_port="" # set by pick_port (free-port.sh)
 pick_port pg_port
 pick_port metrics_port
@@ -161,8 +181,8 @@ pick_port metrics_port
     printf 'PG_ADDR=%q\n' "127.0.0.1:${pg_port}"
     printf 'PG_METRICS_ADDR=%q\n' "127.0.0.1:${metrics_port}"
     printf 'PG_CERT_DIR=%q\n' "${work}/certs"
-    printf 'PG_CONFIG=%q\n' "$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")"
-    printf 'PG_POLICIES_DIR=%q\n' "${root}/policies"
+    printf 'PG_CONFIG=%q\n' "${work}/config/$(basename "${config}")"
+    printf 'PG_POLICIES_DIR=%q\n' "${work}/policies"
     printf 'PG_KUBECONFIG=%q\n' "${KUBECONFIG}"
 } > "${work}/poolguard.env"
 pg_env_written=1
@@ -217,7 +237,7 @@ if suite cert_renewal; then
 fi
 if suite audit; then
     log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
-    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")" \
+    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="${config}" \
         cargo test --locked -p poolguard-e2e --test audit -- --nocapture
 fi
 if suite rollout; then
