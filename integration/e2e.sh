@@ -12,8 +12,10 @@
 #    signs with `poolguard certs --ca-cert --ca-key`, starts `poolguard serve` against the cluster
 #    with copies of the config and the policies directory (the faults suite rewrites them) and
 #    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
-# 4. runs `cargo test -p poolguard-e2e --test e2e` and `--test bypasses`, then the fail-closed test, which stops
-#    poolguard (and starts it again at its end).
+# 4. runs the suites: `cargo test -p poolguard-e2e --test e2e`, `--test bypasses`, ..., the
+#    faults harness (src/bin/faults.rs: restarts of kube-apiserver and etcd, a killed poolguard,
+#    config flapping, certificate rotation, each under load; its table goes to WORK/faults.md and
+#    is printed), then the fail-closed test, which stops poolguard (and starts it again at its end).
 # Everything started is stopped on exit; on failure the work directory (logs) is kept and the
 # tails of the poolguard and kube-apiserver logs are printed. See integration/README.md.
 #
@@ -29,7 +31,7 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses cert_renewal audit rollout placement fail_closed
+#                         e2e bypasses cert_renewal audit rollout faults placement fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -116,7 +118,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --test placement --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -209,7 +211,7 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout placement fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout faults placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
@@ -243,6 +245,16 @@ fi
 if suite rollout; then
     log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
     POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
+fi
+if suite faults; then
+    log "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"
+    t_faults="$(now)"
+    faults_rc=0
+    cargo run --locked -q -p poolguard-e2e --bin faults -- --work-dir "${work}" --controlplane "${cp_state}" \
+        --ca-dir "${work}/ca" --pool "${pools[0]}" --label "${label}" --out "${work}/faults.md" || faults_rc=$?
+    [[ -f "${work}/faults.md" ]] && cat "${work}/faults.md"
+    log "faults suite: $(since "${t_faults}")s"
+    ((faults_rc == 0)) || die "the faults harness failed (exit ${faults_rc})"
 fi
 if suite placement; then
     log "running tests/placement.rs (placement policies choose the pools of pods in namespaces labelled ${label}=auto)"
