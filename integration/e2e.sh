@@ -8,10 +8,14 @@
 #    (integration/helm/helm.sh), poolguard and the tests;
 # 2. starts the control plane with controllers, registers fake Ready nodes for two pools, and
 #    for three more of different sizes (psmall, plarge, pgpu: the placement policies' test);
-# 3. makes certificates with `poolguard certs`, starts `poolguard serve` against the cluster and
+# 3. makes a CA (openssl; its key is kept in the work directory) and a serving certificate it
+#    signs with `poolguard certs --ca-cert --ca-key`, starts `poolguard serve` against the cluster
+#    with copies of the config and the policies directory (the faults suite rewrites them) and
 #    registers its webhooks, rendered from charts/poolguard (integration/e2e/webhooks.sh);
-# 4. runs `cargo test -p poolguard-e2e --test e2e` and `--test bypasses`, then the fail-closed test, which stops
-#    poolguard (and starts it again at its end).
+# 4. runs the suites: `cargo test -p poolguard-e2e --test e2e`, `--test bypasses`, ..., the
+#    faults harness (src/bin/faults.rs: restarts of kube-apiserver and etcd, a killed poolguard,
+#    config flapping, certificate rotation, each under load; its table goes to WORK/faults.md and
+#    is printed), then the fail-closed test, which stops poolguard (and starts it again at its end).
 # Everything started is stopped on exit; on failure the work directory (logs) is kept and the
 # tails of the poolguard and kube-apiserver logs are printed. See integration/README.md.
 #
@@ -27,7 +31,7 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses cert_renewal audit rollout placement fail_closed
+#                         e2e bypasses cert_renewal audit rollout faults placement fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +45,8 @@ IFS=',' read -r -a pools <<< "${pools_csv}"
 ((${#pools[@]} >= 2)) || die "POOLGUARD_E2E_POOLS must name at least two pools (got '${pools_csv}')"
 label=agentpool # namespaceLabel and nodeSelectorKey of integration/e2e/manifests/poolguard-config.yaml
 config="${POOLGUARD_E2E_CONFIG:-integration/e2e/manifests/poolguard-config.yaml}"
+[[ -f "${config}" ]] || die "POOLGUARD_E2E_CONFIG=${config} is not a file"
+config="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")"
 for cmd in curl openssl base64 jq ss; do
     command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
 done
@@ -112,7 +118,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --test placement --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -152,7 +158,23 @@ log "cluster: $(since "${t_cluster}")s"
 
 # --- 3. poolguard and its webhooks --------------------------------------------------
 t_pg="$(now)"
-"${poolguard}" certs --out-dir "${work}/certs" --ip 127.0.0.1 --dns-name localhost
+# The CA's key is kept (WORK/ca): the faults suite signs new serving certificates with it, which
+# the webhooks' caBundle (ca.crt) keeps trusting.
+mkdir -p "${work}/ca"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "${work}/ca/ca.key" 2>/dev/null ||
+    die "openssl could not make the CA key"
+chmod 600 "${work}/ca/ca.key"
+openssl req -x509 -new -key "${work}/ca/ca.key" -subj "/CN=poolguard-e2e-ca" -days 7 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "${work}/ca/ca.crt" 2>/dev/null || die "openssl could not make the CA certificate"
+"${poolguard}" certs --out-dir "${work}/certs" --ca-cert "${work}/ca/ca.crt" --ca-key "${work}/ca/ca.key" \
+    --ip 127.0.0.1 --dns-name localhost
+# poolguard reads copies of the config and the policies (placement/ included), each in a
+# directory of its own (it watches the directories; the work directory's logs would be changes
+# too): the faults suite rewrites them, the repository's files stay untouched.
+mkdir -p "${work}/config"
+cp "${config}" "${work}/config/"
+cp -R "${root}/policies" "${work}/policies"
 pg_port="" metrics_port="" # set by pick_port (free-port.sh)
 pick_port pg_port
 pick_port metrics_port
@@ -161,8 +183,8 @@ pick_port metrics_port
     printf 'PG_ADDR=%q\n' "127.0.0.1:${pg_port}"
     printf 'PG_METRICS_ADDR=%q\n' "127.0.0.1:${metrics_port}"
     printf 'PG_CERT_DIR=%q\n' "${work}/certs"
-    printf 'PG_CONFIG=%q\n' "$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")"
-    printf 'PG_POLICIES_DIR=%q\n' "${root}/policies"
+    printf 'PG_CONFIG=%q\n' "${work}/config/$(basename "${config}")"
+    printf 'PG_POLICIES_DIR=%q\n' "${work}/policies"
     printf 'PG_KUBECONFIG=%q\n' "${KUBECONFIG}"
 } > "${work}/poolguard.env"
 pg_env_written=1
@@ -189,7 +211,7 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout placement fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout faults placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
@@ -217,12 +239,22 @@ if suite cert_renewal; then
 fi
 if suite audit; then
     log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
-    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="$(cd "$(dirname "${config}")" && pwd)/$(basename "${config}")" \
+    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="${config}" \
         cargo test --locked -p poolguard-e2e --test audit -- --nocapture
 fi
 if suite rollout; then
     log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
     POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
+fi
+if suite faults; then
+    log "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"
+    t_faults="$(now)"
+    faults_rc=0
+    cargo run --locked -q -p poolguard-e2e --bin faults -- --work-dir "${work}" --controlplane "${cp_state}" \
+        --ca-dir "${work}/ca" --pool "${pools[0]}" --label "${label}" --out "${work}/faults.md" || faults_rc=$?
+    [[ -f "${work}/faults.md" ]] && cat "${work}/faults.md"
+    log "faults suite: $(since "${t_faults}")s"
+    ((faults_rc == 0)) || die "the faults harness failed (exit ${faults_rc})"
 fi
 if suite placement; then
     log "running tests/placement.rs (placement policies choose the pools of pods in namespaces labelled ${label}=auto)"

@@ -398,6 +398,107 @@ fn certs_writes_the_secret_files() {
     }
 }
 
+/// `--ca-cert/--ca-key`: a new serving certificate signed by an existing CA, whose certificate is
+/// copied unchanged (the webhooks' caBundle stays valid); a key that is not the CA's, a
+/// certificate that is not a CA's and a lone flag are refused.
+#[test]
+fn certs_signs_with_a_given_ca() {
+    use poolguard::certs::authority::Authority;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let ca = Authority::generate("test-ca", 30).unwrap();
+    std::fs::write(path("ca.crt"), ca.cert_pem()).unwrap();
+    std::fs::write(path("ca.key"), ca.key_pem()).unwrap();
+    let other = Authority::generate("other-ca", 30).unwrap();
+    std::fs::write(path("other.key"), other.key_pem()).unwrap();
+
+    let certs = |out: &str, ca_cert: &str, ca_key: &str| {
+        poolguard(
+            &[
+                "certs",
+                "--out-dir",
+                &path(out),
+                "--ip",
+                "127.0.0.1",
+                "--ca-cert",
+                &path(ca_cert),
+                "--ca-key",
+                &path(ca_key),
+            ],
+            None,
+        )
+    };
+    for out in ["one", "two"] {
+        let made = certs(out, "ca.crt", "ca.key");
+        assert_eq!(made.status.code(), Some(0), "{}", text(&made.stderr));
+        assert!(
+            text(&made.stderr).contains("signed by"),
+            "{}",
+            text(&made.stderr)
+        );
+    }
+    let read = |name: &str| std::fs::read_to_string(path(name)).unwrap();
+    assert_eq!(read("one/ca.crt"), ca.cert_pem());
+    assert_eq!(read("two/ca.crt"), ca.cert_pem());
+    assert_ne!(read("one/tls.key"), read("two/tls.key"));
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        roots.into(),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    for out in ["one", "two"] {
+        let leaf =
+            CertificateDer::from_pem_slice(read(&format!("{out}/tls.crt")).as_bytes()).unwrap();
+        let server = ServerName::try_from("127.0.0.1").unwrap();
+        verifier
+            .verify_server_cert(&leaf, &[], &server, &[], UnixTime::now())
+            .unwrap_or_else(|e| panic!("{out}/tls.crt does not verify against the CA: {e}"));
+    }
+
+    for (ca_cert, ca_key, want) in [
+        ("ca.crt", "other.key", "is not the key of"),
+        ("one/tls.crt", "one/tls.key", "not a CA certificate"),
+        ("missing.crt", "ca.key", "reading"),
+    ] {
+        let refused = certs("three", ca_cert, ca_key);
+        assert_eq!(refused.status.code(), Some(2), "{ca_cert} {ca_key}");
+        assert!(
+            text(&refused.stderr).contains(want),
+            "{}",
+            text(&refused.stderr)
+        );
+    }
+    assert!(!dir.path().join("three").exists());
+    let lone = poolguard(
+        &[
+            "certs",
+            "--out-dir",
+            &path("four"),
+            "--ip",
+            "127.0.0.1",
+            "--ca-cert",
+            &path("ca.crt"),
+        ],
+        None,
+    );
+    assert_eq!(lone.status.code(), Some(2));
+    assert!(
+        text(&lone.stderr).contains("--ca-key"),
+        "{}",
+        text(&lone.stderr)
+    );
+}
+
 /// `serve --dev` must not attach to whatever cluster the current kubeconfig names: with a
 /// KUBECONFIG (and a ~/.kube/config) pointing at a listener of ours, it serves the embedded
 /// namespaces, says so, and never connects; `--kubeconfig` is the explicit way to a cluster.

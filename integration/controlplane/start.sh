@@ -28,6 +28,9 @@
 #   pki/        throwaway CA, serving/client certs, service-account key pair
 #   logs/       one log file per component
 #   pids        "<pid> <component>" per started process (read by stop.sh)
+#   cmd/        per component: <component> its argv, <component>.env its environment (both
+#               NUL-separated), <component>.dir its working directory; restart.sh starts it
+#               again from them
 # The last line on stdout is STATE_DIR; logs go to stderr. On failure every
 # process started so far is stopped again.
 set -euo pipefail
@@ -138,9 +141,15 @@ EOF
 chmod 600 "${kubeconfig}"
 
 # --- processes -----------------------------------------------------------------
+mkdir -p "${state}/cmd"
+chmod 700 "${state}/cmd"
 launch() { # component args...
     local name="$1"
     shift
+    # What restart.sh needs to start it again exactly so.
+    printf '%s\0' "${bin}/${name}" "$@" > "${state}/cmd/${name}"
+    env -0 > "${state}/cmd/${name}.env"
+    pwd > "${state}/cmd/${name}.dir"
     "${bin}/${name}" "$@" >"${logs}/${name}.log" 2>&1 &
     printf '%s %s\n' "$!" "${name}" >> "${state}/pids"
     log "started ${name} (pid $!)"

@@ -6,8 +6,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    KeyUsagePurpose, PublicKeyData, SanType,
 };
+use rustls::pki_types::pem::PemObject;
 use time::OffsetDateTime;
 
 const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -79,6 +80,33 @@ impl Authority {
             cert_pem: cert_pem.to_string(),
             key_pem: key_pem.to_string(),
         })
+    }
+
+    /// The CA of `poolguard certs --ca-cert --ca-key`: its PEM certificate and key from files,
+    /// checked to be a CA certificate and to belong together (a key of another certificate would
+    /// sign certificates that do not verify against this one).
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Authority> {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let (cert_pem, key_pem) = (read(cert)?, read(key)?);
+        let der = rustls::pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .with_context(|| format!("{}: no PEM certificate", cert.display()))?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der)
+            .map_err(|e| anyhow::anyhow!("{}: not an X.509 certificate: {e}", cert.display()))?;
+        if !parsed.is_ca() {
+            bail!(
+                "{}: not a CA certificate (basicConstraints CA:TRUE)",
+                cert.display()
+            );
+        }
+        let pair =
+            KeyPair::from_pem(&key_pem).with_context(|| format!("reading {}", key.display()))?;
+        if parsed.public_key().subject_public_key.data.as_ref() != pair.der_bytes() {
+            bail!("{} is not the key of {}", key.display(), cert.display());
+        }
+        Authority::from_pem(&cert_pem, &key_pem)
+            .with_context(|| format!("{} and {}", cert.display(), key.display()))
     }
 
     pub fn cert_pem(&self) -> String {
@@ -192,6 +220,24 @@ pub fn serving_bundle(dns_names: &[String], ips: &[IpAddr], days: u32) -> Result
         bail!("--days must be at least 1");
     }
     let ca = Authority::generate("poolguard-ca", days.saturating_mul(10))?;
+    serving_bundle_from(&ca, dns_names, ips, days)
+}
+
+/// A serving certificate for the given names signed by an existing CA, whose certificate is
+/// written as `ca.crt` unchanged: a caBundle made from it stays valid (a new serving certificate
+/// without touching the webhook configurations).
+pub fn serving_bundle_from(
+    ca: &Authority,
+    dns_names: &[String],
+    ips: &[IpAddr],
+    days: u32,
+) -> Result<ServingBundle> {
+    if dns_names.is_empty() && ips.is_empty() {
+        bail!("give at least one --dns-name or --ip for the serving certificate");
+    }
+    if days == 0 {
+        bail!("--days must be at least 1");
+    }
     let common_name = dns_names
         .first()
         .map_or_else(|| ips[0].to_string(), String::clone);
@@ -232,7 +278,6 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 mod tests {
     use super::*;
     use rustls::client::danger::ServerCertVerifier;
-    use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     use std::os::unix::fs::PermissionsExt;
 

@@ -512,9 +512,16 @@ struct CertsArgs {
     /// IP subject alternative name of the serving certificate (repeatable).
     #[arg(long = "ip", value_name = "ADDR")]
     ips: Vec<IpAddr>,
-    /// Validity of the serving certificate in days (the CA gets ten times as long).
+    /// Validity of the serving certificate in days (a new CA gets ten times as long).
     #[arg(long, default_value_t = 365)]
     days: u32,
+    /// Sign with this existing CA certificate (PEM) instead of making a new CA; ca.crt in
+    /// --out-dir is a copy of it, so a caBundle made from it stays valid (needs --ca-key).
+    #[arg(long, value_name = "FILE", requires = "ca_key")]
+    ca_cert: Option<PathBuf>,
+    /// The private key (PEM) of --ca-cert.
+    #[arg(long, value_name = "FILE", requires = "ca_cert")]
+    ca_key: Option<PathBuf>,
 }
 
 /// Parses the command line and runs the command; errors are one line on stderr and exit 2.
@@ -753,12 +760,26 @@ fn run(command: Command) -> Result<ExitCode> {
             })
         }
         Command::Certs(args) => {
-            let bundle = certs::serving_bundle(&args.dns_names, &args.ips, args.days)?;
+            let (bundle, ca) = match (&args.ca_cert, &args.ca_key) {
+                (Some(cert), Some(key)) => (
+                    certs::serving_bundle_from(
+                        &certs::Authority::from_files(cert, key)?,
+                        &args.dns_names,
+                        &args.ips,
+                        args.days,
+                    )?,
+                    format!("signed by {}", cert.display()),
+                ),
+                _ => (
+                    certs::serving_bundle(&args.dns_names, &args.ips, args.days)?,
+                    "signed by a new CA".to_string(),
+                ),
+            };
             bundle
                 .write(&args.out_dir)
                 .with_context(|| "writing certificates")?;
             eprintln!(
-                "wrote {}/ca.crt, tls.crt, tls.key (serving certificate valid {} days)",
+                "wrote {}/ca.crt, tls.crt, tls.key (serving certificate valid {} days, {ca})",
                 args.out_dir.display(),
                 args.days
             );

@@ -1,5 +1,6 @@
 //! Helpers for poolguard's end-to-end tests (`tests/e2e.rs`, `tests/fail_closed.rs`, ...) and
-//! the `under_load` harness (`src/bin/under_load.rs`).
+//! the harnesses `under_load` (`src/bin/under_load.rs`) and `faults` (`src/bin/faults.rs`), whose
+//! pod load is [`load`].
 //!
 //! The tests talk to a cluster that already runs poolguard behind its two webhook
 //! configurations; how it got there (local control plane, kind, ...) does not matter.
@@ -18,6 +19,7 @@
 //! | `POOLGUARD_E2E_START_CMD` | optional | shell command that starts it again (returns once it is ready) |
 //! | `POOLGUARD_E2E_VALIDATES_UNLABELLED` | unset | `1`: the validating webhook also covers namespaces without the pool label (the chart's default); `fail_closed` then expects refusals there too |
 
+pub mod load;
 pub mod replicas;
 
 use std::collections::BTreeMap;

@@ -8,11 +8,11 @@
 //! and poolguard installed by the chart. `integration/node/test.sh` runs it against the real
 //! node; `integration/kind/run.sh` against kind.
 //!
-//! The load's pods name a scheduler that does not exist, so they stay Pending: admission is what
-//! is measured, and the scheduler and the (fake) nodes carry no extra work. They are deleted
-//! after each operation.
+//! The load (`poolguard_e2e::load`) is shared with the `faults` harness. Its pods name a scheduler
+//! that does not exist, so they stay Pending: admission is what is measured, and the scheduler
+//! and the (fake) nodes carry no extra work. They are deleted after each operation.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,13 +21,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, Config};
-use poolguard_e2e::{node_selector, random_suffix};
-use serde_json::json;
-use tokio::task::JoinSet;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::Client;
+use poolguard_e2e::load::{self, Outcome, LOAD_LABEL};
 
 const USAGE: &str = "\
 usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the chart)
@@ -48,14 +46,8 @@ usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the char
   --drain-timeout N   kubectl drain --timeout seconds (default 30)
   --kubectl PATH      kubectl to run (default $KUBECTL, else kubectl)";
 
-/// Label of every pod of the load (value: the operation's run id).
-const LOAD_LABEL: &str = "poolguard-load";
-/// A scheduler nobody runs: the load's pods stay Pending.
-const NO_SCHEDULER: &str = "poolguard-load-unscheduled";
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 const POLL: Duration = Duration::from_millis(200);
-/// Longest a pod CREATE of the load may take (the webhooks' timeouts are 5 s each).
-const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Operation {
@@ -188,22 +180,6 @@ fn log(msg: impl Display) {
     eprintln!("[under-load] {msg}");
 }
 
-/// What one pod CREATE of the load came to.
-enum Outcome {
-    /// Admitted with the pool's nodeSelector.
-    Placed,
-    /// Admitted without it (admitted without poolguard's mutation).
-    Unplaced(BTreeMap<String, String>),
-    /// Refused or failed (status code and message, or the client error).
-    Failed(String),
-}
-
-struct Attempt {
-    name: String,
-    latency: Duration,
-    outcome: Outcome,
-}
-
 /// One row of the table.
 struct Row {
     operation: Operation,
@@ -245,20 +221,6 @@ async fn ready_endpoints(client: &Client, namespace: &str, service: &str) -> Res
         .count())
 }
 
-async fn connect() -> Result<Client> {
-    match std::env::var_os("KUBECONFIG") {
-        Some(v) if !v.is_empty() => {}
-        _ => bail!("KUBECONFIG is not set: point it at a cluster where poolguard is installed"),
-    }
-    // kube's default read timeout (295 s) rather than a short one: the load opens many pooled
-    // connections to the API server, and the read timeout also ends a pooled connection that has
-    // been idle that long, which races with the next request sent on it (a failure of the
-    // harness, not of an admission). Each CREATE is bounded by CREATE_TIMEOUT instead.
-    let mut config = Config::infer().await.context("loading KUBECONFIG")?;
-    config.connect_timeout = Some(Duration::from_secs(10));
-    Client::try_from(config).context("building the Kubernetes client")
-}
-
 impl Harness {
     async fn setup(client: Client, args: Args) -> Result<Harness> {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), &args.namespace);
@@ -279,24 +241,7 @@ impl Harness {
         if pod_selector.is_empty() {
             bail!("the Deployment's selector has no matchLabels");
         }
-        let ns = format!("pg-load-{}", random_suffix());
-        let namespace: Namespace = serde_json::from_value(json!({"metadata": {
-            "name": ns,
-            "labels": {args.label.clone(): args.pool, "poolguard-e2e": "true"},
-        }}))?;
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .with_context(|| format!("creating namespace {ns}"))?;
-        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
-        match Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-            .create(&PostParams::default(), &sa)
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e).context("creating the default ServiceAccount"),
-        }
+        let ns = load::namespace(&client, "pg-load", &args.label, &args.pool).await?;
         log(format!(
             "namespace {ns} ({}={}); poolguard: deployment {}/{} ({replicas} replicas, pods {pod_selector})",
             args.label, args.pool, args.namespace, args.release
@@ -396,24 +341,7 @@ impl Harness {
     /// Runs kubectl; returns (success, combined output). Output lines are logged.
     async fn kubectl(&self, args: &[&str], limit: Duration) -> Result<(bool, String)> {
         log(format!("$ kubectl {}", args.join(" ")));
-        let mut cmd = tokio::process::Command::new(&self.args.kubectl);
-        cmd.args(args).kill_on_drop(true);
-        let out = tokio::time::timeout(limit, cmd.output())
-            .await
-            .with_context(|| {
-                format!(
-                    "kubectl {} did not return within {}s",
-                    args.join(" "),
-                    limit.as_secs()
-                )
-            })?
-            .with_context(|| format!("running {}", self.args.kubectl))?;
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            log(format!("  {line}"));
-        }
-        Ok((out.status.success(), text))
+        load::command(&self.args.kubectl, args, limit, log).await
     }
 
     /// Carries out the operation; returns a one-line account of it.
@@ -561,14 +489,17 @@ impl Harness {
         };
 
         let stop_load = Arc::new(AtomicBool::new(false));
-        let load = tokio::spawn(generate(
+        let load = tokio::spawn(load::generate(
             self.client.clone(),
-            self.ns.clone(),
-            run_id.clone(),
-            self.args.rate,
-            self.args.image.clone(),
-            self.args.selector_key().to_string(),
-            self.args.pool.clone(),
+            load::Spec {
+                namespace: self.ns.clone(),
+                run_id: run_id.clone(),
+                rate: self.args.rate,
+                image: self.args.image.clone(),
+                refused: None,
+                selector_key: self.args.selector_key().to_string(),
+                pool: self.args.pool.clone(),
+            },
             stop_load.clone(),
         ));
         let started = Instant::now();
@@ -592,15 +523,7 @@ impl Harness {
         log(format!("{}: {outcome}", op.title()));
 
         // Every admitted pod must still exist.
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
-        let listed: BTreeSet<String> = pods
-            .list(&ListParams::default().labels(&format!("{LOAD_LABEL}={run_id}")))
-            .await
-            .context("listing the load's pods")?
-            .items
-            .into_iter()
-            .filter_map(|p| p.metadata.name)
-            .collect();
+        let listed = load::stored(&self.client, &self.ns, &run_id).await?;
         let mut row = Row {
             operation: op,
             load_secs,
@@ -619,41 +542,29 @@ impl Harness {
             outcome,
             failures: BTreeMap::new(),
         };
-        let mut latencies: Vec<f64> = Vec::with_capacity(attempts.len());
         for a in &attempts {
-            latencies.push(a.latency.as_secs_f64() * 1000.0);
-            match &a.outcome {
-                Outcome::Failed(msg) => {
+            match a.outcome.failure() {
+                Some(msg) => {
                     row.failed += 1;
-                    *row.failures.entry(msg.clone()).or_default() += 1;
+                    *row.failures.entry(msg).or_default() += 1;
                 }
-                other => {
+                None => {
                     row.admitted += 1;
-                    if let Outcome::Unplaced(sel) = other {
+                    if let Outcome::Unplaced(sel) = &a.outcome {
                         row.unplaced += 1;
                         log(format!(
                             "pod {} admitted without its pool: nodeSelector {sel:?}",
                             a.name
                         ));
                     }
-                    if !listed.contains(&a.name) {
+                    if !listed.contains_key(&a.name) {
                         row.lost += 1;
                         log(format!("pod {} was admitted but is gone", a.name));
                     }
                 }
             }
         }
-        latencies.sort_by(|a, b| a.total_cmp(b));
-        let pct = |p: f64| -> f64 {
-            if latencies.is_empty() {
-                return 0.0;
-            }
-            let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
-            latencies[i]
-        };
-        row.p50_ms = pct(0.5);
-        row.p99_ms = pct(0.99);
-        row.max_ms = latencies.last().copied().unwrap_or(0.0);
+        (row.p50_ms, row.p99_ms, row.max_ms) = load::latency_ms(&attempts);
         for (msg, n) in &row.failures {
             log(format!("{n} x {msg}"));
         }
@@ -680,106 +591,8 @@ impl Harness {
         ));
 
         // The load's pods go before the next operation.
-        let force = DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        };
-        pods.delete_collection(
-            &force,
-            &ListParams::default().labels(&format!("{LOAD_LABEL}={run_id}")),
-        )
-        .await
-        .context("deleting the load's pods")?;
+        load::delete_run(&self.client, &self.ns, &run_id).await?;
         Ok(row)
-    }
-}
-
-/// Creates pods at `rate` per second until `stop`; returns every attempt once all have answered.
-#[allow(clippy::too_many_arguments)]
-async fn generate(
-    client: Client,
-    ns: String,
-    run_id: String,
-    rate: u32,
-    image: String,
-    key: String,
-    pool: String,
-    stop: Arc<AtomicBool>,
-) -> Vec<Attempt> {
-    let pods: Api<Pod> = Api::namespaced(client, &ns);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut tasks = JoinSet::new();
-    let mut n = 0usize;
-    loop {
-        tick.tick().await;
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        n += 1;
-        let name = format!("l-{run_id}-{n:05}");
-        let (pods, key, pool) = (pods.clone(), key.clone(), pool.clone());
-        let pod: Pod = match serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {LOAD_LABEL: run_id}},
-            "spec": {
-                "schedulerName": NO_SCHEDULER,
-                "containers": [{"name": "main", "image": image}],
-                "terminationGracePeriodSeconds": 0,
-            }
-        })) {
-            Ok(p) => p,
-            Err(e) => {
-                log(format!("building pod {name}: {e}"));
-                continue;
-            }
-        };
-        tasks.spawn(async move {
-            let start = Instant::now();
-            let result =
-                tokio::time::timeout(CREATE_TIMEOUT, pods.create(&PostParams::default(), &pod))
-                    .await;
-            let latency = start.elapsed();
-            let outcome = match result {
-                Err(_) => {
-                    Outcome::Failed(format!("no answer within {}s", CREATE_TIMEOUT.as_secs()))
-                }
-                Ok(result) => match result {
-                    Ok(p) => {
-                        let sel = node_selector(&p);
-                        if sel.get(&key) == Some(&pool) {
-                            Outcome::Placed
-                        } else {
-                            Outcome::Unplaced(sel)
-                        }
-                    }
-                    Err(kube::Error::Api(s)) => {
-                        Outcome::Failed(format!("{} {}", s.code, truncate(&s.message, 300)))
-                    }
-                    Err(e) => {
-                        Outcome::Failed(truncate(&format!("{:#}", anyhow::Error::from(e)), 300))
-                    }
-                },
-            };
-            Attempt {
-                name,
-                latency,
-                outcome,
-            }
-        });
-    }
-    let mut attempts = Vec::with_capacity(n);
-    while let Some(done) = tasks.join_next().await {
-        if let Ok(a) = done {
-            attempts.push(a);
-        }
-    }
-    attempts
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
     }
 }
 
@@ -831,7 +644,7 @@ async fn main_inner() -> Result<bool> {
         println!("{USAGE}");
         return Ok(true);
     };
-    let client = connect().await?;
+    let client = load::connect().await?;
     let operations = args.operations.clone();
     let harness = Harness::setup(client, args).await?;
     let mut rows = Vec::new();
