@@ -320,7 +320,7 @@ fn update_denies_only_what_is_new() {
     );
     // A namespace relabelled after the pod was created: the old selector is not a new conflict.
     let stale = pod(&["registry.example.com/a"], "pool2");
-    assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "").allowed);
+    assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "{}").allowed);
 }
 
 /// Policy dependencies at admission, with the shipped policies: a Pending policy is neither
@@ -691,7 +691,7 @@ fn malformed_pods_are_refused_with_one_line() {
             None,
             json!({"spec": {"containers": containers}}),
             None,
-            "",
+            "{}",
         );
         assert!(!d.allowed, "{what} without policies: {d:?}");
     }
@@ -783,7 +783,7 @@ fn unscheduled_pods_cannot_move_to_another_pool() {
         ),
     ];
     for (what, new, allowed) in cases {
-        let d = decide_inline("UPDATE", None, new, Some(old.clone()), "");
+        let d = decide_inline("UPDATE", None, new, Some(old.clone()), "{}");
         assert_eq!(d.allowed, allowed, "{what}: {d:?}");
         if !allowed {
             assert_eq!(d.code, 403, "{what}: {d:?}");
@@ -794,10 +794,10 @@ fn unscheduled_pods_cannot_move_to_another_pool() {
     bound["spec"]["nodeName"] = json!("pool1-node-1");
     let mut relabelled = bound.clone();
     relabelled["metadata"]["labels"] = json!({"a": "b"});
-    assert!(decide_inline("UPDATE", None, relabelled, Some(bound), "").allowed);
+    assert!(decide_inline("UPDATE", None, relabelled, Some(bound), "{}").allowed);
     // The pool annotation is trusted only at creation (the relabel race), never on update.
     let placed = gated(json!({"agentpool": "pool1"}), Some("pool1"), true);
     let moved = gated(json!({"agentpool": "gpu"}), Some("gpu"), true);
-    let d = decide_inline("UPDATE", None, moved, Some(placed), "");
+    let d = decide_inline("UPDATE", None, moved, Some(placed), "{}");
     assert!(!d.allowed, "{d:?}");
 }

@@ -256,12 +256,20 @@ pub struct EffectivePolicy<'a> {
 }
 
 impl Config {
-    /// Parses YAML (or JSON) text; `origin` names the source in errors.
+    /// Parses YAML (or JSON) text; `origin` names the source in errors. Empty text (or only
+    /// comments) is an error, not the defaults: a config file caught half-written by a reload
+    /// would otherwise drop every policy, a silent allow; `{}` asks for the defaults.
     pub fn parse(text: &str, origin: &str) -> Result<Config> {
-        let config: Config = if text.trim().is_empty() {
-            Config::default()
-        } else {
-            crate::documents::parse_one(text, origin)?
+        let empty = || {
+            crate::documents::parse_one::<serde_json::Value>(text, origin)
+                .is_ok_and(|document| document.is_null())
+        };
+        let config: Config = match crate::documents::parse_one(text, origin) {
+            Ok(_) | Err(_) if empty() => {
+                bail!("{origin}: the config is empty (write `{{}}` for the built-in defaults)")
+            }
+            Ok(config) => config,
+            Err(e) => return Err(e),
         };
         config.validate().with_context(|| origin.to_string())?;
         Ok(config)
@@ -543,7 +551,7 @@ evaluation:
 
     #[test]
     fn empty_text_gives_defaults() {
-        let c = Config::parse("", "t").unwrap();
+        let c = Config::parse("{}", "t").unwrap();
         assert_eq!(c, Config::default());
         assert_eq!(c.namespace_label, "agentpool");
         assert_eq!(c.node_selector_key, "agentpool");
@@ -869,7 +877,14 @@ policies:
 
     #[test]
     fn placement_is_off_unless_configured() {
-        assert_eq!(Config::parse("", "t").unwrap().placement, None);
+        assert_eq!(Config::parse("{}", "t").unwrap().placement, None);
+        for empty in ["", "  \n", "# nothing here\n"] {
+            let err = Config::parse(empty, "c.yaml").unwrap_err().to_string();
+            assert_eq!(
+                err,
+                "c.yaml: the config is empty (write `{}` for the built-in defaults)"
+            );
+        }
         assert_eq!(Config::parse(FULL, "t").unwrap().placement, None);
         let c = Config::parse(
             "placement:\n  chooseValue: auto\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",

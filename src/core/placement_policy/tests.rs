@@ -429,8 +429,8 @@ fn which_namespaces_get_a_pool_chosen() {
     let other = labels(&[("team", "a")]);
     // (config, labels, chooses)
     let cases: [(&str, Option<&Labels>, bool); 13] = [
-        ("", Some(&auto), false),
-        ("", None, false),
+        ("{}", Some(&auto), false),
+        ("{}", None, false),
         (AUTO, Some(&auto), true),
         (AUTO, Some(&pool1), false),
         (AUTO, Some(&other), false),
@@ -481,7 +481,7 @@ fn check_config_names_the_path() {
     assert_eq!(names, ["fitsresources", "gpuonly", "hasparams"]);
     assert_eq!(policies.len(), 3);
     // Without a placement section nothing is chosen, so nothing is checked.
-    policies.check_config(&config("")).unwrap();
+    policies.check_config(&config("{}")).unwrap();
     let cases = [
         (
             AUTO.to_string(),
