@@ -112,13 +112,18 @@ pub fn plan(
         return serving_step(stored, published, now, settings);
     };
 
-    // Expired CAs leave the bundle (never the one signing the served certificate).
+    // Expired CAs leave the bundle (never the one signing the served certificate). Each block is
+    // judged by its own certificate: other PEM blocks (a key, a CRL) hold none and stay.
     let pems = split_pem(&stored.bundle);
     let live: Vec<&str> = pems
         .iter()
-        .zip(&cas)
-        .filter(|(_, ca)| ca.not_after > now || ca.subject == serving.issuer)
-        .map(|(pem, _)| pem.as_str())
+        .filter(|pem| {
+            facts(pem).is_ok_and(|cas| {
+                cas.iter()
+                    .all(|ca| ca.not_after > now || ca.subject == serving.issuer)
+            })
+        })
+        .map(|pem| pem.as_str())
         .collect();
     if live.len() < pems.len() {
         return Ok(Step::Store(Stored {
@@ -368,6 +373,22 @@ mod tests {
             ..store(plan(None, false, t, &s).unwrap())
         };
         assert_eq!(plan(Some(&first), false, t, &s).unwrap(), Step::Publish);
+    }
+
+    #[test]
+    fn other_pem_blocks_in_the_bundle_leave_the_cas_in_place() {
+        // Found by fuzzing (certificate_plan): a key block before the CA shifted which
+        // certificate each block was judged by, and the key block alone was stored as the bundle.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let key_block = "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n";
+        let with_key = Stored {
+            bundle: format!("{key_block}{}", first.bundle),
+            published_at: Some(t),
+            ..first
+        };
+        assert_eq!(plan(Some(&with_key), true, t, &s).unwrap(), Step::Idle);
     }
 
     #[test]
