@@ -163,9 +163,10 @@ fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings)
     if stored.published_at.is_none_or(|at| now - at < grace) {
         return Ok(Step::Idle);
     }
+    // The newest CA is the bundle's first certificate, not necessarily its first PEM block.
     let newest_pem = split_pem(&stored.bundle)
         .into_iter()
-        .next()
+        .find(|pem| facts(pem).is_ok_and(|cas| !cas.is_empty()))
         .unwrap_or_default();
     let ca =
         Authority::from_pem(&newest_pem, &stored.ca_key).context("the stored CA cannot sign")?;
@@ -389,6 +390,31 @@ mod tests {
             ..first
         };
         assert_eq!(plan(Some(&with_key), true, t, &s).unwrap(), Step::Idle);
+    }
+
+    #[test]
+    fn the_serving_certificate_is_renewed_from_the_first_certificate_of_the_bundle() {
+        // Found by fuzzing (certificate_plan): with a key block first in the bundle, renewing
+        // the serving certificate read that block as the CA and failed at every step.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let with_key = Stored {
+            bundle: format!(
+                "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n{}",
+                first.bundle
+            ),
+            published_at: Some(t),
+            ..first
+        };
+        // 700 s later the serving certificate is due (as in the test above).
+        let renewed = store(plan(Some(&with_key), true, t + 700, &s).unwrap());
+        assert_eq!(renewed.bundle, with_key.bundle);
+        assert_ne!(renewed.tls_crt, with_key.tls_crt);
+        assert_eq!(
+            facts(&renewed.tls_crt).unwrap()[0].issuer,
+            facts(&with_key.bundle).unwrap()[0].subject
+        );
     }
 
     #[test]
