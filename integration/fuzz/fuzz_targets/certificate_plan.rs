@@ -13,8 +13,8 @@
 //!   served certificate;
 //! - it publishes only what is stored;
 //! - without outside writes, a step never makes the served certificate untrusted (its CA, while
-//!   valid, missing from the published bundle), and "again" steps in a row stay within the
-//!   pacing's budget;
+//!   valid, missing from the published bundle), and "again" steps in a row (on time, without a
+//!   failure between them) stay within the pacing's budget;
 //! - without outside writes and with every step on time, the served certificate is always
 //!   within its validity, and so is its CA, once the first bundle is published (for lifetimes
 //!   long enough for a renewal: a third of each covers the grace and two check intervals);
@@ -415,7 +415,8 @@ fuzz_target!(|input: Input| {
                     agains <= pacing::AGAIN_BUDGET,
                     "more steps in a row than the budget: {world:?}"
                 );
-            } else if outcome == Outcome::Settled {
+            } else {
+                // A failure ends the run too: repeated failures are the backoff's business.
                 agains = 0;
             }
         }
