@@ -50,6 +50,10 @@ FUZZ_CORPUS=${FUZZ_CORPUS:-target/fuzz-corpus}
 day=$(date -u +%Y-%m-%d)
 FUZZ_RESULTS=${FUZZ_RESULTS:-bench/results/fuzz-$day.md}
 
+# What is built: the commit, and whether the code differs from it.
+built=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- src "$FUZZ_DIR/src" "$FUZZ_DIR/fuzz_targets" "$FUZZ_DIR/Cargo.toml" ||
+    built="$built (with local changes)"
 build_targets
 work=$(mktemp -d "${TMPDIR:-/tmp}/poolguard-fuzz-long.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -78,10 +82,9 @@ total_secs=0
 {
     [[ -s $FUZZ_RESULTS ]] || printf '# Fuzzing results, %s\n\n' "$day"
     printf '## Run started %s\n\n' "$started_at"
-    printf 'Commit %s%s; %s; sanitizer %s; %s per target; %s cores, load average at the end %s.\n\n' \
-        "$(git rev-parse --short HEAD)" "$(git diff --quiet HEAD -- src integration/fuzz || echo ' (with local changes)')" \
-        "$(rustc "+$FUZZ_TOOLCHAIN" --version)" "$FUZZ_SANITIZER" "$mode $amount unless given" \
-        "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf 'Commit %s; %s; sanitizer %s; %s per target; %s cores, load average at the end %s.\n\n' \
+        "$built" "$(rustc "+$FUZZ_TOOLCHAIN" --version)" "$FUZZ_SANITIZER" \
+        "$mode $amount unless given" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf '| target | executions | crashes | exec/s | corpus | seconds |\n'
     printf '| --- | ---: | ---: | ---: | ---: | ---: |\n'
     for line in "${rows[@]}"; do
