@@ -18,6 +18,10 @@
 //! - without outside writes and with every step on time, the served certificate is always
 //!   within its validity, and so is its CA, once the first bundle is published (for lifetimes
 //!   long enough for a renewal: a third of each covers the grace and two check intervals);
+//! - after outside writes that do not corrupt keys or certificates (a deleted Secret, an old or
+//!   empty published bundle, an odd or missing publication time, an extra PEM block, an earlier
+//!   Secret written back), steps on time repair everything within the grace and three check
+//!   intervals;
 //! - the pacing waits at least the minimum interval, the check interval after a settled step and
 //!   no more than the backoff cap after a failed one.
 #![no_main]
@@ -84,6 +88,17 @@ enum Outside {
     ReverseBundle,
     /// An earlier content of the Secret written back (a replica with a stale copy).
     RestoreEarlier(u8),
+}
+
+impl Outside {
+    /// Whether the loop must repair this by itself, promptly: everything but corrupting the
+    /// Secret's keys and certificates (which may wait for the next CA).
+    fn repairable(&self) -> bool {
+        !matches!(
+            self,
+            Outside::Replace(..) | Outside::Truncate(..) | Outside::ReverseBundle
+        )
+    }
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -344,6 +359,26 @@ fn check_store(before: Option<&Stored>, after: &Stored, now: i64) {
     }
 }
 
+/// The served certificate and its published CA are valid at `world.now`.
+fn check_served(world: &World, settings: &Settings, when: &str) {
+    let now = world.now;
+    let serving = world.secret.as_ref().and_then(serving);
+    let Some(serving) = serving else {
+        panic!("{when}: no served certificate at {now}\n{settings:?}\n{world:?}");
+    };
+    assert!(
+        serving.not_before <= now && now < serving.not_after,
+        "{when}: the served certificate is not valid at {now}: {serving:?}\n{settings:?}"
+    );
+    let Some(ca) = world.trusted_ca() else {
+        panic!("{when}: the served certificate's CA is not published at {now}\n{settings:?}\n{world:?}");
+    };
+    assert!(
+        ca.not_before <= now && now < ca.not_after,
+        "{when}: the served certificate's CA is not valid at {now}: {ca:?}\n{settings:?}"
+    );
+}
+
 fn check_pace(pacing: &Pacing, outcome: Outcome, pace: &Pace) {
     assert!(pace.wait >= pacing.min_interval, "{pace:?}");
     match outcome {
@@ -376,6 +411,13 @@ fuzz_target!(|input: Input| {
     };
     let pacing = Pacing::new(Duration::from_secs(check));
     let punctual = input.events.iter().all(|e| matches!(e, Event::Step));
+    let repairable = input.events.iter().all(|e| match e {
+        Event::Outside(what) => what.repairable(),
+        _ => true,
+    });
+    // The time of the last outside write, while every step since has been on time.
+    let mut repairing_since: Option<i64> = None;
+    let repair_time = i64::from(input.publish_grace) + 3 * i64::try_from(check).unwrap() + 10;
     let mut world = World {
         now: EPOCH_2020 + i64::from(input.start),
         ..World::default()
@@ -396,13 +438,17 @@ fuzz_target!(|input: Input| {
             Event::Outside(what) => {
                 world.outside(what);
                 agains = 0;
+                repairing_since = repairable.then_some(world.now);
                 continue;
             }
         };
-        // Trusted by a CA that has not expired (once it has, starting over is right).
+        if !matches!(event, Event::Step) {
+            repairing_since = None;
+        }
         if late > 0 {
             agains = 0; // the budget is for steps in a row at the loop's own pace
         }
+        // Trusted by a CA that has not expired (once it has, starting over is right).
         let trusted_before = world
             .trusted_ca()
             .is_some_and(|ca| ca.not_after > world.now);
@@ -431,20 +477,10 @@ fuzz_target!(|input: Input| {
             bootstrapped |= world.published.is_some();
         }
         if punctual && bootstrapped {
-            let now = world.now;
-            let serving = world.secret.as_ref().and_then(serving);
-            let serving = serving.expect("a served certificate");
-            assert!(
-                serving.not_before <= now && now < serving.not_after,
-                "the served certificate is not valid at {now}: {serving:?}\n{settings:?}"
-            );
-            let ca = world
-                .trusted_ca()
-                .expect("the served certificate's CA is published");
-            assert!(
-                ca.not_before <= now && now < ca.not_after,
-                "the served certificate's CA is not valid at {now}: {ca:?}\n{settings:?}"
-            );
+            check_served(&world, &settings, "on time from the start");
+        }
+        if repairing_since.is_some_and(|since| world.now >= since + repair_time) {
+            check_served(&world, &settings, "repaired after outside writes");
         }
         pace = pacing.next(outcome, pace);
         check_pace(&pacing, outcome, &pace);
