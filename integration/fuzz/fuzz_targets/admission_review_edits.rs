@@ -232,19 +232,23 @@ fuzz_target!(|input: Input| {
         apply(&mut review, edit);
     }
     let body = serde_json::to_vec(&review).expect("a JSON value serializes");
-    let parsed = admission::parse_review(&body);
-    assert_eq!(
-        parsed.is_ok(),
-        admission::check_review(&review).is_ok(),
-        "parsing the body and checking the value disagree"
-    );
-    let Ok(parsed) = parsed else {
-        return;
+    let parsed = match admission::parse_review(&body) {
+        Ok(parsed) => parsed,
+        // The server's JSON reader refuses nesting deeper than 128 levels, which a value can have.
+        Err(e) if e.0.contains("recursion limit exceeded") => return,
+        Err(e) => {
+            assert!(
+                admission::check_review(&review).is_err(),
+                "the body is refused ({e}) but the value passes the check"
+            );
+            return;
+        }
     };
     assert_eq!(
         parsed, review,
         "the body reads back as the value it was made from"
     );
+    admission::check_review(&review).expect("the value passes the check the body passed");
     for (_, rules) in &shipped.rules {
         decide_and_check(&parsed, rules, &shipped.namespaces);
     }
