@@ -41,7 +41,8 @@ pick_toolchain() {
     fi
     if ! cargo +nightly --version >/dev/null 2>&1; then
         say "no nightly toolchain: installing it (rustup toolchain install nightly --profile minimal)"
-        rustup toolchain install nightly --profile minimal >&2 ||
+        # Bounded: a machine that cannot download toolchains may not fail fast.
+        timeout 600 rustup toolchain install nightly --profile minimal >&2 ||
             say "could not install the nightly toolchain"
     fi
     if cargo +nightly --version >/dev/null 2>&1; then
