@@ -112,13 +112,18 @@ pub fn plan(
         return serving_step(stored, published, now, settings);
     };
 
-    // Expired CAs leave the bundle (never the one signing the served certificate).
+    // Expired CAs leave the bundle (never the one signing the served certificate). Each block is
+    // judged by its own certificate: other PEM blocks (a key, a CRL) hold none and stay.
     let pems = split_pem(&stored.bundle);
     let live: Vec<&str> = pems
         .iter()
-        .zip(&cas)
-        .filter(|(_, ca)| ca.not_after > now || ca.subject == serving.issuer)
-        .map(|(pem, _)| pem.as_str())
+        .filter(|pem| {
+            facts(pem).is_ok_and(|cas| {
+                cas.iter()
+                    .all(|ca| ca.not_after > now || ca.subject == serving.issuer)
+            })
+        })
+        .map(|pem| pem.as_str())
         .collect();
     if live.len() < pems.len() {
         return Ok(Step::Store(Stored {
@@ -127,7 +132,7 @@ pub fn plan(
             ..stored.clone()
         }));
     }
-    if !published || stored.published_at.is_none() {
+    if !published || publication_time(stored, now).is_none() {
         return Ok(Step::Publish);
     }
     if newest.renewal_due(now, 0) {
@@ -151,16 +156,17 @@ pub fn plan(
 
 /// A serving certificate from the newest CA, once its bundle has been published long enough.
 fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings) -> Result<Step> {
-    if !published {
+    let Some(published_at) = publication_time(stored, now).filter(|_| published) else {
         return Ok(Step::Publish);
-    }
+    };
     let grace = settings.publish_grace.as_secs() as i64;
-    if stored.published_at.is_none_or(|at| now - at < grace) {
+    if now.saturating_sub(published_at) < grace {
         return Ok(Step::Idle);
     }
+    // The newest CA is the bundle's first certificate, not necessarily its first PEM block.
     let newest_pem = split_pem(&stored.bundle)
         .into_iter()
-        .next()
+        .find(|pem| facts(pem).is_ok_and(|cas| !cas.is_empty()))
         .unwrap_or_default();
     let ca =
         Authority::from_pem(&newest_pem, &stored.ca_key).context("the stored CA cannot sign")?;
@@ -170,6 +176,13 @@ fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings)
         tls_key: serving.key_pem,
         ..stored.clone()
     }))
+}
+
+/// When the stored bundle was published, if that is known: a time missing (never recorded, or
+/// removed) or in the future (edited by hand, another replica's clock) is not, and publishing
+/// again records it.
+fn publication_time(stored: &Stored, now: i64) -> Option<i64> {
+    stored.published_at.filter(|&at| at <= now)
 }
 
 /// A new CA and serving certificate: nothing is trusted or served yet, so there is nothing to
@@ -368,6 +381,97 @@ mod tests {
             ..store(plan(None, false, t, &s).unwrap())
         };
         assert_eq!(plan(Some(&first), false, t, &s).unwrap(), Step::Publish);
+    }
+
+    #[test]
+    fn other_pem_blocks_in_the_bundle_leave_the_cas_in_place() {
+        // Found by fuzzing (certificate_plan): a key block before the CA shifted which
+        // certificate each block was judged by, and the key block alone was stored as the bundle.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let key_block = "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n";
+        let with_key = Stored {
+            bundle: format!("{key_block}{}", first.bundle),
+            published_at: Some(t),
+            ..first
+        };
+        assert_eq!(plan(Some(&with_key), true, t, &s).unwrap(), Step::Idle);
+    }
+
+    #[test]
+    fn the_serving_certificate_is_renewed_from_the_first_certificate_of_the_bundle() {
+        // Found by fuzzing (certificate_plan): with a key block first in the bundle, renewing
+        // the serving certificate read that block as the CA and failed at every step.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let with_key = Stored {
+            bundle: format!(
+                "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n{}",
+                first.bundle
+            ),
+            published_at: Some(t),
+            ..first
+        };
+        // 700 s later the serving certificate is due (as in the test above).
+        let renewed = store(plan(Some(&with_key), true, t + 700, &s).unwrap());
+        assert_eq!(renewed.bundle, with_key.bundle);
+        assert_ne!(renewed.tls_crt, with_key.tls_crt);
+        assert_eq!(
+            facts(&renewed.tls_crt).unwrap()[0].issuer,
+            facts(&with_key.bundle).unwrap()[0].subject
+        );
+    }
+
+    #[test]
+    fn a_publication_time_far_in_the_past_or_in_the_future_neither_overflows_nor_stalls() {
+        // The publication time is read from an annotation as any integer: i64::MIN overflowed
+        // `now - at`, and a time in the future made the due serving certificate wait for it
+        // (until the next CA) instead of the time being recorded again.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let at = |published_at| Stored {
+            published_at: Some(published_at),
+            ..first.clone()
+        };
+        // 700 s later the serving certificate is due.
+        let later = t + 700;
+        let renewed = plan(Some(&at(i64::MIN)), true, later, &s).unwrap();
+        assert!(matches!(renewed, Step::Store(_)), "{renewed:?}");
+        for future in [later + 1, i64::MAX] {
+            assert_eq!(
+                plan(Some(&at(future)), true, later, &s).unwrap(),
+                Step::Publish
+            );
+        }
+    }
+
+    #[test]
+    fn a_published_bundle_without_a_publication_time_or_serving_certificate_gets_both() {
+        // A bundle already in the webhook configurations, with no serving certificate and no
+        // publication time (a Secret made by hand, the annotation removed), waited for ever for
+        // a publication that had happened but was not recorded.
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let no_cert = Stored {
+            tls_crt: String::new(),
+            tls_key: String::new(),
+            ..first
+        };
+        assert_eq!(plan(Some(&no_cert), true, t, &s).unwrap(), Step::Publish);
+        let recorded = Stored {
+            published_at: Some(t),
+            ..no_cert
+        };
+        assert_eq!(plan(Some(&recorded), true, t + 5, &s).unwrap(), Step::Idle);
+        let issued = store(plan(Some(&recorded), true, t + 10, &s).unwrap());
+        assert_eq!(
+            facts(&issued.tls_crt).unwrap()[0].issuer,
+            facts(&issued.bundle).unwrap()[0].subject
+        );
     }
 
     #[test]

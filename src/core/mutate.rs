@@ -20,6 +20,12 @@ pub fn mutate(req: &Request, scope: Scope, config: &Config, placement: &Placemen
         return Decision::allow();
     }
     let pod = req.object.unwrap_or(&serde_json::Value::Null);
+    let placed_somewhere = placement_policy::chooses(scope.labels, config)
+        || placement::pool_of(scope.labels, &config.namespace_label).is_some();
+    // The patch adds to the spec, so there must be one (the API server always sends it).
+    if placed_somewhere && !value_at(pod, &["spec"]).is_some_and(serde_json::Value::is_object) {
+        return Decision::deny(400, "spec must be an object");
+    }
     if placement_policy::chooses(scope.labels, config) {
         let chosen = placement_policy::select(
             scope.pools,
@@ -71,5 +77,42 @@ fn with_annotation(pod: &serde_json::Value, pool: &str, placed: Placement) -> De
     Decision {
         patch: Some(patch).filter(|p| !p.0.is_empty()),
         ..Decision::allow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pod_without_a_spec_object_is_refused_not_given_a_patch_that_cannot_apply() {
+        // Found by fuzzing (admission_review): the nodeSelector patch went to /spec/nodeSelector
+        // of a pod with no spec, and no JSON Patch can add there.
+        for pool in ["pool1", "auto"] {
+            let labels = crate::placement::Labels::from([("agentpool".into(), pool.into())]);
+            let config = Config::parse("placement: {chooseValue: auto}\n", "t").unwrap();
+            for spec in [None, Some(json!(null)), Some(json!("x")), Some(json!([]))] {
+                let mut pod =
+                    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}});
+                if let Some(spec) = spec.clone() {
+                    pod["spec"] = spec;
+                }
+                let raw = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "namespace": "mapped", "operation": "CREATE", "object": pod});
+                let req = Request::from_value(&raw).unwrap();
+                let scope = Scope {
+                    labels: Some(&labels),
+                    pools: None,
+                };
+                let d = mutate(&req, scope, &config, &PlacementSet::default());
+                assert_eq!(
+                    (d.allowed, d.code, d.patch),
+                    (false, 400, None),
+                    "{pool}: spec {spec:?}"
+                );
+                assert_eq!(d.message, "spec must be an object");
+            }
+        }
     }
 }

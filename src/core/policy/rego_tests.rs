@@ -4,8 +4,8 @@
 use anyhow::{Context, Result};
 use regorus::Value;
 
-use super::new_engine;
 use super::template::{Template, TestFile};
+use super::{add_source, new_engine};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestResult {
@@ -19,17 +19,17 @@ pub struct TestResult {
 pub fn run(templates: &[Template], tests: &[TestFile]) -> Result<Vec<TestResult>> {
     let mut engine = new_engine()?;
     for t in templates {
-        engine
-            .add_policy(t.path.display().to_string(), t.rego.clone())
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        add_source(&mut engine, t.path.display().to_string(), t.rego.clone())
             .with_context(|| format!("loading policy `{}`", t.name))?;
     }
     let mut rules = Vec::new();
     for file in tests {
-        let package = engine
-            .add_policy(file.path.display().to_string(), file.rego.clone())
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("loading {}", file.path.display()))?;
+        let package = add_source(
+            &mut engine,
+            file.path.display().to_string(),
+            file.rego.clone(),
+        )
+        .with_context(|| format!("loading {}", file.path.display()))?;
         for name in test_rule_names(&file.rego) {
             rules.push(format!("{package}.{name}"));
         }
