@@ -2,7 +2,8 @@
 # The whole test suite:
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
 #      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
-#   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement;
+#   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, and a
+#      short run of every fuzz target (integration/fuzz/smoke.sh, FUZZ_SECONDS each, default 20);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
 #      (a real helm, built from its Go module when none is installed);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
@@ -19,6 +20,8 @@ cargo test --locked --workspace --exclude poolguard-e2e
 echo "== policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 cargo run --locked --quiet -- policy test --policies-dir policies/placement
+echo "== fuzz smoke (every target ${FUZZ_SECONDS:-20} s)"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash integration/fuzz/smoke.sh
 echo "== helm chart"
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
