@@ -113,14 +113,7 @@ fn main() {
                 assert!(d.allowed, "{d:?}");
                 serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
             };
-            for _ in 0..iterations / 10 {
-                black_box(once());
-            }
-            let start = Instant::now();
-            for _ in 0..iterations {
-                black_box(once());
-            }
-            let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
+            let us = microseconds_each(iterations, once);
             println!(
                 "{:<10} {:<14} {:>10} {:>14.2}",
                 webhook.as_str(),
@@ -132,6 +125,18 @@ fn main() {
     }
 
     placement(iterations);
+}
+
+/// Microseconds per call of `once`, over `iterations` calls after a tenth as many to warm up.
+fn microseconds_each<T>(iterations: u32, once: impl Fn() -> T) -> f64 {
+    for _ in 0..iterations / 10 {
+        black_box(once());
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        black_box(once());
+    }
+    start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations)
 }
 
 /// `count` pools of three nodes each, of growing size; the last has GPUs.
@@ -227,14 +232,7 @@ fn placement(iterations: u32) {
                     }
                     serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
                 };
-                for _ in 0..iterations / 10 {
-                    black_box(once());
-                }
-                let start = Instant::now();
-                for _ in 0..iterations {
-                    black_box(once());
-                }
-                let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations);
+                let us = microseconds_each(iterations, once);
                 println!(
                     "{:<10} {:>6} {:>10} {:>14.2}",
                     webhook.as_str(),

@@ -79,22 +79,17 @@ pub mod facts;
 pub mod quantity;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use regorus::utils::limits::ExecutionTimerConfig;
 use regorus::{Engine, Value};
 
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::placement::{self, pool_of, Labels, Placement};
 use crate::policy::template::Template;
-use crate::policy::{declares, load, reads_review};
+use crate::policy::{declares, eval_within, load, reads_review};
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
-
-/// Time checks happen every this many units of interpreter work (as for SIT policies).
-const TIMER_CHECK_INTERVAL: u32 = 16;
 
 /// One loaded placement policy: a prepared engine, cloned for each evaluation.
 #[derive(Clone)]
@@ -149,15 +144,7 @@ impl PlacementPolicy {
 
     /// Evaluates `solutions` on `input` within `limit`.
     pub fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
-        let mut engine = self.engine.clone();
-        engine.set_execution_timer_config(ExecutionTimerConfig {
-            limit,
-            check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
-        });
-        engine.set_input(input);
-        let value = engine
-            .eval_rule(self.rule.clone())
-            .map_err(|e| format!("{e:#}"))?;
+        let value = eval_within(&self.engine, &self.rule, input, limit)?;
         solution(&value)
     }
 }

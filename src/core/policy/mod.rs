@@ -218,6 +218,25 @@ pub fn kind_of(template: &Template) -> Result<TemplateKind> {
     }
 }
 
+/// Evaluates `rule` on `input` in a clone of the prepared `engine`, stopped past `limit`; an
+/// error as one string. Shared by SIT and placement policies.
+pub(crate) fn eval_within(
+    engine: &Engine,
+    rule: &str,
+    input: Value,
+    limit: Duration,
+) -> Result<Value, String> {
+    let mut engine = engine.clone();
+    engine.set_execution_timer_config(ExecutionTimerConfig {
+        limit,
+        check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
+    });
+    engine.set_input(input);
+    engine
+        .eval_rule(rule.to_string())
+        .map_err(|e| format!("{e:#}"))
+}
+
 impl Policy {
     /// Compiles a template. Errors name the file and, for Rego errors, the line.
     pub fn compile(template: &Template) -> Result<Policy> {
@@ -265,15 +284,7 @@ impl Policy {
 
     /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
     pub fn infringements(&self, input: Value, limit: Duration) -> Result<Vec<String>, String> {
-        let mut engine = self.engine.clone();
-        engine.set_execution_timer_config(ExecutionTimerConfig {
-            limit,
-            check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
-        });
-        engine.set_input(input);
-        let value = engine
-            .eval_rule(self.rule.clone())
-            .map_err(|e| format!("{e:#}"))?;
+        let value = eval_within(&self.engine, &self.rule, input, limit)?;
         messages(&value)
     }
 }
