@@ -14,6 +14,9 @@ FUZZ_NICE=${FUZZ_NICE:-19}
 # Per input: seconds before libFuzzer calls it a hang, and a memory limit.
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-20}
 FUZZ_RSS_MB=${FUZZ_RSS_MB:-2048}
+# cargo-fuzz's default is 1 (slowest to build); 16 builds in about two thirds of the time on 2
+# cores and fuzzes about as fast.
+FUZZ_CODEGEN_UNITS=${FUZZ_CODEGEN_UNITS:-16}
 
 say() { echo "fuzz: $*" >&2; }
 die() {
@@ -73,7 +76,8 @@ build_targets() {
         die "$FUZZ_DIR/Cargo.lock is out of date"
     nice -n "$FUZZ_NICE" cargo "+$FUZZ_TOOLCHAIN" fuzz build --fuzz-dir "$FUZZ_DIR" \
         --release --debug-assertions --sanitizer "$FUZZ_SANITIZER" \
-        --target-dir "$FUZZ_BUILD_DIR" >&2 || die "the fuzz targets do not build"
+        --codegen-units "$FUZZ_CODEGEN_UNITS" --target-dir "$FUZZ_BUILD_DIR" >&2 ||
+        die "the fuzz targets do not build"
     local triple
     triple=$(rustc "+$FUZZ_TOOLCHAIN" -vV | sed -n 's/^host: //p')
     FUZZ_BIN_DIR=$FUZZ_BUILD_DIR/$triple/release
