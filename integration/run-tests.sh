@@ -14,18 +14,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== cargo test"
+# Each step's heading says how much disk is free: a full disk shows up as odd build failures
+# (a linker killed by SIGBUS), and this says which.
+step() { echo "== $* (free disk: $(df -h --output=avail . | tail -1 | tr -d ' '))"; }
+
+step "cargo test"
 # Every workspace crate but the end-to-end tests, which need a cluster (steps 4 and 5 run them).
 cargo test --locked --workspace --exclude poolguard-e2e
-echo "== policy test"
+step "policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 cargo run --locked --quiet -- policy test --policies-dir policies/placement
-echo "== fuzz smoke (every target ${FUZZ_SECONDS:-20} s)"
+step "fuzz smoke (every target ${FUZZ_SECONDS:-20} s)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash integration/fuzz/smoke.sh
-echo "== helm chart"
+# A CI machine's disk is shared: the fuzz build (a second copy of the dependencies) is not needed
+# by the later steps.
+if [[ -n ${CI:-} ]]; then rm -rf target/fuzz-build; fi
+step "helm chart"
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
-echo "== end to end"
+step "end to end"
 bash integration/e2e.sh
-echo "== poolguard's image on a real node, installed with the chart (integration/node/test.sh)"
+step "poolguard's image on a real node, installed with the chart (integration/node/test.sh)"
 bash integration/node/test.sh

@@ -77,7 +77,7 @@ build_targets() {
     nice -n "$FUZZ_NICE" cargo "+$FUZZ_TOOLCHAIN" fuzz build --fuzz-dir "$FUZZ_DIR" \
         --release --debug-assertions --sanitizer "$FUZZ_SANITIZER" \
         --codegen-units "$FUZZ_CODEGEN_UNITS" --target-dir "$FUZZ_BUILD_DIR" >&2 ||
-        die "the fuzz targets do not build"
+        die "the fuzz targets do not build ($(df -h --output=avail "$FUZZ_BUILD_DIR" 2>/dev/null | tail -1 | tr -d ' ') free on its disk)"
     local triple
     triple=$(rustc "+$FUZZ_TOOLCHAIN" -vV | sed -n 's/^host: //p')
     FUZZ_BIN_DIR=$FUZZ_BUILD_DIR/$triple/release
