@@ -315,6 +315,35 @@ fn bad_input_is_a_clear_error_with_exit_2() {
             None,
             "--dns-name",
         ),
+        (
+            vec![
+                "certs",
+                "--out-dir",
+                "target/unused-certs",
+                "--ip",
+                "127.0.0.1",
+                "--days",
+                "4294967295",
+            ],
+            None,
+            "after the year 9999",
+        ),
+        (
+            vec![
+                "serve",
+                "--manage-certs",
+                "--cert-secret",
+                "poolguard/tls",
+                "--webhook-configs",
+                "poolguard",
+                "--cert-ip",
+                "127.0.0.1",
+                "--cert-validity",
+                "1m",
+            ],
+            None,
+            "--cert-validity 1m is too short",
+        ),
     ];
     for (args, stdin, want) in cases {
         let out = poolguard(&args, stdin);

@@ -56,7 +56,7 @@ impl Authority {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        set_validity(&mut params, start, valid_for);
+        set_validity(&mut params, start, valid_for)?;
         let key = KeyPair::generate().context("generating the CA key")?;
         let key_pem = key.serialize_pem();
         let cert_pem = params
@@ -100,9 +100,8 @@ impl Authority {
                 cert.display()
             );
         }
-        let pair =
-            KeyPair::from_pem(&key_pem).with_context(|| format!("reading {}", key.display()))?;
-        if parsed.public_key().subject_public_key.data.as_ref() != pair.der_bytes() {
+        KeyPair::from_pem(&key_pem).with_context(|| format!("reading {}", key.display()))?;
+        if !key_matches(&der, &key_pem) {
             bail!("{} is not the key of {}", key.display(), cert.display());
         }
         Authority::from_pem(&cert_pem, &key_pem)
@@ -166,7 +165,7 @@ impl Authority {
             Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
         }];
-        set_validity(&mut params, start, valid_for);
+        set_validity(&mut params, start, valid_for)?;
         let key = KeyPair::generate().context("generating a key")?;
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -197,12 +196,35 @@ fn set_validity(
     params: &mut CertificateParams,
     start: OffsetDateTime,
     valid_for: std::time::Duration,
-) {
+) -> Result<()> {
     // A little slack for clocks that are slightly behind: five minutes, or a tenth of a short
     // lifetime (so that renewal "with a third left" stays a third of the useful lifetime).
     let slack = std::cmp::min(std::time::Duration::from_secs(300), valid_for / 10);
+    // X.509 times end with the year 9999; a longer lifetime is a mistake, not a panic.
+    let not_after = time::Duration::try_from(valid_for)
+        .ok()
+        .and_then(|d| start.checked_add(d))
+        .filter(|t| t.year() <= 9999)
+        .with_context(|| {
+            format!(
+                "a certificate valid for {} would end after the year 9999",
+                humantime::format_duration(valid_for)
+            )
+        })?;
     params.not_before = start - slack;
-    params.not_after = start + valid_for;
+    params.not_after = not_after;
+    Ok(())
+}
+
+/// Whether `key_pem` is the private key of the certificate `cert_der`.
+pub fn key_matches(cert_der: &[u8], key_pem: &str) -> bool {
+    let (Ok((_, cert)), Ok(key)) = (
+        x509_parser::parse_x509_certificate(cert_der),
+        KeyPair::from_pem(key_pem),
+    ) else {
+        return false;
+    };
+    cert.public_key().subject_public_key.data.as_ref() == key.der_bytes()
 }
 
 /// What `poolguard certs` writes: `ca.crt`, `tls.crt`, `tls.key`.
@@ -280,6 +302,20 @@ mod tests {
     use rustls::client::danger::ServerCertVerifier;
     use rustls::pki_types::CertificateDer;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_lifetime_past_the_year_9999_is_an_error_not_a_panic() {
+        let err = serving_bundle(&["poolguard.ns.svc".into()], &[], u32::MAX)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("after the year 9999"), "{err}");
+        let start = OffsetDateTime::now_utc();
+        for valid_for in [std::time::Duration::MAX, DAY * 4_000_000] {
+            assert!(Authority::generate_for("ca", start, valid_for).is_err());
+        }
+        assert!(Authority::generate_for("ca", start, DAY * 3650).is_ok());
+    }
 
     #[test]
     fn bundle_is_written_and_chains_to_its_ca() {

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
-use super::authority::{Authority, Issued, Usage};
+use super::authority::{key_matches, Authority, Issued, Usage};
 
 /// The Secret's contents.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -41,6 +41,44 @@ pub struct Settings {
     pub publish_grace: Duration,
     pub dns_names: Vec<String>,
     pub ips: Vec<IpAddr>,
+}
+
+impl Settings {
+    /// Refuses lifetimes the rotation cannot keep up with. Renewal starts with a third of a
+    /// lifetime left; in that third a new CA must be published for `publish_grace` and every
+    /// replica must pick up the new certificate (a check interval each, and one to notice), so
+    /// a shorter lifetime would renew at every check. Over 100 years is a typing error.
+    pub fn check(&self, check_interval: Duration) -> Result<()> {
+        const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+        let needed = self.publish_grace + check_interval * 2;
+        for (flag, validity) in [
+            ("--ca-validity", self.ca_validity),
+            ("--cert-validity", self.serving_validity),
+        ] {
+            let show = humantime::format_duration;
+            if validity > LONGEST {
+                anyhow::bail!("{flag} {} is longer than 100 years", show(validity));
+            }
+            if validity / 3 < needed {
+                anyhow::bail!(
+                    "{flag} {} is too short: a third of it must cover --ca-publish-grace plus \
+                     twice --cert-check-interval ({}), so at least {}",
+                    show(validity),
+                    show(needed),
+                    show(needed * 3)
+                );
+            }
+        }
+        if self.serving_validity > self.ca_validity {
+            anyhow::bail!(
+                "--cert-validity {} is longer than --ca-validity {}: the serving certificate \
+                 would outlive its CA",
+                humantime::format_duration(self.serving_validity),
+                humantime::format_duration(self.ca_validity)
+            );
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,13 +141,19 @@ pub fn plan(
     let serving = facts(&stored.tls_crt)
         .ok()
         .and_then(|f| f.into_iter().next());
-    let Some(newest) = cas.first().filter(|ca| ca.not_after > now) else {
+    if !cas.iter().any(|ca| ca.not_after > now) {
         return fresh(now, settings).map(Step::Store);
+    }
+    // The CA that signs is the one whose key is stored, wherever the bundle has it (a bundle
+    // edited by hand may list it last). When none has it, a new CA joins the bundle, as in a
+    // rotation: the CAs there stay trusted until the new one is published and serving.
+    let Some((newest_pem, newest)) = signing_ca(stored, now) else {
+        return Ok(Step::Store(with_new_ca(stored, now, settings)?));
     };
     let Some(serving) = serving else {
         // No usable serving certificate: issue one (the newest CA is in the bundle, but only the
         // published bundle is trusted, so wait for publication as for any new CA).
-        return serving_step(stored, published, now, settings);
+        return serving_step(stored, &newest_pem, published, now, settings);
     };
 
     // Expired CAs leave the bundle (never the one signing the served certificate). Each block is
@@ -136,26 +180,27 @@ pub fn plan(
         return Ok(Step::Publish);
     }
     if newest.renewal_due(now, 0) {
-        let ca = new_ca(now, settings)?;
-        return Ok(Step::Store(Stored {
-            bundle: ca.cert_pem() + &stored.bundle,
-            ca_key: ca.key_pem().to_string(),
-            published_at: None,
-            ..stored.clone()
-        }));
+        return Ok(Step::Store(with_new_ca(stored, now, settings)?));
     }
     // The serving certificate's renewal starts the publish grace earlier: when a new CA has
     // just been published, the new certificate waits that long, and every replica still needs
     // a check interval to pick it up before the old one expires.
     let lead = settings.publish_grace.as_secs() as i64;
     if serving.issuer != newest.subject || serving.renewal_due(now, lead) {
-        return serving_step(stored, published, now, settings);
+        return serving_step(stored, &newest_pem, published, now, settings);
     }
     Ok(Step::Idle)
 }
 
-/// A serving certificate from the newest CA, once its bundle has been published long enough.
-fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings) -> Result<Step> {
+/// A serving certificate from the signing CA (`ca_pem`), once its bundle has been published long
+/// enough.
+fn serving_step(
+    stored: &Stored,
+    ca_pem: &str,
+    published: bool,
+    now: i64,
+    settings: &Settings,
+) -> Result<Step> {
     let Some(published_at) = publication_time(stored, now).filter(|_| published) else {
         return Ok(Step::Publish);
     };
@@ -163,19 +208,37 @@ fn serving_step(stored: &Stored, published: bool, now: i64, settings: &Settings)
     if now.saturating_sub(published_at) < grace {
         return Ok(Step::Idle);
     }
-    // The newest CA is the bundle's first certificate, not necessarily its first PEM block.
-    let newest_pem = split_pem(&stored.bundle)
-        .into_iter()
-        .find(|pem| facts(pem).is_ok_and(|cas| !cas.is_empty()))
-        .unwrap_or_default();
-    let ca =
-        Authority::from_pem(&newest_pem, &stored.ca_key).context("the stored CA cannot sign")?;
+    let ca = Authority::from_pem(ca_pem, &stored.ca_key).context("the stored CA cannot sign")?;
     let serving = issue(&ca, now, settings)?;
     Ok(Step::Store(Stored {
         tls_crt: serving.cert_pem,
         tls_key: serving.key_pem,
         ..stored.clone()
     }))
+}
+
+/// The bundle's certificate that the stored key belongs to, if it is still valid: its PEM block
+/// and facts.
+fn signing_ca(stored: &Stored, now: i64) -> Option<(String, CertFacts)> {
+    split_pem(&stored.bundle).into_iter().find_map(|pem| {
+        let der = CertificateDer::from_pem_slice(pem.as_bytes()).ok()?;
+        if !key_matches(&der, &stored.ca_key) {
+            return None;
+        }
+        let ca = facts(&pem).ok()?.into_iter().next()?;
+        (ca.not_after > now).then_some((pem, ca))
+    })
+}
+
+/// `stored` with a new CA in front of its bundle and its key stored, to be published.
+fn with_new_ca(stored: &Stored, now: i64, settings: &Settings) -> Result<Stored> {
+    let ca = new_ca(now, settings)?;
+    Ok(Stored {
+        bundle: ca.cert_pem() + &stored.bundle,
+        ca_key: ca.key_pem().to_string(),
+        published_at: None,
+        ..stored.clone()
+    })
 }
 
 /// When the stored bundle was published, if that is known: a time missing (never recorded, or
@@ -422,6 +485,102 @@ mod tests {
             facts(&renewed.tls_crt).unwrap()[0].issuer,
             facts(&with_key.bundle).unwrap()[0].subject
         );
+    }
+
+    #[test]
+    fn the_serving_certificate_is_signed_by_the_ca_whose_key_is_stored_wherever_it_is() {
+        // Found by fuzzing (certificate_plan): a bundle listing the newest CA last made renewal
+        // sign with that CA's key under the first CA's name: a certificate that verifies
+        // against neither.
+        let s = settings();
+        let t = now();
+        let old = store(plan(None, false, t, &s).unwrap());
+        let newer = with_new_ca(&old, t + 1, &s).unwrap();
+        let blocks = split_pem(&newer.bundle);
+        let reversed = Stored {
+            bundle: format!("{}{}", blocks[1], blocks[0]),
+            published_at: Some(t),
+            ..newer.clone()
+        };
+        let renewed = store(plan(Some(&reversed), true, t + 700, &s).unwrap());
+        let issuer = &facts(&renewed.tls_crt).unwrap()[0].issuer;
+        assert_eq!(issuer, &facts(&blocks[0]).unwrap()[0].subject);
+        assert!(verifies(&renewed.tls_crt, &blocks[0]));
+        assert!(!verifies(&renewed.tls_crt, &blocks[1]));
+    }
+
+    #[test]
+    fn a_stored_key_of_no_ca_in_the_bundle_brings_a_new_ca_and_keeps_the_old_ones_trusted() {
+        let s = settings();
+        let t = now();
+        let first = store(plan(None, false, t, &s).unwrap());
+        let other = store(plan(None, false, t, &s).unwrap());
+        let wrong_key = Stored {
+            ca_key: other.ca_key,
+            published_at: Some(t),
+            ..first.clone()
+        };
+        let next = store(plan(Some(&wrong_key), true, t + 1, &s).unwrap());
+        assert!(next.bundle.ends_with(&first.bundle), "the old CA stays");
+        assert_eq!(facts(&next.bundle).unwrap().len(), 2);
+        assert_eq!(next.tls_crt, first.tls_crt, "the served certificate stays");
+        assert_eq!(next.published_at, None, "the new bundle is published first");
+        assert!(signing_ca(&next, t + 1).is_some());
+    }
+
+    #[test]
+    fn lifetimes_the_rotation_cannot_keep_up_with_are_refused() {
+        let base = Settings {
+            ca_validity: Duration::from_secs(40),
+            serving_validity: Duration::from_secs(15),
+            publish_grace: Duration::from_secs(3),
+            ..settings()
+        };
+        let check = Duration::from_secs(1);
+        assert!(base.check(check).is_ok(), "the e2e test's settings");
+        let cases: [(Settings, &str); 4] = [
+            (
+                Settings {
+                    serving_validity: Duration::from_secs(14),
+                    ..base.clone()
+                },
+                "--cert-validity 14s is too short",
+            ),
+            (
+                Settings {
+                    publish_grace: Duration::from_secs(20),
+                    ca_validity: Duration::from_secs(3600),
+                    ..base.clone()
+                },
+                "--cert-validity 15s is too short",
+            ),
+            (
+                Settings {
+                    ca_validity: Duration::from_secs(u64::MAX / 2),
+                    ..base.clone()
+                },
+                "--ca-validity",
+            ),
+            (
+                Settings {
+                    serving_validity: Duration::from_secs(60),
+                    ..base.clone()
+                },
+                "would outlive its CA",
+            ),
+        ];
+        for (settings, expected) in cases {
+            let err = settings.check(check).unwrap_err().to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    fn verifies(cert_pem: &str, ca_pem: &str) -> bool {
+        let cert = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let ca = CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&cert).unwrap();
+        let (_, ca) = x509_parser::parse_x509_certificate(&ca).unwrap();
+        cert.verify_signature(Some(ca.public_key())).is_ok()
     }
 
     #[test]

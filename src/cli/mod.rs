@@ -267,10 +267,12 @@ struct ServeArgs {
     /// With --manage-certs: IP address of the serving certificate (repeatable).
     #[arg(long = "cert-ip", value_name = "ADDR")]
     cert_ips: Vec<IpAddr>,
-    /// With --manage-certs: CA lifetime (renewed with a third left).
+    /// With --manage-certs: CA lifetime (renewed with a third left, which must cover
+    /// --ca-publish-grace plus twice --cert-check-interval; at most 100 years).
     #[arg(long, default_value = "5y", value_parser = humantime::parse_duration)]
     ca_validity: std::time::Duration,
-    /// With --manage-certs: serving certificate lifetime (renewed with a third left).
+    /// With --manage-certs: serving certificate lifetime (renewed with a third left, as for
+    /// --ca-validity; at most the CA's).
     #[arg(long, default_value = "90days", value_parser = humantime::parse_duration)]
     cert_validity: std::time::Duration,
     /// With --manage-certs: how often the Secret and webhook configurations are checked.
@@ -573,17 +575,19 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         if args.cert_dns_names.is_empty() && args.cert_ips.is_empty() {
             anyhow::bail!("--manage-certs needs at least one --cert-dns-name or --cert-ip");
         }
+        let settings = crate::certs::rotation::Settings {
+            ca_validity: args.ca_validity,
+            serving_validity: args.cert_validity,
+            publish_grace: args.ca_publish_grace,
+            dns_names: args.cert_dns_names,
+            ips: args.cert_ips,
+        };
+        settings.check(args.cert_check_interval)?;
         Some(serve::ManagedCerts {
             secret_namespace: namespace.to_string(),
             secret_name: name.to_string(),
             webhook_configs: args.webhook_configs,
-            settings: crate::certs::rotation::Settings {
-                ca_validity: args.ca_validity,
-                serving_validity: args.cert_validity,
-                publish_grace: args.ca_publish_grace,
-                dns_names: args.cert_dns_names,
-                ips: args.cert_ips,
-            },
+            settings,
             check_interval: args.cert_check_interval,
             client_ca: args.client_ca_file.clone(),
         })
