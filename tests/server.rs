@@ -1169,52 +1169,123 @@ async fn http2_reads_a_body_within_the_limit_before_answering_an_unknown_path() 
 }
 
 #[tokio::test]
-async fn at_the_connection_cap_new_connections_wait_for_one_to_close() {
+async fn at_the_connection_cap_the_idlest_connection_makes_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_connections: 3,
+        ..Limits::default()
+    };
+    let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    // Oldest first: a client that connected and sent nothing (no TLS handshake even), then two
+    // that were served and went idle.
+    let silent = TcpStream::connect(running.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (mut a, _) = client.http1(running.addr).await;
+    let (mut b, _) = client.http1(running.addr).await;
+    for sender in [&mut a, &mut b] {
+        assert_eq!(ok_mutate(sender).await, 200);
+    }
+    wait_for_metric(&running, "poolguard_connections 3\n").await;
+    // Each new connection is served at once; the silent one goes first, then a.
+    let mut newer = Vec::new();
+    for n in 1..=2 {
+        let (mut c, _) = tokio::time::timeout(Duration::from_secs(2), client.http1(running.addr))
+            .await
+            .unwrap_or_else(|_| panic!("connection {n} past the cap was not served"));
+        assert_eq!(ok_mutate(&mut c).await, 200, "past the cap: {n}");
+        wait_for_metric(
+            &running,
+            &format!("poolguard_connections_evicted_total {n}\n"),
+        )
+        .await;
+        newer.push(c);
+    }
+    let mut silent = silent;
+    let mut rest = Vec::new();
+    assert_eq!(
+        silent
+            .read_to_end(&mut rest)
+            .await
+            .map(|_| rest.len())
+            .unwrap_or(0),
+        0,
+        "the silent connection was closed"
+    );
+    assert!(a.ready().await.is_err(), "a was closed to make room");
+    assert_eq!(ok_mutate(&mut b).await, 200, "b stays open");
+    running.shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), running.wait()).await;
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_busy_connections_are_kept_and_new_ones_wait() {
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits {
         max_connections: 2,
         ..Limits::default()
     };
     let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
-    let client = Client::new(&ca, b"http/1.1", None);
-    let (mut a, _) = client.http1(running.addr).await;
-    let (mut b, _) = client.http1(running.addr).await;
-    for sender in [&mut a, &mut b] {
-        assert_eq!(
-            send1(sender, "/mutate", review("pod-create-mapped.json"))
-                .await
-                .0,
-            200
-        );
+    let body = review("pod-create-mapped.json");
+    // Two requests in flight: their heads sent, their bodies not yet.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let tls = Client::new(&ca, b"http/1.1", None)
+            .tls(running.addr)
+            .await
+            .unwrap();
+        let (reader, mut writer) = tokio::io::split(tls);
+        writer
+            .write_all(head("/mutate", body.len(), false).as_bytes())
+            .await
+            .unwrap();
+        writer.flush().await.unwrap();
+        busy.push((reader, writer));
     }
     wait_for_metric(&running, "poolguard_connections 2\n").await;
     let addr = running.addr;
-    let mut third = tokio::spawn(async move {
-        let (mut c, _) = Client::new(&ca, b"http/1.1", None).http1(addr).await;
-        send1(&mut c, "/mutate", review("pod-create-mapped.json"))
-            .await
-            .0
+    let mut third = tokio::spawn({
+        let ca = ca.clone();
+        async move {
+            let (mut c, _) = Client::new(&ca, b"http/1.1", None).http1(addr).await;
+            ok_mutate(&mut c).await
+        }
     });
     assert!(
         tokio::time::timeout(Duration::from_millis(500), &mut third)
             .await
             .is_err(),
-        "a third connection was served while two were open"
+        "a third connection was served while two had requests in flight"
     );
-    drop(a);
+    // The first request completes; its connection is idle, so it makes room.
+    let (mut reader, mut writer) = busy.remove(0);
+    writer.write_all(&body).await.unwrap();
+    writer.flush().await.unwrap();
+    let mut answer = vec![0u8; 12];
+    reader.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
     let status = tokio::time::timeout(Duration::from_secs(5), third)
         .await
-        .expect("the third connection was not served after one closed")
+        .expect("the third connection was not served once a connection was idle")
         .unwrap();
     assert_eq!(status, 200);
-    assert_eq!(
-        send1(&mut b, "/mutate", review("pod-create-mapped.json"))
-            .await
-            .0,
-        200
-    );
+    assert!(metrics(&running)
+        .await
+        .contains("poolguard_connections_evicted_total 1\n"));
+    // The other request was never cut off: its body still gets an answer.
+    let (mut reader, mut writer) = busy.remove(0);
+    writer.write_all(&body).await.unwrap();
+    writer.flush().await.unwrap();
+    reader.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
     running.shutdown.cancel();
-    running.wait().await.unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), running.wait()).await;
+}
+
+async fn ok_mutate(sender: &mut http1::SendRequest<Full<Bytes>>) -> u16 {
+    send1(sender, "/mutate", review("pod-create-mapped.json"))
+        .await
+        .0
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! Accepting connections: a cap on how many are open, TLS handshakes with the current
-//! certificate, HTTP/1.1 and HTTP/2 with their limits, idle connections closed, graceful
+//! Accepting connections: a cap on how many are open (the idlest one closed to make room),
+//! TLS handshakes with the current certificate, HTTP/1.1 and HTTP/2 with their limits, idle connections closed, graceful
 //! shutdown, closed connections lingering until the client has closed too.
 
 use std::io;
@@ -25,6 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::idle_eviction::{Evictable, Table};
 use super::limits::Limits;
 
 /// Time a client gets to finish the TLS handshake.
@@ -44,6 +45,9 @@ const HTTP2_MAX_PENDING_RESETS: usize = 20;
 /// HTTP/2: streams poolguard may have to reset for the client's protocol errors before it ends
 /// the connection.
 const HTTP2_MAX_ERROR_RESETS: usize = 100;
+/// At the cap with no idle connection to close (or one that turned busy as it was chosen): how
+/// soon to look again.
+const EVICTION_RETRY: Duration = Duration::from_millis(100);
 /// HTTP/2: a PING when the connection has been silent this long, and the time its answer gets
 /// before the connection is closed as dead.
 const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -68,9 +72,11 @@ const LINGER: Duration = Duration::from_secs(2);
 /// closes). The chart's preStop sleep has taken the pod out of the Service's endpoints by then,
 /// so the client's next connection goes to another replica.
 ///
-/// At the cap the loop stops accepting rather than accepting and closing: the kernel keeps new
-/// connections in the listen backlog, and each is served as soon as an open one closes, so a
-/// short burst costs the API server latency instead of failed calls.
+/// At the cap a new connection makes room by closing the open connection idle the longest
+/// (see [`super::idle_eviction`]; counted in `evicted`); when every open connection has a request
+/// in flight it waits for one to close, and the kernel keeps the connections after it in the
+/// listen backlog, so a short burst costs the API server latency instead of failed calls.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<ArcSwap<ServerConfig>>,
@@ -79,16 +85,14 @@ pub async fn serve_tls(
     drain: Duration,
     limits: &Limits,
     connections: Arc<Semaphore>,
+    evicted: prometheus_client::metrics::counter::Counter,
 ) -> Result<()> {
     let builder = Arc::new(http_builder(limits));
     let idle_timeout = limits.idle_timeout;
     let header_timeout = limits.header_timeout;
     let shutdown_idle = drain / 2;
-    loop {
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => permit?,
-            () = shutdown.cancelled() => break,
-        };
+    let table = Table::<Activity>::new();
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
@@ -99,6 +103,21 @@ pub async fn serve_tls(
                 }
             },
             () = shutdown.cancelled() => break,
+        };
+        let permit = loop {
+            if let Ok(permit) = connections.clone().try_acquire_owned() {
+                break permit;
+            }
+            if table.evict_idlest() {
+                evicted.inc();
+            }
+            // The evicted connection frees its permit as it closes; if it turned busy at that
+            // moment, or every connection is busy, look again shortly.
+            tokio::select! {
+                permit = connections.clone().acquire_owned() => break permit?,
+                () = tokio::time::sleep(EVICTION_RETRY) => {}
+                () = shutdown.cancelled() => break 'accept,
+            }
         };
         // Answers are small and written as a few TLS records (HTTP/2: headers, then data);
         // with Nagle's algorithm on, the later ones wait for the client's delayed ACK.
@@ -126,8 +145,10 @@ pub async fn serve_tls(
         })));
         let (builder, stop) = (builder.clone(), shutdown.clone());
         // The stream holds the connection's permit until it is closed for good.
-        let stream = LingeringStream::new(stream, permit);
+        let stream = LingeringStream::new(stream, permit, activity.clone());
+        let entry = table.insert(activity.clone());
         tokio::spawn(async move {
+            let _entry = entry;
             let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
             let mut tls_stream = tokio::select! {
                 done = handshake => match done {
@@ -143,6 +164,7 @@ pub async fn serve_tls(
                 },
                 // Shutting down: a connection with no request yet is not waited for.
                 () = stop.cancelled() => return,
+                () = activity.evict.cancelled() => return,
             };
             tls_stream.get_mut().0.linger_on_close();
             let http2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
@@ -152,7 +174,7 @@ pub async fn serve_tls(
                 // byte. Without ALPN the client may still speak HTTP/2 (prior knowledge); its
                 // frames then count as request heads, which only brings the idle close forward.
                 activity.bytes_arrived();
-                tls_stream.get_mut().0.report_reads(activity.clone());
+                tls_stream.get_mut().0.report_reads();
             }
             let conn = builder.serve_connection(TokioIo::new(tls_stream), service);
             tokio::pin!(conn);
@@ -185,6 +207,15 @@ pub async fn serve_tls(
                     () = activity.head_overdue(header_timeout), if !http2 => {
                         tracing::debug!(%peer, "request head not complete in time; closing");
                         break;
+                    }
+                    () = activity.evict.cancelled(), if !closing => {
+                        tracing::debug!(%peer, "closing the idlest connection to make room");
+                        if activity.in_flight.load(Ordering::SeqCst) == 0 {
+                            break;
+                        }
+                        // A request began as it was chosen: answer it, then close.
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
                     }
                 }
             }
@@ -233,6 +264,8 @@ struct Activity {
     last: Mutex<Instant>,
     head_since: Mutex<Option<Instant>>,
     draining: AtomicBool,
+    /// Cancelled when the connection is chosen to make room at the cap.
+    evict: CancellationToken,
 }
 
 /// One request in flight; ends when dropped (its answer is ready).
@@ -245,6 +278,7 @@ impl Activity {
             last: Mutex::new(Instant::now()),
             head_since: Mutex::new(None),
             draining: AtomicBool::new(false),
+            evict: CancellationToken::new(),
         }
     }
 
@@ -308,6 +342,19 @@ impl Activity {
     }
 }
 
+impl Evictable for Activity {
+    /// Idle from the accept (TLS handshake and a request head on the way count as idle: a
+    /// well-behaved client sends them at once) or the end of the last request.
+    fn idle_since(&self) -> Option<Instant> {
+        let idle = self.in_flight.load(Ordering::SeqCst) == 0 && !self.evict.is_cancelled();
+        idle.then(|| self.last())
+    }
+
+    fn evict(&self) {
+        self.evict.cancel();
+    }
+}
+
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
@@ -326,29 +373,37 @@ impl Drop for Busy<'_> {
 /// So once the connection has been served, a dropped stream shuts its write side (FIN), then
 /// reads and discards whatever the client still sends until the client closes as well or
 /// [`LINGER`] has passed, and only then lets the socket and its connection permit go (shutdown
-/// waits for the permits). A stream that never completed its TLS handshake is closed at once.
+/// waits for the permits). A stream that never completed its TLS handshake is closed at once,
+/// and so is one closed to make room with no request in flight (nothing to deliver; its permit
+/// is what the new connection waits for).
 struct LingeringStream {
     /// `None` only once dropped.
     inner: Option<TcpStream>,
     permit: Option<OwnedSemaphorePermit>,
     linger: bool,
-    /// Told about every read that brings bytes.
-    reads: Option<Arc<Activity>>,
+    activity: Arc<Activity>,
+    /// Whether reads that bring bytes are reported to `activity`.
+    reads: bool,
 }
 
 impl LingeringStream {
-    fn new(stream: TcpStream, permit: OwnedSemaphorePermit) -> LingeringStream {
+    fn new(
+        stream: TcpStream,
+        permit: OwnedSemaphorePermit,
+        activity: Arc<Activity>,
+    ) -> LingeringStream {
         LingeringStream {
             inner: Some(stream),
             permit: Some(permit),
             linger: false,
-            reads: None,
+            activity,
+            reads: false,
         }
     }
 
-    /// From now on, reads that bring bytes are reported to `activity`.
-    fn report_reads(&mut self, activity: Arc<Activity>) {
-        self.reads = Some(activity);
+    /// From now on, reads that bring bytes are reported to the connection's activity.
+    fn report_reads(&mut self) {
+        self.reads = true;
     }
 
     /// From now on, a drop lingers.
@@ -373,10 +428,8 @@ impl AsyncRead for LingeringStream {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = self.stream().poll_read(cx, buf);
-        if buf.filled().len() > before {
-            if let Some(activity) = &self.reads {
-                activity.bytes_arrived();
-            }
+        if self.reads && buf.filled().len() > before {
+            self.activity.bytes_arrived();
         }
         polled
     }
@@ -417,7 +470,9 @@ impl Drop for LingeringStream {
         let (Some(stream), permit) = (self.inner.take(), self.permit.take()) else {
             return;
         };
-        if !self.linger {
+        let evicted_idle = self.activity.evict.is_cancelled()
+            && self.activity.in_flight.load(Ordering::SeqCst) == 0;
+        if !self.linger || evicted_idle {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -468,7 +523,7 @@ mod tests {
             async move {
                 let (stream, _) = listener.accept().await.unwrap();
                 let permit = permits.acquire_owned().await.unwrap();
-                let mut stream = LingeringStream::new(stream, permit);
+                let mut stream = LingeringStream::new(stream, permit, Arc::new(Activity::new()));
                 if linger {
                     stream.linger_on_close();
                 }

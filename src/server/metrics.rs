@@ -122,6 +122,7 @@ pub struct Metrics {
     pub evaluations_waiting: Gauge,
     pub body_bytes_reserved: Gauge,
     pub connections: Gauge,
+    pub connections_evicted: Counter,
     pub audit_results: Family<AuditResultLabels, Gauge>,
     pub audit_objects: Family<KindLabels, Gauge>,
     pub audit_runs: Family<OutcomeLabels, Counter>,
@@ -208,6 +209,12 @@ impl Metrics {
             "connections",
             "Open HTTPS connections, TLS handshakes included",
         );
+        let connections_evicted = Counter::default();
+        registry.register(
+            "connections_evicted",
+            "Idle connections closed at the connection cap to make room for a new one",
+            connections_evicted.clone(),
+        );
         let audit_results = Family::<AuditResultLabels, Gauge>::default();
         registry.register(
             "audit_results",
@@ -281,6 +288,7 @@ impl Metrics {
             evaluations_waiting,
             body_bytes_reserved,
             connections,
+            connections_evicted,
         }
     }
 

@@ -29,6 +29,7 @@ use tls::TlsFiles;
 pub mod body;
 pub mod connections;
 pub mod endpoints;
+pub mod idle_eviction;
 pub mod limits;
 pub mod metrics;
 pub mod ops;
@@ -155,6 +156,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     let stop = shutdown.clone();
     let drain = opts.drain;
     let connection_cap = app.gates.connections();
+    let evicted = metrics.connections_evicted.clone();
     let task = tokio::spawn(async move {
         let ops_stop = CancellationToken::new();
         let ops_done = ops_stop.clone();
@@ -163,9 +165,17 @@ pub async fn start(opts: Options) -> Result<Running> {
                 .with_graceful_shutdown(async move { ops_done.cancelled().await })
                 .await
         });
-        let served =
-            connections::serve_tls(listener, tls, router, stop, drain, &limits, connection_cap)
-                .await;
+        let served = connections::serve_tls(
+            listener,
+            tls,
+            router,
+            stop,
+            drain,
+            &limits,
+            connection_cap,
+            evicted,
+        )
+        .await;
         ops_stop.cancel();
         ops.await
             .context("the operations server task failed")?
