@@ -1219,7 +1219,7 @@ async fn at_the_connection_cap_the_idlest_connection_makes_room() {
 }
 
 #[tokio::test]
-async fn at_the_connection_cap_busy_connections_are_kept_and_new_ones_wait() {
+async fn at_the_connection_cap_a_request_is_never_cut_unless_its_body_stalls() {
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits {
         max_connections: 2,
@@ -1243,6 +1243,7 @@ async fn at_the_connection_cap_busy_connections_are_kept_and_new_ones_wait() {
         busy.push((reader, writer));
     }
     wait_for_metric(&running, "poolguard_connections 2\n").await;
+    let started = Instant::now();
     let addr = running.addr;
     let mut third = tokio::spawn({
         let ca = ca.clone();
@@ -1251,33 +1252,42 @@ async fn at_the_connection_cap_busy_connections_are_kept_and_new_ones_wait() {
             ok_mutate(&mut c).await
         }
     });
+    // A body that has just begun is a request in flight: the new connection waits...
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), &mut third)
+        tokio::time::timeout(Duration::from_millis(300), &mut third)
             .await
             .is_err(),
-        "a third connection was served while two had requests in flight"
+        "a third connection was served while two requests had just begun"
     );
-    // The first request completes; its connection is idle, so it makes room.
-    let (mut reader, mut writer) = busy.remove(0);
-    writer.write_all(&body).await.unwrap();
-    writer.flush().await.unwrap();
-    let mut answer = vec![0u8; 12];
-    reader.read_exact(&mut answer).await.unwrap();
-    assert_eq!(&answer, b"HTTP/1.1 200");
+    // ... until a body has stalled for a second: that connection goes (the API server sends a
+    // body at once).
     let status = tokio::time::timeout(Duration::from_secs(5), third)
         .await
-        .expect("the third connection was not served once a connection was idle")
+        .expect("the third connection was not served once a body had stalled")
         .unwrap();
     assert_eq!(status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(900));
     assert!(metrics(&running)
         .await
         .contains("poolguard_connections_evicted_total 1\n"));
-    // The other request was never cut off: its body still gets an answer.
-    let (mut reader, mut writer) = busy.remove(0);
-    writer.write_all(&body).await.unwrap();
-    writer.flush().await.unwrap();
-    reader.read_exact(&mut answer).await.unwrap();
-    assert_eq!(&answer, b"HTTP/1.1 200");
+    // One stalled request was cut (its connection closed without an answer); the other's body
+    // still gets its answer.
+    let mut answers = Vec::new();
+    for (mut reader, mut writer) in busy {
+        let _ = writer.write_all(&body).await;
+        let _ = writer.flush().await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut buf = [0u8; 12];
+            if reader.read_exact(&mut buf).await.is_ok() {
+                answer.extend_from_slice(&buf);
+            }
+        })
+        .await;
+        answers.push(String::from_utf8_lossy(&answer).into_owned());
+    }
+    answers.sort();
+    assert_eq!(answers, ["", "HTTP/1.1 200"], "{answers:?}");
     running.shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), running.wait()).await;
 }

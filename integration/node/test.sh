@@ -33,8 +33,9 @@
 #    with each pod's peak RSS), poolguard's admission counter grown; tests/fail_closed.rs (the
 #    Deployment scaled to 0 and back to 2);
 # 8. operations under load (integration/e2e/src/bin/under_load.rs): pods created steadily while
-#    `kubectl rollout restart`, deleting one replica's pod, `kubectl drain` of the node; a table of
-#    admissions attempted / failed and pods lost;
+#    `kubectl rollout restart`, deleting one replica's pod, SIGKILL of one replica's poolguard
+#    (the kubelet restarts it; the other replica keeps admitting), `kubectl drain` of the node; a
+#    table of admissions attempted / failed and pods lost;
 # 9. helm uninstall: kubelet runs the preStop sleep and SIGTERM, poolguard exits 0, nothing of the
 #    release is left, and a pod in a labelled namespace is admitted untouched.
 # Prints "N passed, N failed" and the time of each phase. Everything started is stopped on exit;
@@ -440,7 +441,7 @@ suite tests/fail_closed.rs --test fail_closed -- --ignored --nocapture
 
 # --- 8. operations under load ------------------------------------------------------------------
 begin "operations under load"
-ops="${POOLGUARD_UNDER_LOAD_OPERATIONS:-rollout-restart,delete-pod,drain}"
+ops="${POOLGUARD_UNDER_LOAD_OPERATIONS:-rollout-restart,delete-pod,kill-replica,drain}"
 if [[ "${ops}" == none ]]; then
     log "skipped (POOLGUARD_UNDER_LOAD_OPERATIONS=none)"
 else
@@ -457,6 +458,11 @@ else
         [[ "${row}" =~ op=([a-z]+)\ attempted=([0-9]+)\ admitted=([0-9]+)\ failed=([0-9]+)\ lost=([0-9]+)\ unplaced=([0-9]+) ]] || continue
         if ((BASH_REMATCH[4] == 0 && BASH_REMATCH[5] == 0 && BASH_REMATCH[6] == 0)); then
             ok "under load, ${BASH_REMATCH[1]}: ${BASH_REMATCH[2]} pod CREATEs, all admitted with their pool, 0 failed, 0 lost"
+        elif [[ ${BASH_REMATCH[1]} == kill ]] && ((BASH_REMATCH[5] == 0 && BASH_REMATCH[6] == 0)); then
+            # SIGKILL gives the killed replica no time to finish what it holds: its requests in
+            # flight, and those the API server sends it before its endpoint is gone, fail
+            # (failurePolicy Fail refuses them). Nothing admitted may be lost or unplaced.
+            ok "under load, kill: ${BASH_REMATCH[2]} pod CREATEs, ${BASH_REMATCH[4]} refused while the killed replica's connections failed (fail closed), 0 lost, 0 without their pool"
         else
             bad "under load, ${BASH_REMATCH[1]}: ${BASH_REMATCH[2]} attempted, ${BASH_REMATCH[4]} failed, ${BASH_REMATCH[5]} lost, ${BASH_REMATCH[6]} admitted without their pool"
         fi

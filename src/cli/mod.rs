@@ -408,8 +408,9 @@ struct LimitArgs {
     /// [default: 64]
     #[arg(long, value_name = "N")]
     max_queued_evaluations: Option<usize>,
-    /// Open HTTPS connections; at the cap a new one closes the connection idle the longest, or
-    /// waits while every connection has a request in flight [default: 64]
+    /// Open HTTPS connections; at the cap a new one closes an idle connection of the client
+    /// holding the most (one that never completed a request first, else the idlest), or waits
+    /// while every connection has a request in flight [default: 64]
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Seconds a connection with no request in flight stays open; keep it above the API

@@ -4,8 +4,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,9 +21,9 @@ use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::connection_activity::Activity;
 use super::idle_eviction::{Evictable, Table};
 use super::limits::Limits;
 
@@ -72,8 +71,8 @@ const LINGER: Duration = Duration::from_secs(2);
 /// closes). The chart's preStop sleep has taken the pod out of the Service's endpoints by then,
 /// so the client's next connection goes to another replica.
 ///
-/// At the cap a new connection makes room by closing the open connection idle the longest
-/// (see [`super::idle_eviction`]; counted in `evicted`); when every open connection has a request
+/// At the cap a new connection makes room by closing an idle one (see [`super::idle_eviction`]:
+/// the client holding the most connections gives one up; counted in `evicted`); when every open connection has a request
 /// in flight it waits for one to close, and the kernel keeps the connections after it in the
 /// listen backlog, so a short burst costs the API server latency instead of failed calls.
 #[allow(clippy::too_many_arguments)]
@@ -108,7 +107,7 @@ pub async fn serve_tls(
             if let Ok(permit) = connections.clone().try_acquire_owned() {
                 break permit;
             }
-            if table.evict_idlest() {
+            if table.evict_one() {
                 evicted.inc();
             }
             // The evicted connection frees its permit as it closes; if it turned busy at that
@@ -125,13 +124,14 @@ pub async fn serve_tls(
             tracing::debug!(%peer, error = %e, "setting TCP_NODELAY failed");
         }
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.load_full());
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::new(peer.ip()));
         let service = TowerToHyperService::new(router.clone().layer(axum::middleware::from_fn({
             let activity = activity.clone();
             move |request: Request, next: Next| {
                 let activity = activity.clone();
                 async move {
                     let _busy = activity.begin();
+                    let request = request.map(|body| activity.track_body(body));
                     let http1 = request.version() < Version::HTTP_2;
                     let mut response = next.run(request).await;
                     if http1 && activity.draining() {
@@ -164,7 +164,7 @@ pub async fn serve_tls(
                 },
                 // Shutting down: a connection with no request yet is not waited for.
                 () = stop.cancelled() => return,
-                () = activity.evict.cancelled() => return,
+                () = activity.evicted_signal() => return,
             };
             tls_stream.get_mut().0.linger_on_close();
             let http2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
@@ -208,9 +208,9 @@ pub async fn serve_tls(
                         tracing::debug!(%peer, "request head not complete in time; closing");
                         break;
                     }
-                    () = activity.evict.cancelled(), if !closing => {
-                        tracing::debug!(%peer, "closing the idlest connection to make room");
-                        if activity.in_flight.load(Ordering::SeqCst) == 0 {
+                    () = activity.evicted_signal(), if !closing => {
+                        tracing::debug!(%peer, "closing an idle connection to make room");
+                        if activity.nothing_to_deliver() {
                             break;
                         }
                         // A request began as it was chosen: answer it, then close.
@@ -255,111 +255,6 @@ fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
         .keep_alive_interval(HTTP2_KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(HTTP2_KEEP_ALIVE_TIMEOUT);
     builder
-}
-
-/// Requests in flight on one connection, when the last one ended, when the first bytes of the
-/// next one arrived (HTTP/1.1), and whether poolguard is shutting down.
-struct Activity {
-    in_flight: AtomicUsize,
-    last: Mutex<Instant>,
-    head_since: Mutex<Option<Instant>>,
-    draining: AtomicBool,
-    /// Cancelled when the connection is chosen to make room at the cap.
-    evict: CancellationToken,
-}
-
-/// One request in flight; ends when dropped (its answer is ready).
-struct Busy<'a>(&'a Activity);
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            in_flight: AtomicUsize::new(0),
-            last: Mutex::new(Instant::now()),
-            head_since: Mutex::new(None),
-            draining: AtomicBool::new(false),
-            evict: CancellationToken::new(),
-        }
-    }
-
-    /// Bytes came from the client: with no request in flight they begin the next request head.
-    fn bytes_arrived(&self) {
-        if self.in_flight.load(Ordering::SeqCst) == 0 {
-            let mut since = self.head_since.lock().unwrap_or_else(|e| e.into_inner());
-            since.get_or_insert_with(Instant::now);
-        }
-    }
-
-    /// Returns once a request head has been arriving for `limit` without being complete.
-    async fn head_overdue(&self, limit: Duration) {
-        let step = (limit / 4).max(Duration::from_millis(10));
-        loop {
-            let since = *self.head_since.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            let wake = match since {
-                Some(at) if now >= at + limit => return,
-                Some(at) => at + limit,
-                None => now + step,
-            };
-            tokio::time::sleep_until(wake).await;
-        }
-    }
-
-    fn draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
-
-    fn start_draining(&self) {
-        self.draining.store(true, Ordering::SeqCst);
-    }
-
-    /// A request's head has arrived in full and its handling begins.
-    fn begin(&self) -> Busy<'_> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        *self.head_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        Busy(self)
-    }
-
-    fn last(&self) -> Instant {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Returns once no request has been in flight for `idle`.
-    async fn idle_for(&self, idle: Duration) {
-        loop {
-            let now = Instant::now();
-            let wake = if self.in_flight.load(Ordering::SeqCst) == 0 {
-                let at = self.last() + idle;
-                if now >= at {
-                    return;
-                }
-                at
-            } else {
-                now + (idle / 4).max(Duration::from_millis(10))
-            };
-            tokio::time::sleep_until(wake).await;
-        }
-    }
-}
-
-impl Evictable for Activity {
-    /// Idle from the accept (TLS handshake and a request head on the way count as idle: a
-    /// well-behaved client sends them at once) or the end of the last request.
-    fn idle_since(&self) -> Option<Instant> {
-        let idle = self.in_flight.load(Ordering::SeqCst) == 0 && !self.evict.is_cancelled();
-        idle.then(|| self.last())
-    }
-
-    fn evict(&self) {
-        self.evict.cancel();
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        *self.0.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// A client's TCP stream that is not simply closed when dropped.
@@ -470,8 +365,7 @@ impl Drop for LingeringStream {
         let (Some(stream), permit) = (self.inner.take(), self.permit.take()) else {
             return;
         };
-        let evicted_idle = self.activity.evict.is_cancelled()
-            && self.activity.in_flight.load(Ordering::SeqCst) == 0;
+        let evicted_idle = self.activity.evicted() && self.activity.nothing_to_deliver();
         if !self.linger || evicted_idle {
             return;
         }
@@ -523,7 +417,11 @@ mod tests {
             async move {
                 let (stream, _) = listener.accept().await.unwrap();
                 let permit = permits.acquire_owned().await.unwrap();
-                let mut stream = LingeringStream::new(stream, permit, Arc::new(Activity::new()));
+                let mut stream = LingeringStream::new(
+                    stream,
+                    permit,
+                    Arc::new(Activity::new(std::net::IpAddr::from([127, 0, 0, 1]))),
+                );
                 if linger {
                     stream.linger_on_close();
                 }

@@ -1,14 +1,20 @@
-//! At the connection cap, the open connection idle the longest makes room for a new one.
+//! At the connection cap, an open connection makes room for a new one.
 //!
 //! Without it, clients that open connections and then send nothing (or a request now and then)
 //! hold every slot, and the API server's next connection waits in the listen backlog until one
-//! of them times out: anyone who can reach the Service could stall admission. A connection with
-//! a request in flight is never chosen; among the others the one with the oldest activity goes
-//! (a connection still in its TLS handshake counts from its accept). Go's HTTP client reuses its
-//! most recently used idle connection first, so the API server's idlest connection is also the
-//! one it is least likely to pick at that moment.
+//! of them times out: anyone who can reach the Service could stall admission.
+//!
+//! Which connection goes: only one of the client address holding the most connections (a client
+//! that opens thousands of connections only ever competes with itself; the API server holds a
+//! few), and never one with a request in flight (a request whose body has stalled does not
+//! count: see `connection_activity`). Of those, first the one that has never completed a
+//! request (the oldest: a TLS handshake or a request head that does not come), then the one idle
+//! the longest. When that client has nothing to give up, the new connection waits. Go's HTTP client reuses
+//! its most recently used idle connection first, so the API server's idlest connection is also
+//! the one it is least likely to pick at that moment.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,11 +22,17 @@ use tokio::time::Instant;
 
 /// What the table needs of a connection.
 pub trait Evictable {
-    /// Since when the connection has had nothing in flight; `None` while it has (or when it has
-    /// already been told to close).
+    /// The client's address.
+    fn peer(&self) -> IpAddr;
+    /// Whether a request has been answered on it.
+    fn served(&self) -> bool;
+    /// Since when the connection has had nothing in flight (from its accept when nothing has
+    /// been); `None` while it has, or once it has been told to close.
     fn idle_since(&self) -> Option<Instant>;
     /// Tells the connection to close.
     fn evict(&self);
+    /// Whether it has been told to close (it leaves the table once closed).
+    fn evicted(&self) -> bool;
 }
 
 /// The open connections, by an id of their own.
@@ -52,14 +64,22 @@ impl<T: Evictable> Table<T> {
         }
     }
 
-    /// Tells the connection idle the longest to close; false when every connection is busy.
-    pub fn evict_idlest(&self) -> bool {
+    /// Tells one connection to close (see the module's text for which); false when the clients
+    /// holding the most connections have a request in flight on each.
+    pub fn evict_one(&self) -> bool {
         let open = self.lock();
-        let idlest = open
+        let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+        for connection in open.values().filter(|c| !c.evicted()) {
+            *per_peer.entry(connection.peer()).or_default() += 1;
+        }
+        let most = per_peer.values().copied().max().unwrap_or(0);
+        // Never served before served, then the oldest activity.
+        let chosen = open
             .values()
-            .filter_map(|c| c.idle_since().map(|since| (since, c)))
-            .min_by_key(|(since, _)| *since);
-        match idlest {
+            .filter(|c| !c.evicted() && per_peer[&c.peer()] == most)
+            .filter_map(|c| Some(((c.served(), c.idle_since()?), c)))
+            .min_by_key(|(rank, _)| *rank);
+        match chosen {
             Some((_, connection)) => {
                 connection.evict();
                 true
@@ -91,11 +111,19 @@ mod tests {
     use std::time::Duration;
 
     struct Fake {
+        peer: IpAddr,
+        served: bool,
         idle_since: Option<Instant>,
         evicted: AtomicBool,
     }
 
     impl Evictable for Fake {
+        fn peer(&self) -> IpAddr {
+            self.peer
+        }
+        fn served(&self) -> bool {
+            self.served
+        }
         fn idle_since(&self) -> Option<Instant> {
             self.idle_since
                 .filter(|_| !self.evicted.load(Ordering::SeqCst))
@@ -103,40 +131,91 @@ mod tests {
         fn evict(&self) {
             self.evicted.store(true, Ordering::SeqCst);
         }
+        fn evicted(&self) -> bool {
+            self.evicted.load(Ordering::SeqCst)
+        }
     }
 
-    #[test]
-    fn the_idlest_connection_goes_and_busy_ones_never() {
+    /// A connection: its peer, whether it has been served, and since which second it has been
+    /// idle (`None`: a request in flight).
+    type Connection = (&'static str, bool, Option<u64>);
+
+    /// Evicts until nothing is left to evict; the order, by index into `fakes`.
+    fn order(fakes: &[Connection]) -> Vec<usize> {
         let t0 = Instant::now();
-        let at = |secs: u64| Some(t0 + Duration::from_secs(secs));
-        // Idle since second 5, busy, since second 1, since second 3, busy.
         let table = Table::new();
-        let fakes: Vec<Arc<Fake>> = [at(5), None, at(1), at(3), None]
-            .into_iter()
-            .map(|idle_since| {
+        let fakes: Vec<Arc<Fake>> = fakes
+            .iter()
+            .map(|&(peer, served, idle)| {
                 Arc::new(Fake {
-                    idle_since,
+                    peer: peer.parse().unwrap(),
+                    served,
+                    idle_since: idle.map(|s| t0 + Duration::from_secs(s)),
                     evicted: AtomicBool::new(false),
                 })
             })
             .collect();
         let entries: Vec<_> = fakes.iter().map(|f| table.insert(f.clone())).collect();
-        let evicted = |f: &Fake| f.evicted.load(Ordering::SeqCst);
-        let order = [2, 3, 0];
-        for n in 0..order.len() {
-            assert!(table.evict_idlest());
-            for (i, fake) in fakes.iter().enumerate() {
-                assert_eq!(
-                    evicted(fake),
-                    order[..=n].contains(&i),
-                    "step {n}, fake {i}"
-                );
-            }
+        assert_eq!(table.len(), fakes.len());
+        let mut order = Vec::new();
+        while table.evict_one() {
+            let next = fakes
+                .iter()
+                .enumerate()
+                .find(|(i, f)| f.evicted.load(Ordering::SeqCst) && !order.contains(i))
+                .map(|(i, _)| i)
+                .expect("an eviction marks one connection");
+            order.push(next);
         }
-        assert!(!table.evict_idlest(), "only busy connections are left");
-        assert_eq!(table.len(), 5);
         drop(entries);
         assert_eq!(table.len(), 0);
-        assert!(!table.evict_idlest());
+        order
+    }
+
+    #[test]
+    fn which_connection_makes_room() {
+        const API: &str = "10.0.0.1";
+        const OTHER: &str = "10.0.0.2";
+        // (peer, served, idle since second; None: a request in flight) -> eviction order
+        let cases: Vec<(Vec<Connection>, Vec<usize>)> = vec![
+            // One client: never served before served, then the oldest activity; busy never.
+            (
+                vec![
+                    (API, true, Some(1)),
+                    (API, false, Some(5)),
+                    (API, true, None),
+                    (API, false, Some(3)),
+                    (API, true, Some(0)),
+                ],
+                vec![3, 1, 4, 0],
+            ),
+            // The client with the most connections gives one up, even a recently used one
+            // before another client's idlest: 3 against 2, then 2 against 2 (a tie: the idlest
+            // of both), and so on.
+            (
+                vec![
+                    (OTHER, true, Some(9)),
+                    (API, true, Some(0)),
+                    (OTHER, true, Some(8)),
+                    (API, true, Some(1)),
+                    (OTHER, false, Some(7)),
+                ],
+                vec![4, 1, 2, 3, 0],
+            ),
+            // Only busy connections: nothing.
+            (vec![(API, true, None), (OTHER, false, None)], vec![]),
+            // The client with the most has only busy connections: the others keep theirs.
+            (
+                vec![
+                    (OTHER, false, None),
+                    (API, true, Some(0)),
+                    (OTHER, false, None),
+                ],
+                vec![],
+            ),
+        ];
+        for (fakes, expected) in cases {
+            assert_eq!(order(&fakes), expected, "{fakes:?}");
+        }
     }
 }

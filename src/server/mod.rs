@@ -27,6 +27,7 @@ use poolguard_core::namespaces::parse_file_text;
 use tls::TlsFiles;
 
 pub mod body;
+mod connection_activity;
 pub mod connections;
 pub mod endpoints;
 pub mod idle_eviction;
@@ -106,6 +107,21 @@ impl Running {
     }
 }
 
+/// The admission listener, with a long accept queue: under a flood of connections (see
+/// `idle_eviction`) a client whose SYN finds the queue full waits a second to send it again.
+/// The kernel caps it at `net.core.somaxconn`.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    const ACCEPT_QUEUE: u32 = 4096;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_QUEUE)
+}
+
 /// Loads everything and starts listening; errors here are configuration errors.
 pub async fn start(opts: Options) -> Result<Running> {
     let limits = opts.limits.clone();
@@ -139,9 +155,7 @@ pub async fn start(opts: Options) -> Result<Running> {
         metrics.clone(),
     )?;
 
-    let listener = TcpListener::bind(opts.addr)
-        .await
-        .with_context(|| format!("listening on {}", opts.addr))?;
+    let listener = listen(opts.addr).with_context(|| format!("listening on {}", opts.addr))?;
     let ops_listener = TcpListener::bind(opts.metrics_addr)
         .await
         .with_context(|| format!("listening on {}", opts.metrics_addr))?;

@@ -35,8 +35,10 @@ usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the char
                       operation has finished and --tail seconds more have passed
   --tail N            load seconds after the operation has finished (default 5)
   --lead N            load seconds before the operation starts (default 3)
-  --operations LIST   comma-separated, in order: baseline, rollout-restart, delete-pod, drain
-                      (default rollout-restart,delete-pod,drain)
+  --operations LIST   comma-separated, in order: baseline, rollout-restart, delete-pod,
+                      kill-replica, drain (default rollout-restart,delete-pod,drain);
+                      kill-replica sends SIGKILL to a replica's poolguard process, so the
+                      harness must run as root on that replica's node
   --namespace NS      poolguard's namespace (default poolguard-system)
   --release NAME      its Deployment and Service (default poolguard)
   --pool NAME         pool of the load's namespace (default pool1)
@@ -54,6 +56,7 @@ enum Operation {
     Baseline,
     RolloutRestart,
     DeletePod,
+    KillReplica,
     Drain,
 }
 
@@ -63,9 +66,11 @@ impl Operation {
             "baseline" => Operation::Baseline,
             "rollout-restart" => Operation::RolloutRestart,
             "delete-pod" => Operation::DeletePod,
+            "kill-replica" => Operation::KillReplica,
             "drain" => Operation::Drain,
             other => bail!(
-                "unknown operation {other:?} (known: baseline, rollout-restart, delete-pod, drain)"
+                "unknown operation {other:?} (known: baseline, rollout-restart, delete-pod, \
+                 kill-replica, drain)"
             ),
         })
     }
@@ -75,6 +80,7 @@ impl Operation {
             Operation::Baseline => "baseline",
             Operation::RolloutRestart => "restart",
             Operation::DeletePod => "delete",
+            Operation::KillReplica => "kill",
             Operation::Drain => "drain",
         }
     }
@@ -84,6 +90,7 @@ impl Operation {
             Operation::Baseline => "none (baseline)",
             Operation::RolloutRestart => "rollout restart",
             Operation::DeletePod => "delete one replica's pod",
+            Operation::KillReplica => "SIGKILL one replica's poolguard",
             Operation::Drain => "drain a replica's node",
         }
     }
@@ -294,6 +301,19 @@ impl Harness {
         Ok(ready)
     }
 
+    /// Container restarts of poolguard's pod `name`.
+    async fn restarts(&self, name: &str) -> Result<i32> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.args.namespace);
+        let pod = pods.get(name).await?;
+        Ok(pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum())
+    }
+
     /// Waits until the Deployment is fully rolled out: all replicas updated, ready and
     /// available, no old pod left, and as many ready endpoints. Returns the time it took.
     async fn wait_rolled_out(&self) -> Result<Duration> {
@@ -398,6 +418,41 @@ impl Harness {
                 Ok(format!(
                     "deleted {pod} (on {node}): gone after {:.1}s, {} ready again after {:.1}s",
                     gone.as_secs_f64(),
+                    self.replicas,
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            Operation::KillReplica => {
+                let pods = self.ready_pods().await?;
+                let (pod, node) = pods.first().context("no ready poolguard pod")?;
+                let restarts = self.restarts(pod).await?;
+                let pid = process_of_pod(pod)?;
+                let start = Instant::now();
+                log(format!("kill -KILL {pid} (poolguard in {pod})"));
+                let killed = tokio::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .await
+                    .context("running kill")?;
+                if !killed.success() {
+                    bail!("kill -KILL {pid} failed");
+                }
+                // The kubelet restarts the container in place (same pod, same IP).
+                while self.restarts(pod).await? == restarts {
+                    if start.elapsed() > READY_TIMEOUT {
+                        bail!(
+                            "{pod}: no container restart {}s after SIGKILL",
+                            READY_TIMEOUT.as_secs()
+                        );
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                let restarted = start.elapsed();
+                self.wait_rolled_out().await?;
+                Ok(format!(
+                    "SIGKILLed poolguard in {pod} (on {node}, pid {pid}): restarted after {:.1}s, \
+                     {} ready again after {:.1}s",
+                    restarted.as_secs_f64(),
                     self.replicas,
                     start.elapsed().as_secs_f64()
                 ))
@@ -593,6 +648,39 @@ impl Harness {
         // The load's pods go before the next operation.
         load::delete_run(&self.client, &self.ns, &run_id).await?;
         Ok(row)
+    }
+}
+
+/// The pid of the poolguard process in pod `name`, found on this machine: a process named
+/// poolguard whose environment has `HOSTNAME=<name>` (the container runtime sets it).
+fn process_of_pod(name: &str) -> Result<i32> {
+    let hostname = format!("HOSTNAME={name}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        let is_poolguard =
+            std::fs::read_to_string(dir.join("comm")).is_ok_and(|comm| comm.trim() == "poolguard");
+        let in_pod = is_poolguard
+            && std::fs::read(dir.join("environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == hostname.as_bytes()));
+        if in_pod {
+            found.push(pid);
+        }
+    }
+    match found[..] {
+        [pid] => Ok(pid),
+        [] => bail!(
+            "no poolguard process of pod {name} on this machine (kill-replica runs as root on the \
+             replica's node)"
+        ),
+        _ => bail!("more than one poolguard process of pod {name}: {found:?}"),
     }
 }
 
