@@ -46,7 +46,7 @@ def pick(label, mode, rate=None):
 
 
 rates = sorted({r["target_rate"] for r in runs if r["mode"] == "open"})
-sat = {s: pick(s, "closed") for s in ("poolguard", "opa", "poolguard-mutate")}
+sat = {s: pick(s, "closed") for s in ("poolguard", "opa", "poolguard-mutate", "poolguard-h2", "opa-h2")}
 summary_floor = [r for r in runs if r["label"] == "poolguard-mutate" and r["mode"] == "open"]
 
 
@@ -106,6 +106,11 @@ md.append("|---|---:|---:|---:|")
 md.append(
     f"| saturation throughput, req/s (closed loop, {meta['conns']} conns, {meta['sat_seconds']} s) "
     f"| {f(s_pg)} | {f(s_opa)} | {f(ratio(s_pg, s_opa), 2)}× |"
+)
+h2_pg, h2_opa = (sat[s]["throughput_rps"] if sat.get(s) else None for s in ("poolguard-h2", "opa-h2"))
+md.append(
+    f"| saturation over HTTP/2, one connection, {meta['conns']} streams, req/s "
+    f"| {f(h2_pg)} | {f(h2_opa)} | {f(ratio(h2_pg, h2_opa), 2)}× |"
 )
 for size, by in summary["saturation_rps_by_size"].items():
     md.append(

@@ -97,6 +97,9 @@ load() {
     "$LOADGEN" --label "$server@$size" --url "$url" --ca "$W/certs/ca.crt" "${sized[@]}" --mode closed \
       --connections "$CONNS" --duration "$SIZE_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
   done
+  log "$server: closed loop over HTTP/2, one connection, $CONNS streams, ${SAT_SECONDS}s"
+  "$LOADGEN" --label "$server-h2" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode closed --http2 \
+    --connections "$CONNS" --duration "$SAT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
   for rate in $RATES; do
     log "$server: open loop $rate req/s, $OPEN_CONNS connections, ${RATE_SECONDS}s (load $(loadavg))"
     "$LOADGEN" --label "$server" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode open \

@@ -9,6 +9,9 @@
 //! send time when the sender had to wait for its slot (so tokio's ~1 ms timer granularity is not
 //! counted as server latency).
 //!
+//! With `--http2` the N workers are streams of one HTTP/2 connection (ALPN h2), the way
+//! kube-apiserver multiplexes its calls, instead of N HTTP/1.1 connections.
+//!
 //! Bodies (`--body FILE`, repeatable) are sent round-robin. Prints one JSON object on stdout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +21,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use hyper::client::conn::http1::SendRequest;
-use poolguard_testclient::{client_config, post, send1, Body, TlsClient};
+use hyper::client::conn::{http1, http2};
+use poolguard_testclient::{client_config, post, send1, send2, Body, TlsClient, H2};
+use tokio::sync::Mutex;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -39,6 +43,7 @@ struct Args {
     warmup: u64,
     threads: usize,
     label: String,
+    http2: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -54,6 +59,7 @@ fn parse_args() -> Result<Args> {
         warmup: 50,
         threads: 2,
         label: String::new(),
+        http2: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,11 +82,12 @@ fn parse_args() -> Result<Args> {
             "--warmup" => a.warmup = val()?.parse()?,
             "--threads" => a.threads = val()?.parse()?,
             "--label" => a.label = val()?,
+            "--http2" => a.http2 = true,
             f => bail!("unknown flag {f}"),
         }
     }
     if a.url.is_empty() || a.ca.is_empty() || a.bodies.is_empty() {
-        bail!("usage: poolguard-loadgen --url https://127.0.0.1:PORT/PATH --ca CA.crt --body FILE [--body FILE]... [--mode closed|open] [--rate R] [--connections N] [--duration S] [--max-requests M] [--warmup W] [--threads T] [--label L]");
+        bail!("usage: poolguard-loadgen --url https://127.0.0.1:PORT/PATH --ca CA.crt --body FILE [--body FILE]... [--mode closed|open] [--rate R] [--connections N] [--duration S] [--max-requests M] [--warmup W] [--threads T] [--label L] [--http2]");
     }
     if a.mode == Mode::Open && a.rate <= 0.0 {
         bail!("--mode open needs --rate > 0");
@@ -93,6 +100,8 @@ struct Target {
     host: String,
     path: String,
     client: TlsClient,
+    /// With --http2: the one connection every worker's streams share.
+    shared: Option<Mutex<Option<http2::SendRequest<Body>>>>,
 }
 
 fn target(args: &Args) -> Result<Target> {
@@ -106,23 +115,46 @@ fn target(args: &Args) -> Result<Target> {
     };
     let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
     let pem = std::fs::read(&args.ca).with_context(|| format!("reading {}", args.ca))?;
-    let config = client_config(&pem, None, &[]).with_context(|| format!("CA file {}", args.ca))?;
+    let alpn: &[&[u8]] = if args.http2 { &[H2] } else { &[] };
+    let config = client_config(&pem, None, alpn).with_context(|| format!("CA file {}", args.ca))?;
     Ok(Target {
         addr: authority.to_string(),
         host: host.to_string(),
         path: path.to_string(),
         client: TlsClient::new(config, host)?,
+        shared: args.http2.then(|| Mutex::new(None)),
     })
 }
 
-/// TCP (TCP_NODELAY), TLS, HTTP/1.1.
-async fn connect(t: &Target) -> Result<SendRequest<Body>> {
-    Ok(t.client.http1(t.addr.as_str()).await?.0)
+/// A worker's way to the server: its own HTTP/1.1 connection, or a handle on the shared HTTP/2
+/// connection.
+enum Sender {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+/// TCP (TCP_NODELAY), TLS, HTTP/1.1; or with --http2 the shared connection (opened again when
+/// it has closed).
+async fn connect(t: &Target) -> Result<Sender> {
+    let Some(shared) = &t.shared else {
+        return Ok(Sender::H1(t.client.http1(t.addr.as_str()).await?.0));
+    };
+    let mut shared = shared.lock().await;
+    if let Some(open) = shared.as_ref().filter(|s| !s.is_closed()) {
+        return Ok(Sender::H2(open.clone()));
+    }
+    let fresh = t.client.http2(t.addr.as_str()).await?;
+    *shared = Some(fresh.clone());
+    Ok(Sender::H2(fresh))
 }
 
 /// Sends one request and reads the whole response; Ok(status).
-async fn send(sender: &mut SendRequest<Body>, t: &Target, body: &Bytes) -> Result<u16> {
-    let (status, _) = send1(sender, post(&t.host, &t.path, body.clone())).await?;
+async fn send(sender: &mut Sender, t: &Target, body: &Bytes) -> Result<u16> {
+    let request = post(&t.host, &t.path, body.clone());
+    let (status, _) = match sender {
+        Sender::H1(s) => send1(s, request).await?,
+        Sender::H2(s) => send2(s, request).await?,
+    };
     Ok(status)
 }
 
@@ -284,6 +316,7 @@ async fn run(args: Args) -> Result<()> {
         "label": args.label,
         "url": args.url,
         "mode": if args.mode == Mode::Closed { "closed" } else { "open" },
+        "protocol": if args.http2 { "h2" } else { "http/1.1" },
         "target_rate": if args.mode == Mode::Open { Some(args.rate) } else { None },
         "connections": n,
         "threads": args.threads,
