@@ -47,6 +47,7 @@ def pick(label, mode, rate=None):
 
 rates = sorted({r["target_rate"] for r in runs if r["mode"] == "open"})
 sat = {s: pick(s, "closed") for s in ("poolguard", "opa", "poolguard-mutate", "poolguard-h2", "opa-h2")}
+pinned = {s: pick(f"{s}-pinned", "open") for s in ("poolguard", "opa")}
 summary_floor = [r for r in runs if r["label"] == "poolguard-mutate" and r["mode"] == "open"]
 
 
@@ -132,6 +133,14 @@ for rate in rates:
         return f" ({r['errors'] + r['non_2xx']} err, {r.get('unsent', 0):,} of {r.get('scheduled') or 0:,} unsent)"
 
     md.append(f"| achieved rate at {int(rate):,} req/s | {f(ach_a)}{errs(a)} | {f(ach_b)}{errs(b)} | |")
+if pinned["poolguard"] or pinned["opa"]:
+    rate = (pinned["poolguard"] or pinned["opa"])["target_rate"]
+    for q in ("p50", "p99"):
+        la, lb = ((pinned[s] or {}).get("latency_us", {}).get(q) for s in ("poolguard", "opa"))
+        md.append(
+            f"| {q} latency at {int(rate):,} req/s, server on core 0 and load generator on core 1, µs "
+            f"| {f(la)} | {f(lb)} | {f(ratio(la, lb), 2)} |"
+        )
 pr, orr = summary["peak_rss_mib"]["poolguard"], summary["peak_rss_mib"]["opa"]
 md.append(f"| peak RSS (VmHWM), MiB | {pr:.1f} | {orr:.1f} | {pr / orr:.2f} |")
 ir, oir = summary["idle_rss_mib"]["poolguard"], summary["idle_rss_mib"]["opa"]

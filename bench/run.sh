@@ -25,6 +25,7 @@ RATES=${RATES:-"500 1000 2000 5000"}
 SIZES=${SIZES:-"1c 3c 10c"}
 SIZE_SECONDS=${SIZE_SECONDS:-5}
 FLOOR_RATE=${FLOOR_RATE:-2000}
+PINNED_RATE=${PINNED_RATE:-5000}
 CONNS=${CONNS:-16}
 OPEN_CONNS=${OPEN_CONNS:-32}
 LOADGEN_THREADS=${LOADGEN_THREADS:-2}
@@ -105,6 +106,15 @@ load() {
     "$LOADGEN" --label "$server" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode open \
       --rate "$rate" --connections "$OPEN_CONNS" --duration "$RATE_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
   done
+  # The same open loop with the server on one core and the load generator on another, so the
+  # client's scheduling noise is not counted as the server's.
+  if command -v taskset >/dev/null && (($(nproc) >= 2)); then
+    taskset -a -p -c 0 "$SERVER_PID" >/dev/null
+    log "$server: open loop $PINNED_RATE req/s, server on core 0, load generator on core 1, ${RATE_SECONDS}s"
+    taskset -c 1 "$LOADGEN" --label "$server-pinned" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode open \
+      --rate "$PINNED_RATE" --connections "$OPEN_CONNS" --duration "$RATE_SECONDS" --threads 1 >>"$RESULTS"
+    taskset -a -p -c "0-$(($(nproc) - 1))" "$SERVER_PID" >/dev/null
+  fi
 }
 
 hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status"; }
