@@ -875,7 +875,8 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
         ),
     ];
     // What controllers change around them.
-    let metadata_changes: [(&str, fn(&mut Value)); 4] = [
+    type Change = fn(&mut Value);
+    let metadata_changes: [(&str, Change); 4] = [
         ("labels replaced", |m| m["labels"] = json!({"app": "other"})),
         ("annotation added", |m| {
             m["annotations"]["example.com/restarted-at"] = json!("now")
@@ -890,7 +891,8 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
             m["annotations"] = json!({"poolguard.io/pool": "pool1"});
         }),
     ];
-    let kinds: [(&str, &str, fn(Value, Value) -> Value); 4] = [
+    type Make = fn(Value, Value) -> Value;
+    let kinds: [(&str, &str, Make); 4] = [
         (
             "",
             "Pod",
