@@ -567,9 +567,9 @@ async fn no_condition_errors(env: &Env) -> Result<()> {
 }
 
 /// Objects at the edges of the expression: a pod with 1000 annotations, `poolguard.io/pool`
-/// included (its label updates left
-/// out) and one with 1001 (sent: the bound on the annotation scan), and every workload kind
-/// the rules list, updated in everything but its template (left out). kube-apiserver counts no
+/// included (its label updates left out) and one with 1001 (sent: the bound on the annotation
+/// scan), and every workload kind the rules list, updated in everything but its template (left
+/// out). kube-apiserver counts no
 /// evaluation error of the condition over the whole suite (a failing condition would refuse
 /// the request under failurePolicy Fail, or skip poolguard under Ignore).
 #[tokio::test]
