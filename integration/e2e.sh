@@ -31,7 +31,8 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses cert_renewal audit rollout faults placement fail_closed
+#                         e2e bypasses match_conditions cert_renewal audit rollout faults placement
+#                         fail_closed
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -118,7 +119,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -211,7 +212,7 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses cert_renewal audit rollout faults placement fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses match_conditions cert_renewal audit rollout faults placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
@@ -232,6 +233,11 @@ if suite bypasses; then
         log "poolguard RSS during ${t}: peak $(awk '/VmHWM/ {print $2}' "/proc/${pg_pid}/status") kB (${rss_before} kB before)"
     done
     cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
+fi
+if suite match_conditions; then
+    log "running tests/match_conditions.rs (which UPDATEs the chart's matchConditions leave out; one test at a time, they read poolguard's request counter)"
+    POOLGUARD_E2E_METRICS_ADDR="127.0.0.1:${metrics_port}" \
+        cargo test --locked -p poolguard-e2e --test match_conditions -- --nocapture --test-threads=1
 fi
 if suite cert_renewal; then
     log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"

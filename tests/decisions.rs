@@ -801,3 +801,140 @@ fn unscheduled_pods_cannot_move_to_another_pool() {
     let d = decide_inline("UPDATE", None, moved, Some(placed), "{}");
     assert!(!d.allowed, "{d:?}");
 }
+
+/// The chart's `webhook.skipUnchangedUpdates` has the API server leave out UPDATEs that keep a
+/// Pod's spec, a workload's pod template and the poolguard.io/* annotations (no subresource),
+/// on the grounds that poolguard allows every one of them. This keeps that true: objects that
+/// break every rule (a foreign image, another pool's selector, no selector at all, a policy
+/// that reads labels through `input.review`), updated in everything else, are allowed, while
+/// the same objects are refused at creation.
+#[test]
+fn updates_that_keep_what_poolguard_reads_are_allowed() {
+    let policies = tempfile::tempdir().unwrap();
+    for file in ["allowedrepositories.yaml", "latesttag.yaml"] {
+        std::fs::copy(Path::new("policies").join(file), policies.path().join(file)).unwrap();
+    }
+    // A policy judging metadata: it sees the same request for the old and the new object.
+    std::fs::write(
+        policies.path().join("teamlabel.rego"),
+        "package teamlabel\ninfringement[{\"msg\": \"no team label\"}] { not input.review.object.metadata.labels.team }\n",
+    )
+    .unwrap();
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "policies:\n  allowedrepositories:\n    parameters: {repositories: [registry.example.com]}\n  latesttag:\n    parameters: {}\n  teamlabel:\n    parameters: {}\n",
+    )
+    .unwrap();
+    let rules = Sources {
+        config: Some(config),
+        policies_dir: Some(policies.path().into()),
+        placement_dir: None,
+    }
+    .load()
+    .unwrap();
+    let decide_kind = |group: &str, kind: &str, op: &str, object: &Value, old: Option<&Value>| {
+        let request = json!({"uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
+                             "namespace": "mapped", "operation": op, "object": object, "oldObject": old});
+        let req = Request::from_value(&request).unwrap();
+        decide(
+            Webhook::Validate,
+            &req,
+            Scope {
+                labels: namespaces().get("mapped"),
+                pools: None,
+            },
+            &rules.config,
+            &rules.policies,
+            &rules.placement,
+        )
+    };
+    // Pod specs that break the rules of namespace "mapped" (pool pool1).
+    let specs = [
+        (
+            "a foreign image",
+            json!({"containers": [{"name": "c", "image": "evil.io/a:1"}], "nodeSelector": {"agentpool": "pool1"}}),
+        ),
+        (
+            "an untagged image",
+            json!({"containers": [{"name": "c", "image": "registry.example.com/a"}], "nodeSelector": {"agentpool": "pool1"}}),
+        ),
+        (
+            "another pool's selector",
+            json!({"containers": [{"name": "c", "image": "registry.example.com/a:1"}], "nodeSelector": {"agentpool": "gpu"}}),
+        ),
+        (
+            "no selector, gated",
+            json!({"containers": [{"name": "c", "image": "registry.example.com/a:1"}], "schedulingGates": [{"name": "x"}]}),
+        ),
+        (
+            "a foreign ephemeral container",
+            json!({"containers": [{"name": "c", "image": "registry.example.com/a:1"}], "nodeSelector": {"agentpool": "pool1"},
+                                                 "ephemeralContainers": [{"name": "d", "image": "evil.io/debug:1"}]}),
+        ),
+    ];
+    // What controllers change around them.
+    type Change = fn(&mut Value);
+    let metadata_changes: [(&str, Change); 4] = [
+        ("labels replaced", |m| m["labels"] = json!({"app": "other"})),
+        ("annotation added", |m| {
+            m["annotations"]["example.com/restarted-at"] = json!("now")
+        }),
+        ("finalizer added", |m| {
+            m["finalizers"] = json!(["batch.kubernetes.io/job-tracking"])
+        }),
+        ("owner and everything else", |m| {
+            m["ownerReferences"] =
+                json!([{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "1"}]);
+            m["labels"] = Value::Null;
+            m["annotations"] = json!({"poolguard.io/pool": "pool1"});
+        }),
+    ];
+    type Make = fn(Value, Value) -> Value;
+    let kinds: [(&str, &str, Make); 4] = [
+        (
+            "",
+            "Pod",
+            |meta, spec| json!({"metadata": meta, "spec": spec}),
+        ),
+        (
+            "apps",
+            "Deployment",
+            |meta, spec| json!({"metadata": meta, "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "a"}}, "spec": spec}}}),
+        ),
+        (
+            "apps",
+            "ReplicaSet",
+            |meta, spec| json!({"metadata": meta, "spec": {"replicas": 1, "template": {"spec": spec}}}),
+        ),
+        (
+            "batch",
+            "CronJob",
+            |meta, spec| json!({"metadata": meta, "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}}),
+        ),
+    ];
+    for (group, kind, make) in kinds {
+        for (what, spec) in &specs {
+            let old_meta = json!({"name": "o", "labels": {"team": "a"}, "annotations": {"poolguard.io/pool": "pool1"}});
+            let old = make(old_meta.clone(), spec.clone());
+            for (change, apply) in metadata_changes {
+                let mut meta = old_meta.clone();
+                apply(&mut meta);
+                let mut new = make(meta, spec.clone());
+                if kind != "Pod" {
+                    new["spec"]["replicas"] = json!(7); // scaled as well
+                }
+                let ctx = format!("{kind} with {what}, {change}");
+                let created = decide_kind(group, kind, "CREATE", &new, None);
+                // A workload's template without the selector is patched at pod creation, so
+                // only the pod forms of the mutating webhook's absence are refused for workloads.
+                if kind == "Pod" || !what.starts_with("no selector") {
+                    assert!(!created.allowed, "{ctx}: created: {created:?}");
+                }
+                let updated = decide_kind(group, kind, "UPDATE", &new, Some(&old));
+                assert!(updated.allowed, "{ctx}: updated: {updated:?}");
+            }
+        }
+    }
+}

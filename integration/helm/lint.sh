@@ -79,6 +79,8 @@ cases=(
     "audit-off|--set audit.interval=0"
     "openreports|--set audit.reportApi=openreports --set audit.interval=1h30m --set audit.maxResultsPerReport=200 --set audit.leaseDuration=30s"
     "no-crd|--set audit.crd.install=false"
+    # webhook.skipUnchangedUpdates off: the same configurations without matchConditions.
+    "no-skip|--set webhook.skipUnchangedUpdates=false"
     "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
@@ -150,6 +152,7 @@ refuse "bad enforcement" "/allowedrepositories/enforcement" --set config.policie
 refuse "bad rollout approval" "/rollout/groups/1/approval" --set config.policies.allowedrepositories.rollout.minSuccessTime=1m --set config.policies.allowedrepositories.rollout.progressDeadline=1h --set config.policies.allowedrepositories.rollout.groups[0].name=a --set config.policies.allowedrepositories.rollout.groups[1].name=b --set config.policies.allowedrepositories.rollout.groups[1].approval=maybe
 refuse "timeout too large" "/webhook/timeoutSeconds" --set webhook.timeoutSeconds=31
 refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failurePolicy=Retry
+refuse "skipUnchangedUpdates not a boolean" "/webhook/skipUnchangedUpdates" --set-string webhook.skipUnchangedUpdates=yes
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
@@ -376,6 +379,58 @@ for name in names:
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
 for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    passed=$((passed + 1))
+else
+    failures=$((failures + 1))
+fi
+
+# webhook.skipUnchangedUpdates: the validating webhook (and only it) carries the one condition
+# wherever it is on and the cluster has matchConditions (1.30+; the case options renders for
+# 1.29), and switching it off changes nothing else. The expression's own behaviour is tested
+# through a real kube-apiserver (integration/e2e/tests/match_conditions.rs).
+if python3 - "$out" "${cases[@]%%|*}" <<'PY'; then
+import sys, yaml
+out, names = sys.argv[1], sys.argv[2:]
+errors = []
+def webhooks(name):
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    return [(d["kind"], wh) for d in docs if d["kind"].endswith("WebhookConfiguration") for wh in d["webhooks"]]
+for name in names:
+    want = name not in ("no-skip", "options")
+    for kind, wh in webhooks(name):
+        conditions = wh.get("matchConditions")
+        if wh["name"] != "validate.poolguard.io":
+            if conditions is not None:
+                errors.append(f"{name}: {wh['name']} must have no matchConditions")
+            continue
+        if not want:
+            if conditions is not None:
+                errors.append(f"{name}: validate.poolguard.io must have no matchConditions")
+            continue
+        if not (isinstance(conditions, list) and len(conditions) == 1
+                and conditions[0].get("name") == "changes-what-poolguard-checks"):
+            errors.append(f"{name}: validate.poolguard.io needs the one matchCondition changes-what-poolguard-checks, got {conditions}")
+            continue
+        expr = conditions[0]["expression"]
+        # The guards the expression's safety rests on (see _helpers.tpl): only UPDATEs of the main
+        # resource can be left out, and subResource is read only when present.
+        for needle in ('request.operation != "UPDATE"', '(has(request.subResource) && request.subResource != "")',
+                       "object == null || oldObject == null", 'k.startsWith("poolguard.io/")',
+                       "size(object.metadata.annotations) <= 1000", "size(oldObject.metadata.annotations) <= 1000"):
+            if needle not in expr:
+                errors.append(f"{name}: the condition lacks {needle!r}")
+        resources = {r for rule in wh["rules"] for r in rule["resources"]}
+        if "pods/ephemeralcontainers" not in resources:
+            errors.append(f"{name}: pods/ephemeralcontainers must stay in the rules")
+def without_conditions(name):
+    return [(k, {f: v for f, v in wh.items() if f != "matchConditions"}) for k, wh in webhooks(name)]
+if without_conditions("default") != without_conditions("no-skip"):
+    errors.append("webhook.skipUnchangedUpdates=false changes more than the matchConditions")
+for e in errors:
+    print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+print(f"[helm-lint] matchConditions (webhook.skipUnchangedUpdates): {'FAILED' if errors else 'ok'}", file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
     passed=$((passed + 1))

@@ -228,3 +228,56 @@ properties:
   fieldPath:
     type: string
 {{- end }}
+
+{{/*
+matchConditions of the validating webhook (webhook.skipUnchangedUpdates): the API server sends a
+request unless it is an UPDATE of the main resource (no subresource: pods/ephemeralcontainers is
+always sent) that leaves alone everything poolguard reads:
+- a Pod's spec (images of every container kind, nodeSelector, affinity, tolerations, nodeName,
+  scheduling gates, image volumes, resources);
+- a workload's pod template: spec.template, for a CronJob spec.jobTemplate.spec.template (labels
+  and annotations of the template included);
+- the object's poolguard.io/* annotations (added, removed or changed: sent).
+poolguard decides an UPDATE by denying only what the new object has and the old one had not;
+with the spec (or template) and the name unchanged, its checks and every policy see the same
+input twice, so such an UPDATE is always allowed: skipping it changes no decision. A policy that
+reads input.review sees the same review both times too.
+The expression cannot fail on any object the API server stores (a failure would refuse the
+request with failurePolicy Fail, and skip it with Ignore): every optional field is tested with
+has() before it is read, and the annotation scan only runs on objects with at most 1000
+annotations (more: sent), which bounds its cost far below the API server's CEL limits.
+Kubernetes 1.30+ (matchConditions GA); not rendered for older clusters, which then get every
+request.
+*/}}
+{{- define "poolguard.skipUnchangedUpdates" -}}
+matchConditions:
+  - name: changes-what-poolguard-checks
+    expression: |-
+      request.operation != "UPDATE"
+      || (has(request.subResource) && request.subResource != "")
+      || object == null || oldObject == null
+      || !(has(object.metadata) && has(oldObject.metadata) && has(object.spec) && has(oldObject.spec)
+        && (
+          (request.resource.group == "" && request.resource.resource == "pods"
+            && object.spec == oldObject.spec)
+          || (((request.resource.group == "" && request.resource.resource == "replicationcontrollers")
+              || (request.resource.group == "apps"
+                && request.resource.resource in ["deployments", "replicasets", "statefulsets", "daemonsets"])
+              || (request.resource.group == "batch" && request.resource.resource == "jobs"))
+            && has(object.spec.template) && has(oldObject.spec.template)
+            && object.spec.template == oldObject.spec.template)
+          || (request.resource.group == "batch" && request.resource.resource == "cronjobs"
+            && has(object.spec.jobTemplate) && has(oldObject.spec.jobTemplate)
+            && has(object.spec.jobTemplate.spec) && has(oldObject.spec.jobTemplate.spec)
+            && has(object.spec.jobTemplate.spec.template) && has(oldObject.spec.jobTemplate.spec.template)
+            && object.spec.jobTemplate.spec.template == oldObject.spec.jobTemplate.spec.template))
+        && (!has(object.metadata.annotations)
+          || (size(object.metadata.annotations) <= 1000
+            && object.metadata.annotations.all(k, !k.startsWith("poolguard.io/")
+              || (has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations
+                && oldObject.metadata.annotations[k] == object.metadata.annotations[k]))))
+        && (!has(oldObject.metadata.annotations)
+          || (size(oldObject.metadata.annotations) <= 1000
+            && oldObject.metadata.annotations.all(k, !k.startsWith("poolguard.io/")
+              || (has(object.metadata.annotations) && k in object.metadata.annotations)))))
+{{- end }}

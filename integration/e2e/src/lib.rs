@@ -572,3 +572,63 @@ pub fn expect_refused<T>(
         Err(e) => Err(anyhow!(e)).context(format!("{what}: expected an API refusal")),
     }
 }
+
+/// The admission requests poolguard has answered so far, from its metrics endpoint at `addr`
+/// (host:port, plain HTTP): `poolguard_admission_requests_total` summed over its `decision`
+/// label, by (webhook, operation, kind).
+pub async fn admission_requests(addr: &str) -> Result<BTreeMap<(String, String, String), u64>> {
+    let text = metrics_text(addr).await?;
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("poolguard_admission_requests_total{") else {
+            continue;
+        };
+        let (labels, value) = rest
+            .split_once("} ")
+            .with_context(|| format!("unexpected metrics line {line:?}"))?;
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let value: f64 = value
+            .trim()
+            .parse()
+            .with_context(|| format!("unexpected metrics line {line:?}"))?;
+        *counts
+            .entry((label("webhook"), label("operation"), label("kind")))
+            .or_default() += value as u64;
+    }
+    Ok(counts)
+}
+
+/// The body of `GET /metrics` from poolguard's metrics endpoint at `addr` (HTTP/1.0, loopback).
+pub async fn metrics_text(addr: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .with_context(|| format!("GET http://{addr}/metrics: no answer within 5s"))?
+        .with_context(|| format!("GET http://{addr}/metrics"))?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET http://{addr}/metrics: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!(
+            "GET http://{addr}/metrics: {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_string())
+}
