@@ -108,10 +108,12 @@ md.append(
     f"| saturation throughput, req/s (closed loop, {meta['conns']} conns, {meta['sat_seconds']} s) "
     f"| {f(s_pg)} | {f(s_opa)} | {f(ratio(s_pg, s_opa), 2)}× |"
 )
-h2_pg, h2_opa = (sat[s]["throughput_rps"] if sat.get(s) else None for s in ("poolguard-h2", "opa-h2"))
+# A server that does not offer h2 by ALPN (OPA's TLS listener does not) answers none.
+h2_pg, h2_opa = (sat[s]["throughput_rps"] if sat.get(s) and sat[s]["ok"] else None for s in ("poolguard-h2", "opa-h2"))
+h2_cell = lambda s, x: f(x) if x is not None or not sat.get(s) else f"– (no h2: {sat[s]['errors']:,} connection errors)"
 md.append(
     f"| saturation over HTTP/2, one connection, {meta['conns']} streams, req/s "
-    f"| {f(h2_pg)} | {f(h2_opa)} | {f(ratio(h2_pg, h2_opa), 2)}× |"
+    f"| {h2_cell('poolguard-h2', h2_pg)} | {h2_cell('opa-h2', h2_opa)} | {f(ratio(h2_pg, h2_opa), 2)}× |"
 )
 for size, by in summary["saturation_rps_by_size"].items():
     md.append(
