@@ -300,12 +300,21 @@ expect "the stored PolicyReport survived the upgrades" kubectl -n team-a get pol
 # --- the real write path: poolguard --manage-certs as its ServiceAccount ---------------------------
 # Another field manager adds a matchCondition to both configurations first: poolguard's write must
 # keep what others own (whether it patches or applies).
+# The chart's own conditions (webhook.skipUnchangedUpdates on the validating webhook) stay
+# beside it.
 marker='{"name": "install-test-marker", "expression": "true"}'
+declare -A conditions_expected
 for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
     name="poolguard-${kind%%webhookconfiguration}"
+    chart_conditions="$(kubectl get "$kind" "$name" -o jsonpath='{.webhooks[0].matchConditions[*].name}')"
+    if [[ -n "$chart_conditions" ]]; then
+        patch="[{\"op\": \"add\", \"path\": \"/webhooks/0/matchConditions/-\", \"value\": ${marker}}]"
+    else
+        patch="[{\"op\": \"add\", \"path\": \"/webhooks/0/matchConditions\", \"value\": [${marker}]}]"
+    fi
+    conditions_expected[$kind]="${chart_conditions:+${chart_conditions} }install-test-marker"
     expect "another field manager adds a matchCondition to ${name}" \
-        kubectl patch "$kind" "$name" --field-manager=install-test --type=json \
-            -p "[{\"op\": \"add\", \"path\": \"/webhooks/0/matchConditions\", \"value\": [${marker}]}]"
+        kubectl patch "$kind" "$name" --field-manager=install-test --type=json -p "$patch"
 done
 # What must survive: the configurations without caBundle and server-side bookkeeping.
 config_view() { # kind name
@@ -453,7 +462,7 @@ for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
     if [[ "$got" == "$bundle" ]]; then ok "${name}: injected caBundle survives helm upgrade"; else bad "${name}: caBundle after upgrade is '${got:0:20}...'"; fi
     if [[ "$timeout" == 7 ]]; then ok "${name}: upgrade applied timeoutSeconds 7"; else bad "${name}: timeoutSeconds ${timeout}"; fi
     conditions="$(kubectl get "$kind" "$name" -o jsonpath='{.webhooks[0].matchConditions[*].name}')"
-    if [[ "$conditions" == install-test-marker ]]; then ok "${name}: another manager's matchCondition survives helm upgrade"; else bad "${name}: matchConditions after upgrade: '${conditions}'"; fi
+    if [[ "$conditions" == "${conditions_expected[$kind]}" ]]; then ok "${name}: another manager's matchCondition survives helm upgrade beside the chart's (${conditions})"; else bad "${name}: matchConditions after upgrade: '${conditions}', expected '${conditions_expected[$kind]}'"; fi
 done
 deadline="$(kubectl -n "$ns" get deployment poolguard -o jsonpath='{.spec.template.spec.containers[0].args}')"
 if grep -q '"--deadline-ms","6000"' <<<"$deadline"; then ok "upgrade set --deadline-ms 6000"; else bad "deployment args: ${deadline}"; fi
