@@ -17,13 +17,20 @@ pub fn document(object: &Value, images: &[PodImage], pool: Option<&str>) -> Valu
     })
 }
 
-/// The object's name; controller-made pods may only have `generateName`.
+/// The service a pod belongs to: its `generateName` when it has one, else its name.
+///
+/// The pods a controller makes are replicas of one service: they share the `generateName`
+/// (`web-5d9c7b-`) and differ only in the suffix kube-apiserver adds, which the validating
+/// webhook sees and the mutating one does not. Naming the service by `generateName` gives both
+/// webhooks, and audit, the same input for the same pod, and all replicas the same input (so
+/// their results can be remembered, [`super::memo`]). A policy that needs the pod's own name
+/// reads `input.review.object.metadata.name`.
 pub(crate) fn service_name(object: &Value) -> String {
     let meta = &object["metadata"];
-    meta["name"]
+    meta["generateName"]
         .as_str()
         .filter(|n| !n.is_empty())
-        .or_else(|| meta["generateName"].as_str().filter(|n| !n.is_empty()))
+        .or_else(|| meta["name"].as_str().filter(|n| !n.is_empty()))
         .unwrap_or("unnamed")
         .to_string()
 }
@@ -83,6 +90,12 @@ mod tests {
         );
         assert_eq!(doc["target"], "gpu");
         assert!(doc.get("review").is_none());
+        // A replica: kube-apiserver has added the suffix (as the validating webhook sees it).
+        let replica = json!({"metadata": {"generateName": "web-", "name": "web-x7k2p"}});
+        let doc = document(&replica, &found, Some("gpu"));
+        assert!(doc["services"]["web-"].is_object(), "{doc}");
+        let named = json!({"metadata": {"name": "db-0"}});
+        assert!(document(&named, &found, None)["services"]["db-0"].is_object());
         let no_pool = document(&json!({}), &[], None);
         assert_eq!(no_pool["target"], Value::Null);
         assert_eq!(
