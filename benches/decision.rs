@@ -6,6 +6,14 @@
 //! policies (fitsresources, gpuonly) among 3 and 50 pools: mutating (choose and patch) and
 //! validating (choose again, then the SIT policies). Prints numbers; asserts nothing about time.
 //!
+//! Each row is measured on three workloads, so remembered results (`evaluation.resultCacheMiB`)
+//! cannot hide the cost of a first evaluation:
+//! - distinct: every request a different pod (an image tag and a memory request of its own), so
+//!   every policy evaluation misses the memo (and fills it, evicting as it goes);
+//! - replicas: the pods of one ReplicaSet (one generateName and spec, each its own name), so
+//!   after the first, every evaluation is remembered;
+//! - memo off: the distinct pods with `resultCacheMiB: 0`, the cost before the memo.
+//!
 //! cargo bench --bench decision [-- ITERATIONS]
 
 use std::hint::black_box;
@@ -19,6 +27,10 @@ use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::webhook::{decide, Scope, Webhook};
 use serde_json::json;
+
+/// As the poolguard binary's (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// allowedrepositories as the example config sets it.
 const ONE_POLICY: &str = r#"
@@ -34,9 +46,10 @@ pools:
           repositories: ["registry.example.com/", "gpu.example.com/"]
 "#;
 
-fn review(containers: usize) -> Vec<u8> {
+/// Pod `k` of a workload: [`Workload::Distinct`] pods differ in their first image's tag.
+fn review(containers: usize, workload: Workload, k: usize) -> Vec<u8> {
     let containers: Vec<_> = (0..containers)
-        .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:1.{i}")}))
+        .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:1.{i}{}", workload.variant(i, k))}))
         .collect();
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -45,10 +58,63 @@ fn review(containers: usize) -> Vec<u8> {
             "namespace": "mapped", "operation": "CREATE",
             "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
             "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-5d9c7b-", "labels": {"app": "web", "pod-template-hash": "5d9c7b"}},
+                "metadata": {"generateName": "web-5d9c7b-", "name": format!("web-5d9c7b-{k:05}"), "labels": {"app": "web", "pod-template-hash": "5d9c7b"}},
                 "spec": {"containers": containers, "nodeSelector": {"agentpool": "pool1"}}}}
     }))
     .unwrap()
+}
+
+/// What the requests of one measurement are.
+#[derive(Clone, Copy, PartialEq)]
+enum Workload {
+    Distinct,
+    Replicas,
+}
+
+impl Workload {
+    /// What makes pod `k` differ in its container `i` (only the first differs).
+    fn variant(self, i: usize, k: usize) -> String {
+        match self {
+            Workload::Distinct if i == 0 => format!("-b{k}"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The three columns of every row: (workload, memo on).
+const COLUMNS: [(Workload, bool); 3] = [
+    (Workload::Distinct, true),
+    (Workload::Replicas, true),
+    (Workload::Distinct, false),
+];
+
+/// `rules` with the memo on or off.
+fn with_memo(rules: &RuleSet, on: bool) -> RuleSet {
+    let mut rules = rules.clone();
+    let mut config = rules.config.clone();
+    if !on {
+        config.evaluation.result_cache_mib = 0;
+    }
+    // Fresh memos either way: nothing carried over from the last measurement.
+    rules.policies.set_memo(&config);
+    rules.placement.set_memo(&config);
+    rules
+}
+
+/// Microseconds per request over the bodies `make(k)` makes for each column.
+fn columns(
+    iterations: u32,
+    make: impl Fn(Workload, usize) -> Vec<u8>,
+    rules: &RuleSet,
+    decide_one: impl Fn(&RuleSet, &[u8]) -> Vec<u8>,
+) -> [f64; 3] {
+    COLUMNS.map(|(workload, memo)| {
+        let rules = with_memo(rules, memo);
+        let bodies: Vec<Vec<u8>> = (0..(iterations + iterations / 10) as usize)
+            .map(|k| make(workload, k))
+            .collect();
+        microseconds_each(iterations, |k| decide_one(&rules, &bodies[k]))
+    })
 }
 
 fn rules(name: &str, config: &str) -> RuleSet {
@@ -77,9 +143,10 @@ fn main() {
     assert!(configs[2].1.policies.plan().has_dependencies());
     let namespaces = load_namespaces("testdata/namespaces.yaml".as_ref()).unwrap();
     println!("poolguard decision benchmark: {iterations} iterations each");
+    println!("us/decision (distinct: every pod new; replicas: one ReplicaSet's pods; memo off: distinct pods, resultCacheMiB 0)");
     println!(
-        "{:<10} {:<14} {:>10} {:>14}",
-        "webhook", "policies", "containers", "us/decision"
+        "{:<10} {:<14} {:>10} {:>10} {:>10} {:>10}",
+        "webhook", "policies", "containers", "distinct", "replicas", "memo off"
     );
     let cases = [
         (Webhook::Mutate, &configs[0]),
@@ -94,9 +161,8 @@ fn main() {
             name
         };
         for containers in [1, 10] {
-            let body = review(containers);
-            let once = || {
-                let doc = admission::parse_review(black_box(&body)).unwrap();
+            let once = |rules: &RuleSet, body: &[u8]| {
+                let doc = admission::parse_review(black_box(body)).unwrap();
                 let req = Request::from_value(&doc["request"]).unwrap();
                 let scope = Scope {
                     labels: namespaces.get(req.namespace),
@@ -113,13 +179,17 @@ fn main() {
                 assert!(d.allowed, "{d:?}");
                 serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
             };
-            let us = microseconds_each(iterations, once);
+            let [distinct, replicas, off] = columns(
+                iterations,
+                |workload, k| review(containers, workload, k),
+                rules,
+                once,
+            );
             println!(
-                "{:<10} {:<14} {:>10} {:>14.2}",
+                "{:<10} {:<14} {:>10} {distinct:>10.2} {replicas:>10.2} {off:>10.2}",
                 webhook.as_str(),
                 name,
                 containers,
-                us
             );
         }
     }
@@ -127,14 +197,16 @@ fn main() {
     placement(iterations);
 }
 
-/// Microseconds per call of `once`, over `iterations` calls after a tenth as many to warm up.
-fn microseconds_each<T>(iterations: u32, once: impl Fn() -> T) -> f64 {
-    for _ in 0..iterations / 10 {
-        black_box(once());
+/// Microseconds per call of `once(k)`, over `iterations` calls after a tenth as many to warm
+/// up; `k` counts on through both, so every call can have its own input.
+fn microseconds_each<T>(iterations: u32, once: impl Fn(usize) -> T) -> f64 {
+    let warmup = (iterations / 10) as usize;
+    for k in 0..warmup {
+        black_box(once(k));
     }
     let start = Instant::now();
-    for _ in 0..iterations {
-        black_box(once());
+    for k in warmup..warmup + iterations as usize {
+        black_box(once(k));
     }
     start.elapsed().as_secs_f64() * 1e6 / f64::from(iterations)
 }
@@ -162,10 +234,20 @@ fn pools(count: usize) -> PoolSet {
 
 /// A pod of `containers` containers in a namespace whose pool is chosen; `selected` is the
 /// nodeSelector the mutating webhook would have added (for the validating call).
-fn choosing_review(containers: usize, selected: Option<&str>) -> Vec<u8> {
+fn choosing_review(
+    containers: usize,
+    selected: Option<&str>,
+    workload: Workload,
+    k: usize,
+) -> Vec<u8> {
+    // Distinct pods differ in their first image's tag and in its memory request.
     let containers: Vec<_> = (0..containers)
-        .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:1.{i}"),
-            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}))
+        .map(|i| {
+            let variant = workload.variant(i, k);
+            let memory = if variant.is_empty() { "512Mi".to_string() } else { format!("{}Ki", 512 * 1024 + k) };
+            json!({"name": format!("c{i}"), "image": format!("registry.example.com/team/app{i}:1.{i}{variant}"),
+                "resources": {"requests": {"cpu": "250m", "memory": memory}}})
+        })
         .collect();
     let mut spec = json!({"containers": containers});
     if let Some(pool) = selected {
@@ -178,7 +260,7 @@ fn choosing_review(containers: usize, selected: Option<&str>) -> Vec<u8> {
             "namespace": "auto", "operation": "CREATE",
             "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
             "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-5d9c7b-", "labels": {"app": "web"}},
+                "metadata": {"generateName": "web-5d9c7b-", "name": format!("web-5d9c7b-{k:05}"), "labels": {"app": "web"}},
                 "spec": spec}}
     }))
     .unwrap()
@@ -202,17 +284,16 @@ fn placement(iterations: u32) {
     println!();
     println!("pool chosen by the placement policies (fitsresources, gpuonly): {iterations} iterations each");
     println!(
-        "{:<10} {:>6} {:>10} {:>14}",
-        "webhook", "pools", "containers", "us/decision"
+        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10}",
+        "webhook", "pools", "containers", "distinct", "replicas", "memo off"
     );
     for count in [3, 50] {
         let pools = pools(count);
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             for containers in [1, 10] {
                 let selected = (webhook == Webhook::Validate).then_some("pool0");
-                let body = choosing_review(containers, selected);
-                let once = || {
-                    let doc = admission::parse_review(black_box(&body)).unwrap();
+                let once = |rules: &RuleSet, body: &[u8]| {
+                    let doc = admission::parse_review(black_box(body)).unwrap();
                     let req = Request::from_value(&doc["request"]).unwrap();
                     let scope = Scope {
                         labels: Some(&labels),
@@ -232,13 +313,17 @@ fn placement(iterations: u32) {
                     }
                     serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
                 };
-                let us = microseconds_each(iterations, once);
+                let [distinct, replicas, off] = columns(
+                    iterations,
+                    |workload, k| choosing_review(containers, selected, workload, k),
+                    &rules,
+                    once,
+                );
                 println!(
-                    "{:<10} {:>6} {:>10} {:>14.2}",
+                    "{:<10} {:>6} {:>10} {distinct:>10.2} {replicas:>10.2} {off:>10.2}",
                     webhook.as_str(),
                     count,
                     containers,
-                    us
                 );
             }
         }

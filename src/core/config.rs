@@ -233,6 +233,17 @@ pub struct EvaluationSettings {
     /// Decision when a policy fails to evaluate.
     #[serde(default)]
     pub on_error: OnError,
+    /// Memory for remembered policy results, in MiB, for the SIT policies and as much again
+    /// for the placement policies ([`crate::policy::memo`]); 0 remembers nothing.
+    #[serde(default = "default_result_cache_mib", rename = "resultCacheMiB")]
+    pub result_cache_mib: u64,
+}
+
+/// 64 GiB: far past any sensible budget, low enough that the byte count cannot overflow.
+const MAX_RESULT_CACHE_MIB: u64 = 64 * 1024;
+
+fn default_result_cache_mib() -> u64 {
+    32
 }
 
 fn default_timeout_millis() -> u64 {
@@ -244,6 +255,7 @@ impl Default for EvaluationSettings {
         EvaluationSettings {
             timeout_millis: default_timeout_millis(),
             on_error: OnError::default(),
+            result_cache_mib: default_result_cache_mib(),
         }
     }
 }
@@ -284,6 +296,12 @@ impl Config {
         }
         if self.evaluation.timeout_millis == 0 {
             bail!("at `evaluation.timeoutMillis`: must be at least 1");
+        }
+        if self.evaluation.result_cache_mib > MAX_RESULT_CACHE_MIB {
+            bail!(
+                "at `evaluation.resultCacheMiB`: at most {MAX_RESULT_CACHE_MIB} (MiB), got {}",
+                self.evaluation.result_cache_mib
+            );
         }
         if self.limits.max_images_per_pod == 0 {
             bail!("at `limits.maxImagesPerPod`: must be at least 1");
@@ -558,6 +576,7 @@ evaluation:
         assert_eq!(c.selector_policy, SelectorPolicy::Merge);
         assert_eq!(c.evaluation.timeout_millis, 500);
         assert_eq!(c.evaluation.on_error, OnError::Deny);
+        assert_eq!(c.evaluation.result_cache_mib, 32);
     }
 
     #[test]
@@ -628,6 +647,14 @@ evaluation:
             (
                 "evaluation:\n  timeoutMillis: 0\n",
                 "at `evaluation.timeoutMillis`",
+            ),
+            (
+                "evaluation:\n  resultCacheMiB: 70000\n",
+                "at `evaluation.resultCacheMiB`: at most 65536",
+            ),
+            (
+                "evaluation:\n  resultCacheMiB: lots\n",
+                "at `evaluation.resultCacheMiB`",
             ),
         ];
         for (text, want) in cases {

@@ -24,7 +24,7 @@ impl RuleSet {
     pub fn new(
         config: Config,
         mut policies: PolicySet,
-        placement: PlacementSet,
+        mut placement: PlacementSet,
         origin: &str,
     ) -> Result<RuleSet> {
         let named = |e: anyhow::Error| anyhow::anyhow!("{origin}: {e}");
@@ -33,7 +33,9 @@ impl RuleSet {
             .map_err(named)?;
         policies.set_plan(&config).map_err(named)?;
         policies.set_versions(&config);
+        policies.set_memo(&config);
         placement.check_config(&config).map_err(named)?;
+        placement.set_memo(&config);
         Ok(RuleSet {
             config,
             policies,

@@ -80,6 +80,7 @@ pub mod quantity;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -87,6 +88,7 @@ use regorus::{Engine, Value};
 
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::placement::{self, pool_of, Labels, Placement};
+use crate::policy::memo::{self, Memo, Weigh};
 use crate::policy::template::Template;
 use crate::policy::{declares, eval_within, load, reads_review};
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
@@ -100,6 +102,9 @@ pub struct PlacementPolicy {
     engine: Engine,
     rule: String,
     reads_review: bool,
+    /// As a SIT policy's: may its results be remembered, and its identity in memo keys.
+    memoizable: bool,
+    id: u64,
 }
 
 /// What a placement policy said about a pod.
@@ -109,6 +114,15 @@ pub enum Solution {
     Fulfilled(Vec<String>),
     /// Why no pool is acceptable.
     Unfulfilled(String),
+}
+
+impl Weigh for Solution {
+    fn weigh(&self) -> usize {
+        match self {
+            Solution::Fulfilled(pools) => pools.weigh(),
+            Solution::Unfulfilled(msg) => msg.len(),
+        }
+    }
 }
 
 impl PlacementPolicy {
@@ -139,6 +153,8 @@ impl PlacementPolicy {
             engine,
             rule,
             reads_review: reads_review(&template.rego),
+            memoizable: !reads_review(&template.rego) && memo::deterministic(&template.rego),
+            id: memo::next_policy_id(),
         })
     }
 
@@ -200,6 +216,8 @@ fn solution(value: &Value) -> Result<Solution, String> {
 #[derive(Clone, Default)]
 pub struct PlacementSet {
     policies: Vec<PlacementPolicy>,
+    /// Remembered solutions ([`memo`]), set by [`PlacementSet::set_memo`]; none until then.
+    memo: Memo<Solution>,
 }
 
 impl PlacementSet {
@@ -218,7 +236,20 @@ impl PlacementSet {
                 pair[0].path.display()
             );
         }
-        Ok(PlacementSet { policies })
+        Ok(PlacementSet {
+            policies,
+            memo: Memo::default(),
+        })
+    }
+
+    /// Gives the set a memo of `config`'s `evaluation.resultCacheMiB`.
+    pub fn set_memo(&mut self, config: &Config) {
+        self.memo = Memo::new(config.evaluation.result_cache_mib.saturating_mul(1 << 20));
+    }
+
+    /// The memo's hits and misses, and the bytes it holds.
+    pub fn memo_stats(&self) -> ((u64, u64), u64) {
+        (self.memo.stats(), self.memo.weight())
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -327,14 +358,18 @@ pub fn input_document(
 pub struct PoolSet {
     facts: Vec<PoolFacts>,
     targets: Value,
+    /// The targets as JSON text, for memo keys.
+    targets_text: Arc<str>,
 }
 
 impl PoolSet {
     pub fn new(facts: Vec<PoolFacts>) -> PoolSet {
         let targets: serde_json::Map<String, serde_json::Value> =
             facts.iter().map(|p| (p.name.clone(), p.target())).collect();
+        let targets = serde_json::Value::Object(targets);
         PoolSet {
-            targets: Value::from(serde_json::Value::Object(targets)),
+            targets_text: Arc::from(targets.to_string()),
+            targets: Value::from(targets),
             facts,
         }
     }
@@ -347,6 +382,31 @@ impl PoolSet {
 impl Default for PoolSet {
     fn default() -> PoolSet {
         PoolSet::new(Vec::new())
+    }
+}
+
+/// Files one placement policy's answer: the pools it accepts, or a reason in `reasons`.
+fn record<'a>(
+    name: &'a str,
+    solved: Result<Solution, String>,
+    known: &BTreeSet<&str>,
+    accepted: &mut BTreeMap<&'a str, Vec<String>>,
+    reasons: &mut Vec<String>,
+) {
+    match solved {
+        Ok(Solution::Fulfilled(targets)) => {
+            if let Some(unknown) = targets.iter().find(|t| !known.contains(t.as_str())) {
+                reasons.push(format!(
+                    "{name}: could not be evaluated: it accepts {unknown:?}, which is not a pool"
+                ));
+            } else if targets.is_empty() {
+                reasons.push(format!("{name}: fulfilled, but accepts no pool"));
+            } else {
+                accepted.insert(name, targets);
+            }
+        }
+        Ok(Solution::Unfulfilled(msg)) => reasons.push(format!("{name}: {msg}")),
+        Err(e) => reasons.push(format!("{name}: could not be evaluated: {e}")),
     }
 }
 
@@ -390,6 +450,7 @@ pub fn candidates(
     let placement = config.placement.as_ref();
     let limit = Duration::from_millis(config.evaluation.timeout_millis);
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    let services_text = services.to_string();
     // The document of `input_document`, with the targets converted once per pool set; regorus
     // values share their contents, so per-policy copies are shallow.
     let mut base = Value::new_object();
@@ -406,6 +467,15 @@ pub fn candidates(
             .and_then(|p| p.policies.get(name))
             .map(|s| s.parameters.clone())
             .unwrap_or_default();
+        // The memo's key: the policy, its parameters, the pools and the pod, as text.
+        let key = (policy.memoizable && policies.memo.keeps(0)).then(|| {
+            let parameters = serde_json::Value::Object(parameters.clone()).to_string();
+            Memo::<Solution>::key(policy.id, &[&parameters, &set.targets_text, &services_text])
+        });
+        if let Some(solution) = key.as_deref().and_then(|k| policies.memo.get(k)) {
+            record(name, Ok(solution), &known, &mut accepted, &mut reasons);
+            continue;
+        }
         let mut doc = base.clone();
         let solved = match doc.as_object_mut() {
             Ok(map) => {
@@ -423,21 +493,10 @@ pub fn candidates(
             }
             Err(_) => Err("the input document is not an object".to_string()),
         };
-        match solved {
-            Ok(Solution::Fulfilled(targets)) => {
-                if let Some(unknown) = targets.iter().find(|t| !known.contains(t.as_str())) {
-                    reasons.push(format!(
-                        "{name}: could not be evaluated: it accepts {unknown:?}, which is not a pool"
-                    ));
-                } else if targets.is_empty() {
-                    reasons.push(format!("{name}: fulfilled, but accepts no pool"));
-                } else {
-                    accepted.insert(name, targets);
-                }
-            }
-            Ok(Solution::Unfulfilled(msg)) => reasons.push(format!("{name}: {msg}")),
-            Err(e) => reasons.push(format!("{name}: could not be evaluated: {e}")),
+        if let (Some(key), Ok(solution)) = (key, &solved) {
+            policies.memo.insert(key, solution.clone());
         }
+        record(name, solved, &known, &mut accepted, &mut reasons);
     }
     if !reasons.is_empty() {
         return Err(reasons);

@@ -818,3 +818,44 @@ fn a_cordoned_node_is_not_ready() {
     assert!(node(false));
     assert!(!node(true));
 }
+
+#[test]
+fn solutions_are_remembered_per_pod_shape_and_pool_facts() {
+    let config = config(AUTO);
+    let mut policies = shipped();
+    policies.set_memo(&config);
+    let all = PoolSet::new(cluster());
+    let replica = |suffix: &str, cpu: &str| {
+        json!({
+            "metadata": {"generateName": "web-5d9c7b-", "name": format!("web-5d9c7b-{suffix}")},
+            "spec": {"containers": [{"name": "app", "image": "registry.example.com/app:1",
+                                     "resources": {"requests": {"cpu": cpu}}}]},
+        })
+    };
+    let ask = |policies: &PlacementSet, pools: &PoolSet, pod: &Json| {
+        candidates(pools, pod, policies, &config, None)
+    };
+    let hits = |policies: &PlacementSet| policies.memo_stats().0 .0;
+    let first = ask(&policies, &all, &replica("aaaaa", "2")).unwrap();
+    assert_eq!(first, strings(&["general", "large"]));
+    assert_eq!(hits(&policies), 0);
+    // Another replica of the same ReplicaSet: both policies' answers come from the memo.
+    assert_eq!(ask(&policies, &all, &replica("bbbbb", "2")).unwrap(), first);
+    assert_eq!(hits(&policies), 2);
+    // A pod asking for more, or the same pod after the nodes changed: evaluated again.
+    assert_eq!(
+        ask(&policies, &all, &replica("ccccc", "8")).unwrap(),
+        strings(&["large"])
+    );
+    let no_large = PoolSet::new(only(&cluster(), &["general", "gpu"]));
+    assert_eq!(
+        ask(&policies, &no_large, &replica("ddddd", "2")).unwrap(),
+        strings(&["general"])
+    );
+    assert!(ask(&policies, &no_large, &replica("eeeee", "8")).is_err());
+    assert_eq!(hits(&policies), 2);
+    // The same answers with nothing remembered.
+    let cold = shipped();
+    assert_eq!(ask(&cold, &all, &replica("fffff", "2")).unwrap(), first);
+    assert_eq!(cold.memo_stats(), ((0, 0), 0));
+}

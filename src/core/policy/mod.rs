@@ -3,6 +3,7 @@
 pub mod builtins;
 pub mod dependencies;
 pub mod input;
+pub mod memo;
 pub mod rego_tests;
 pub mod template;
 
@@ -20,6 +21,7 @@ use crate::config::{Config, Enforcement};
 use crate::placement::Labels;
 use crate::rollout::view::{RolloutMark, RolloutView, SharedView};
 use dependencies::{Plan, State, Unmet};
+use memo::Memo;
 use template::Template;
 
 /// Time checks happen every this many units of interpreter work.
@@ -37,6 +39,11 @@ pub struct Policy {
     reads_review: bool,
     /// The Rego source, kept for [`Policy::version`].
     rego: Arc<str>,
+    /// Its identity in memo keys ([`memo::next_policy_id`]).
+    id: u64,
+    /// Whether its results may be remembered: it reads no `review` and calls no builtin whose
+    /// answer changes ([`memo::deterministic`]).
+    memoizable: bool,
 }
 
 /// All loaded policies, sorted by name, with their versions and dependencies under the config
@@ -49,6 +56,8 @@ pub struct PolicySet {
     /// The evaluation order and each policy's dependencies, set by [`PolicySet::set_plan`].
     plan: Plan,
     rollouts: SharedView,
+    /// Remembered results ([`memo`]), set by [`PolicySet::set_memo`]; none until then.
+    memo: Memo<Vec<String>>,
 }
 
 /// What one policy said about one object.
@@ -267,6 +276,8 @@ impl Policy {
             rule,
             engine,
             reads_review: reads_review(&template.rego),
+            memoizable: !reads_review(&template.rego) && memo::deterministic(&template.rego),
+            id: memo::next_policy_id(),
             rego: Arc::from(template.rego.as_str()),
         })
     }
@@ -379,6 +390,18 @@ impl PolicySet {
     }
 
     /// The version of the loaded policy `name` (empty before [`PolicySet::set_versions`]).
+    /// Gives the set a memo of `config`'s `evaluation.resultCacheMiB` (a new one: nothing
+    /// remembered under other policies or parameters is carried over, though keys would tell
+    /// them apart).
+    pub fn set_memo(&mut self, config: &Config) {
+        self.memo = Memo::new(config.evaluation.result_cache_mib.saturating_mul(1 << 20));
+    }
+
+    /// The memo's hits and misses, and the bytes it holds.
+    pub fn memo_stats(&self) -> ((u64, u64), u64) {
+        (self.memo.stats(), self.memo.weight())
+    }
+
     pub fn version(&self, name: &str) -> &str {
         self.versions.get(name).map_or("", String::as_str)
     }
@@ -442,10 +465,7 @@ impl PolicySet {
         config: &Config,
     ) -> Vec<Outcome> {
         let limit = Duration::from_millis(config.evaluation.timeout_millis);
-        // Converted once per request, when the first policy needs them; regorus values share
-        // their contents, so the per-policy copies below are shallow.
-        let mut base: Option<Value> = None;
-        let mut review_value: Option<Value> = None;
+        let mut request = RequestInput::new(input, review);
         let plan = &self.plan;
         let dependent = plan.has_dependencies();
         // What each policy was for this object, for the ones after it: only when some policy
@@ -475,23 +495,22 @@ impl PolicySet {
                     ignore_pending: plan.ignore_pending[i],
                 }),
                 None => {
-                    let mut doc = base
-                        .get_or_insert_with(|| Value::from(input.clone()))
-                        .clone();
-                    let parameters =
-                        Value::from(serde_json::Value::Object(settings.parameters.clone()));
-                    Evaluation::Ran(match doc.as_object_mut() {
-                        Ok(map) => {
-                            map.insert(Value::from("parameters"), parameters);
-                            if let Some(review) = review.filter(|_| policy.reads_review) {
-                                let review = review_value
-                                    .get_or_insert_with(|| Value::from(review.clone()))
-                                    .clone();
-                                map.insert(Value::from("review"), review);
+                    // The memo's key: the policy, its parameters and the document, as text.
+                    let key = (policy.memoizable && self.memo.keeps(0)).then(|| {
+                        let parameters =
+                            serde_json::Value::Object(settings.parameters.clone()).to_string();
+                        Memo::<Vec<String>>::key(policy.id, &[&parameters, request.text()])
+                    });
+                    let remembered = key.as_deref().and_then(|k| self.memo.get(k));
+                    Evaluation::Ran(match remembered {
+                        Some(messages) => Ok(messages),
+                        None => {
+                            let result = request.run(policy, settings.parameters, limit);
+                            if let (Some(key), Ok(messages)) = (key, &result) {
+                                self.memo.insert(key, messages.clone());
                             }
-                            policy.infringements(doc, limit)
+                            result
                         }
-                        Err(_) => Err("the input document is not an object".to_string()),
                     })
                 }
             };
@@ -510,6 +529,65 @@ impl PolicySet {
             outcomes.sort_by(|a, b| a.policy.cmp(&b.policy));
         }
         outcomes
+    }
+}
+
+/// One request's input to the policies, each form made once, when a policy first needs it.
+struct RequestInput<'a> {
+    /// The [`input::document`].
+    document: &'a serde_json::Value,
+    /// The AdmissionRequest, for the policies that read it.
+    review: Option<&'a serde_json::Value>,
+    /// `document` for regorus (its values share their contents: per-policy copies are
+    /// shallow).
+    converted: Option<Value>,
+    review_converted: Option<Value>,
+    /// `document` as JSON text, for memo keys.
+    text: Option<String>,
+}
+
+impl<'a> RequestInput<'a> {
+    fn new(document: &'a serde_json::Value, review: Option<&'a serde_json::Value>) -> Self {
+        RequestInput {
+            document,
+            review,
+            converted: None,
+            review_converted: None,
+            text: None,
+        }
+    }
+
+    fn text(&mut self) -> &str {
+        self.text.get_or_insert_with(|| self.document.to_string())
+    }
+
+    /// Runs `policy` on the document with its `parameters`, and `review` if it reads it.
+    fn run(
+        &mut self,
+        policy: &Policy,
+        parameters: &serde_json::Map<String, serde_json::Value>,
+        limit: Duration,
+    ) -> Result<Vec<String>, String> {
+        let document = self.document;
+        let mut doc = self
+            .converted
+            .get_or_insert_with(|| Value::from(document.clone()))
+            .clone();
+        let Ok(map) = doc.as_object_mut() else {
+            return Err("the input document is not an object".to_string());
+        };
+        map.insert(
+            Value::from("parameters"),
+            Value::from(serde_json::Value::Object(parameters.clone())),
+        );
+        if let Some(review) = self.review.filter(|_| policy.reads_review) {
+            let review = self
+                .review_converted
+                .get_or_insert_with(|| Value::from(review.clone()))
+                .clone();
+            map.insert(Value::from("review"), review);
+        }
+        policy.infringements(doc, limit)
     }
 }
 
@@ -673,6 +751,84 @@ mod tests {
         for (rego, want) in cases {
             assert_eq!(reads_review(rego), want, "{rego}");
         }
+    }
+
+    #[test]
+    fn results_are_remembered_by_policy_parameters_and_document_only() {
+        let mut policies = PolicySet::compile(&[
+            template(
+                "images",
+                "package images\ninfringement[{\"msg\": m}] { some s, c; i := input.services[s].functional_requirements[c].image; not startswith(i, input.parameters.prefix); m := sprintf(\"%v: %v\", [c, i]) }\n",
+            ),
+            template(
+                "sees",
+                "package sees\ninfringement[{\"msg\": m}] { m := sprintf(\"uid %v\", [input.review.uid]) }\n",
+            ),
+        ])
+        .unwrap();
+        let config = |prefix: &str| -> Config {
+            serde_json::from_value(json!({"policies": {
+                "images": {"parameters": {"prefix": prefix}}, "sees": {"parameters": {}}
+            }}))
+            .unwrap()
+        };
+        let cluster = config("good/");
+        policies.set_memo(&cluster);
+        let doc = |image: &str| json!({"services": {"web-": {"functional_requirements": {"c": {"image": image}}}}, "target": null});
+        let run = |policies: &PolicySet, config: &Config, image: &str, uid: &str| {
+            let outcomes = policies.evaluate(
+                &doc(image),
+                Some(&json!({"uid": uid})),
+                None,
+                None,
+                State::NotApplied,
+                config,
+            );
+            outcomes
+                .into_iter()
+                .map(|o| match o.result {
+                    Evaluation::Ran(Ok(found)) => (o.policy, found),
+                    other => panic!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        let want = |images: Vec<&str>, uid: &str| {
+            vec![
+                (
+                    "images".to_string(),
+                    images.into_iter().map(String::from).collect::<Vec<_>>(),
+                ),
+                ("sees".to_string(), vec![format!("uid {uid}")]),
+            ]
+        };
+        // Table: (parameters, image, uid, messages, memo hits so far). `sees` reads the review:
+        // never remembered, never a hit, so its fresh uid always shows.
+        let other = config("bad/");
+        let cases: [(&Config, &str, &str, Vec<&str>, u64); 5] = [
+            (&cluster, "bad/x", "u1", vec!["c: bad/x"], 0),
+            (&cluster, "bad/x", "u2", vec!["c: bad/x"], 1),
+            (&cluster, "good/x", "u3", vec![], 1),
+            (&other, "bad/x", "u4", vec![], 1),
+            (&other, "bad/x", "u5", vec![], 2),
+        ];
+        for (i, (config, image, uid, messages, hits)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                run(&policies, config, image, uid),
+                want(messages, uid),
+                "case {i}"
+            );
+            assert_eq!(policies.memo_stats().0 .0, hits, "case {i}");
+        }
+        // The same answers with nothing remembered.
+        let mut off = policies.clone();
+        off.set_memo(
+            &serde_json::from_value(json!({"evaluation": {"resultCacheMiB": 0}})).unwrap(),
+        );
+        assert_eq!(
+            run(&off, &cluster, "bad/x", "u6"),
+            want(vec!["c: bad/x"], "u6")
+        );
+        assert_eq!(off.memo_stats(), ((0, 0), 0));
     }
 
     #[test]
