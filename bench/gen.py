@@ -8,6 +8,11 @@
                     allowedrepositories parameters (data.config), loaded by `opa run`.
 - reviews/pg/*.json and reviews/opa/*.json : the same AdmissionReviews (Pod CREATE with 1, 3 and
   10 containers, in mapped and unmapped namespaces); the OPA copies are wrapped as {"input": review}.
+  Shaped like the pods of ReplicaSets as the validating webhook sees them: one generateName and
+  spec per file, a name of their own (`web-5d9c7b-seqno`: the load generator's --seq-token seqno
+  puts each request's sequence number there).
+- reviews-distinct/{pg,opa}/*.json : the same, but the first container's image tag also carries
+  the token (`:1.0-seqno`), so that every request is a different pod.
   Mapped pods already carry nodeSelector agentpool=<their pool> (what the validating webhook sees
   after the mutating one); unmapped pods carry none. All images are allowed, so every decision is
   "allowed" on both servers.
@@ -25,8 +30,11 @@ POOLS = 50
 REPOSITORIES = ["registry.example.com/", "registry.k8s.io/"]
 POOL_REPOSITORIES = {"gpu": ["registry.example.com/", "gpu.example.com/"]}
 
-os.makedirs(os.path.join(out, "reviews", "pg"), exist_ok=True)
-os.makedirs(os.path.join(out, "reviews", "opa"), exist_ok=True)
+# Replaced by each request's sequence number (bench/loadgen --seq-token).
+SEQ = "seqno"
+for kind in ("reviews", "reviews-distinct"):
+    for server in ("pg", "opa"):
+        os.makedirs(os.path.join(out, kind, server), exist_ok=True)
 
 
 def ns_name(i):
@@ -70,7 +78,7 @@ IMAGES = [
 ]
 
 
-def review(uid, ns_index, containers):
+def review(uid, ns_index, containers, distinct=False):
     pool = pool_of(ns_index)
     spec = {
         "containers": [
@@ -78,6 +86,8 @@ def review(uid, ns_index, containers):
             for c in range(containers)
         ]
     }
+    if distinct:
+        spec["containers"][0]["image"] += "-" + SEQ
     if pool:
         spec["nodeSelector"] = {"agentpool": pool}
     return {
@@ -98,6 +108,7 @@ def review(uid, ns_index, containers):
                 "kind": "Pod",
                 "metadata": {
                     "generateName": "web-5d9c7b-",
+                    "name": "web-5d9c7b-" + SEQ,
                     "namespace": ns_name(ns_index),
                     "labels": {"app": "web", "pod-template-hash": "5d9c7b"},
                 },
@@ -117,11 +128,12 @@ for containers in (1, 3, 10):
             base = (containers * 997 + k * 2503) % (count - 1)
             idx = base if (base % 2 == 0) == mapped else base + 1
             uid = f"bench-{containers}c-{'mapped' if mapped else 'unmapped'}-{k}"
-            r = review(uid, idx, containers)
-            with open(os.path.join(out, "reviews", "pg", uid + ".json"), "w") as f:
-                json.dump(r, f)
-            with open(os.path.join(out, "reviews", "opa", uid + ".json"), "w") as f:
-                json.dump({"input": r}, f)
+            for kind, distinct in (("reviews", False), ("reviews-distinct", True)):
+                r = review(uid, idx, containers, distinct)
+                with open(os.path.join(out, kind, "pg", uid + ".json"), "w") as f:
+                    json.dump(r, f)
+                with open(os.path.join(out, kind, "opa", uid + ".json"), "w") as f:
+                    json.dump({"input": r}, f)
             names.append(uid)
 print(f"gen.py: {count} namespaces, {len(names)} reviews in {out}")
 

@@ -81,10 +81,41 @@ summary["saturation_rps_by_size"] = {
     size: {s: (pick(f"{s}@{size}", "closed") or {}).get("throughput_rps") for s in ("poolguard", "opa")}
     for size in sizes
 }
+
+
+# --- /validate throughput: alternating rounds (label tput:SERVER:WORKLOAD:ROUND) ----------------
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+tput = {}
+for r in runs:
+    if r["label"].startswith("tput:"):
+        _, server, workload, rnd = r["label"].split(":")
+        tput.setdefault(workload, {}).setdefault(int(rnd), {})[server] = r["throughput_rps"]
+summary["validate_throughput"] = {}
+for workload, rounds in sorted(tput.items(), reverse=True):
+    paired = [v for v in rounds.values() if "poolguard" in v and "opa" in v]
+    pgs = [v["poolguard"] for v in paired]
+    opas = [v["opa"] for v in paired]
+    ratios = [v["poolguard"] / v["opa"] for v in paired if v["opa"]]
+    summary["validate_throughput"][workload] = {
+        "rounds": len(paired),
+        "poolguard_rps": {"median": median(pgs), "min": min(pgs, default=None), "max": max(pgs, default=None)},
+        "opa_rps": {"median": median(opas), "min": min(opas, default=None), "max": max(opas, default=None)},
+        "ratio": {"median": median(ratios), "min": min(ratios, default=None), "max": max(ratios, default=None)},
+    }
+
 s_pg, s_opa = summary["saturation_rps"]["poolguard"], summary["saturation_rps"]["opa"]
 p99_2000 = summary["latency_us"]["poolguard"].get("2000", {}).get("p99")
 targets = {
     "throughput >= 3x OPA": (ratio(s_pg, s_opa) or 0) >= 3,
+    **{
+        f"/validate throughput >= 5x OPA, {w} pods (median of {t['rounds']} alternating rounds)": (t["ratio"]["median"] or 0) >= 5
+        for w, t in summary["validate_throughput"].items()
+    },
     "p99 < 1 ms at 2,000 req/s": p99_2000 is not None and p99_2000 < 1000,
     "peak RSS < 40 MiB with 10,000 namespaces": summary["peak_rss_mib"]["poolguard"] < 40,
     "ready < 1 s": meta["poolguard_ready_ms"] < 1000,
@@ -160,6 +191,21 @@ if fl:
         f"| {f(l['p50'])} / {f(l['p90'])} / {f(l['p99'])} / {f(l['max'])} | | |"
     )
 md.append("")
+if summary["validate_throughput"]:
+    md.append(
+        f"/validate throughput, closed loop ({meta['conns']} connections), rounds alternating poolguard and OPA "
+        f"({meta.get('tput_seconds', '?')} s each); replicas: pods shaped like one ReplicaSet's (same spec, a name each), "
+        "distinct: every request a different pod (a new image tag), so remembered results never help:\n"
+    )
+    md.append("| pods | rounds | poolguard req/s, median (min–max) | OPA req/s, median (min–max) | poolguard/OPA per round, median (min–max) |")
+    md.append("|---|---:|---:|---:|---:|")
+    for w, t in summary["validate_throughput"].items():
+        a, b, q = t["poolguard_rps"], t["opa_rps"], t["ratio"]
+        md.append(
+            f"| {w} | {t['rounds']} | {f(a['median'])} ({f(a['min'])}–{f(a['max'])}) | {f(b['median'])} ({f(b['min'])}–{f(b['max'])}) "
+            f"| {f(q['median'], 2)} ({f(q['min'], 2)}–{f(q['max'], 2)}) |"
+        )
+    md.append("")
 md.append("Targets (reported, not asserted): " + "; ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in targets.items()) + ".\n")
 md.append(
     f"Agreement check: {agree['reviews']} reviews, poolguard allowed {agree['poolguard_allowed']}, "

@@ -5,7 +5,12 @@
 # latency through kube-apiserver with and without poolguard (bench/e2e-latency.sh, results in
 # bench/results/e2e-latency.{md,json}). See bench/README.md.
 #
-# Knobs (environment): SAT_SECONDS (10) RATE_SECONDS (10) RATES ("500 1000 2000 5000")
+# /validate throughput is measured first, with both servers up: TPUT_RUNS (5) alternating rounds
+# of poolguard and OPA, each round on two workloads — pods shaped like ReplicaSets' (one spec, a
+# name each) and pods all different (every request a new image tag: poolguard's remembered
+# results never help) — TPUT_SECONDS (10) each.
+#
+# Knobs (environment): TPUT_RUNS (5) TPUT_SECONDS (10) SAT_SECONDS (10) RATE_SECONDS (10) RATES ("500 1000 2000 5000")
 #   SIZES ("1c 3c 10c") SIZE_SECONDS (5) E2E (1; 0 skips the kube-apiserver part)
 #   FLOOR_RATE (2000, poolguard /mutate open loop) CONNS (16, closed loop) OPEN_CONNS (32, open loop) LOADGEN_THREADS (2) NAMESPACES (10000)
 #   OPA_VERSION (v1.22.2) PG_PORT (18443) PG_METRICS_PORT (19090) OPA_PORT (18181)
@@ -19,6 +24,8 @@ W=$B/work
 R=$B/results
 mkdir -p "$W" "$R"
 
+TPUT_RUNS=${TPUT_RUNS:-5}
+TPUT_SECONDS=${TPUT_SECONDS:-10}
 SAT_SECONDS=${SAT_SECONDS:-10}
 RATE_SECONDS=${RATE_SECONDS:-10}
 RATES=${RATES:-"500 1000 2000 5000"}
@@ -41,8 +48,11 @@ OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-SERVER_PID=
-cleanup() { if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi; }
+# The server under measurement (load, hwm_kib, rss_kib, wait_ready); both run from the
+# throughput rounds on, and are stopped on exit.
+SERVER_PID= PG_PID= OPA_PID=
+stop() { if [ -n "$1" ]; then kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; fi; }
+cleanup() { stop "$PG_PID"; stop "$OPA_PID"; }
 trap cleanup EXIT
 
 # --- build ---------------------------------------------------------------------------------
@@ -84,15 +94,18 @@ wait_ready() {
   log "not ready after ~30 s: $url"; return 1
 }
 
+# bodies DIR -> the --body arguments for DIR's reviews, with the sequence token gen.py put in them
+bodies() { local f; for f in "$1"/*.json; do printf -- '--body\n%s\n' "$f"; done; printf -- '--seq-token\nseqno\n'; }
+
 # load SERVER URL BODYDIR -> appends JSON lines to $RESULTS
 load() {
-  local server=$1 url=$2 bodies=("$3"/*.json) args=()
-  for f in "${bodies[@]}"; do args+=(--body "$f"); done
+  local server=$1 url=$2 args=()
+  mapfile -t args < <(bodies "$3")
   log "$server: closed loop, $CONNS connections, ${SAT_SECONDS}s (load $(loadavg))"
   "$LOADGEN" --label "$server" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" --mode closed \
     --connections "$CONNS" --duration "$SAT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
   for size in $SIZES; do
-    local sized=()
+    local sized=(--seq-token seqno)
     for f in "$3"/*-"$size"-*.json; do sized+=(--body "$f"); done
     log "$server: closed loop, pods with $size only (mapped and unmapped), ${SIZE_SECONDS}s"
     "$LOADGEN" --label "$server@$size" --url "$url" --ca "$W/certs/ca.crt" "${sized[@]}" --mode closed \
@@ -126,7 +139,7 @@ T0=$(date +%s%N)
 "$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROOT/testdata/config/example.yaml" \
   --policies-dir "$ROOT/policies" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key" \
   --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT" >"$W/poolguard.log" 2>&1 &
-SERVER_PID=$!
+SERVER_PID=$! PG_PID=$!
 PG_READY_MS=$(wait_ready "http://127.0.0.1:$PG_METRICS_PORT/readyz")
 PG_IDLE_RSS=$(rss_kib)
 log "poolguard ready in ${PG_READY_MS} ms, RSS $PG_IDLE_RSS KiB"
@@ -135,24 +148,13 @@ for f in "$W"/reviews/pg/*.json; do
   curl -sS --cacert "$W/certs/ca.crt" "$PG_URL" --data-binary @"$f" -H 'content-type: application/json'; echo
 done >"$W/poolguard-responses.jsonl"
 curl -sS --cacert "$W/certs/ca.crt" "$PG_URL" --data-binary @"$W/bad/pg.json" -H 'content-type: application/json' >"$W/poolguard-bad.json"; echo >>"$W/poolguard-bad.json"
-load poolguard "$PG_URL" "$W/reviews/pg"
-log "poolguard /mutate: closed loop, ${SAT_SECONDS}s (secondary: placement only)"
-args=(); for f in "$W"/reviews/pg/*.json; do args+=(--body "$f"); done
-"$LOADGEN" --label poolguard-mutate --url "https://localhost:$PG_PORT/mutate" --ca "$W/certs/ca.crt" "${args[@]}" \
-  --mode closed --connections "$CONNS" --duration "$SAT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
-log "poolguard /mutate: open loop $FLOOR_RATE req/s, ${RATE_SECONDS}s (floor: TLS round trip + client + a ~5 us decision)"
-"$LOADGEN" --label poolguard-mutate --url "https://localhost:$PG_PORT/mutate" --ca "$W/certs/ca.crt" "${args[@]}" \
-  --mode open --rate "$FLOOR_RATE" --connections "$OPEN_CONNS" --duration "$RATE_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
-PG_HWM=$(hwm_kib)
-cleanup; SERVER_PID=
-
 # --- OPA -----------------------------------------------------------------------------------
 log "starting OPA $OPA_VERSION with $NAMESPACES namespaces as data"
 T0=$(date +%s%N)
 "$OPA" run --server --disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT" \
   --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key" \
   "$B/opa/poolguard.rego" "$W/opa-data.json" >"$W/opa.log" 2>&1 &
-SERVER_PID=$!
+SERVER_PID=$! OPA_PID=$!
 OPA_READY_MS=$(wait_ready "https://localhost:$OPA_PORT/health" --cacert "$W/certs/ca.crt")
 OPA_IDLE_RSS=$(rss_kib)
 log "OPA ready in ${OPA_READY_MS} ms, RSS $OPA_IDLE_RSS KiB"
@@ -161,9 +163,37 @@ for f in "$W"/reviews/opa/*.json; do
   curl -sS --cacert "$W/certs/ca.crt" "$OPA_URL" --data-binary @"$f" -H 'content-type: application/json'; echo
 done >"$W/opa-responses.jsonl"
 curl -sS --cacert "$W/certs/ca.crt" "$OPA_URL" --data-binary @"$W/bad/opa.json" -H 'content-type: application/json' >"$W/opa-bad.json"; echo >>"$W/opa-bad.json"
+# --- /validate throughput: alternating rounds, both servers up ------------------------------
+for run in $(seq 1 "$TPUT_RUNS"); do
+  for workload in replicas distinct; do
+    dir=reviews; [ "$workload" = distinct ] && dir=reviews-distinct
+    for server in poolguard opa; do
+      if [ "$server" = poolguard ]; then url=$PG_URL sub=pg; else url=$OPA_URL sub=opa; fi
+      mapfile -t args < <(bodies "$W/$dir/$sub")
+      log "throughput round $run/$TPUT_RUNS: $server, $workload pods, closed loop, ${TPUT_SECONDS}s (load $(loadavg))"
+      "$LOADGEN" --label "tput:$server:$workload:$run" --url "$url" --ca "$W/certs/ca.crt" "${args[@]}" \
+        --mode closed --connections "$CONNS" --duration "$TPUT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
+    done
+  done
+done
+
+# --- each server on its own -----------------------------------------------------------------
+SERVER_PID=$PG_PID
+load poolguard "$PG_URL" "$W/reviews/pg"
+log "poolguard /mutate: closed loop, ${SAT_SECONDS}s (secondary: placement only)"
+mapfile -t args < <(bodies "$W/reviews/pg")
+"$LOADGEN" --label poolguard-mutate --url "https://localhost:$PG_PORT/mutate" --ca "$W/certs/ca.crt" "${args[@]}" \
+  --mode closed --connections "$CONNS" --duration "$SAT_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
+log "poolguard /mutate: open loop $FLOOR_RATE req/s, ${RATE_SECONDS}s (floor: TLS round trip + client + a ~5 us decision)"
+"$LOADGEN" --label poolguard-mutate --url "https://localhost:$PG_PORT/mutate" --ca "$W/certs/ca.crt" "${args[@]}" \
+  --mode open --rate "$FLOOR_RATE" --connections "$OPEN_CONNS" --duration "$RATE_SECONDS" --threads "$LOADGEN_THREADS" >>"$RESULTS"
+PG_HWM=$(hwm_kib)
+stop "$PG_PID"; PG_PID=
+
+SERVER_PID=$OPA_PID
 load opa "$OPA_URL" "$W/reviews/opa"
 OPA_HWM=$(hwm_kib)
-cleanup; SERVER_PID=
+stop "$OPA_PID"; OPA_PID=
 
 LOAD_END=$(loadavg)
 cat >"$META" <<EOF
@@ -172,7 +202,7 @@ cat >"$META" <<EOF
  "poolguard_idle_rss_kib": $PG_IDLE_RSS, "opa_idle_rss_kib": $OPA_IDLE_RSS,
  "loadavg_start": "$LOAD_START", "loadavg_end": "$LOAD_END", "nproc": $(nproc),
  "sat_seconds": $SAT_SECONDS, "rate_seconds": $RATE_SECONDS, "size_seconds": $SIZE_SECONDS, "conns": $CONNS, "open_conns": $OPEN_CONNS,
- "loadgen_threads": $LOADGEN_THREADS, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
+ "loadgen_threads": $LOADGEN_THREADS, "tput_seconds": $TPUT_SECONDS, "tput_runs": $TPUT_RUNS, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
 EOF
 python3 "$B/report.py" "$W" "$R"
 

@@ -12,7 +12,10 @@
 //! With `--http2` the N workers are streams of one HTTP/2 connection (ALPN h2), the way
 //! kube-apiserver multiplexes its calls, instead of N HTTP/1.1 connections.
 //!
-//! Bodies (`--body FILE`, repeatable) are sent round-robin. Prints one JSON object on stdout.
+//! Bodies (`--body FILE`, repeatable) are sent round-robin. With `--seq-token TOKEN`, every
+//! occurrence of TOKEN in a body is replaced by the request's sequence number, so that every
+//! request can be a pod of its own (warm-up requests count from 10^12, apart from the measured
+//! ones). Prints one JSON object on stdout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +47,45 @@ struct Args {
     threads: usize,
     label: String,
     http2: bool,
+    seq_token: Option<String>,
+}
+
+/// The bodies, each split at the sequence token (one part: no token).
+struct Bodies(Vec<Vec<Bytes>>);
+
+/// Where warm-up requests' sequence numbers start.
+const WARMUP_SEQ: u64 = 1_000_000_000_000;
+
+impl Bodies {
+    fn read(paths: &[String], token: Option<&str>) -> Result<Bodies> {
+        let mut out = Vec::new();
+        for p in paths {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {p}"))?;
+            let parts: Vec<Bytes> = match token {
+                Some(t) => text.split(t).map(|s| Bytes::from(s.to_string())).collect(),
+                None => vec![Bytes::from(text)],
+            };
+            out.push(parts);
+        }
+        Ok(Bodies(out))
+    }
+
+    /// Request `seq`'s body: body `seq mod count`, the token replaced by `seq`.
+    fn get(&self, seq: u64) -> Bytes {
+        let parts = &self.0[(seq % self.0.len() as u64) as usize];
+        if parts.len() == 1 {
+            return parts[0].clone();
+        }
+        let n = seq.to_string();
+        let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + n.len()).sum());
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                body.extend_from_slice(n.as_bytes());
+            }
+            body.extend_from_slice(part);
+        }
+        Bytes::from(body)
+    }
 }
 
 fn parse_args() -> Result<Args> {
@@ -60,6 +102,7 @@ fn parse_args() -> Result<Args> {
         threads: 2,
         label: String::new(),
         http2: false,
+        seq_token: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,6 +111,7 @@ fn parse_args() -> Result<Args> {
             "--url" => a.url = val()?,
             "--ca" => a.ca = val()?,
             "--body" => a.bodies.push(val()?),
+            "--seq-token" => a.seq_token = Some(val()?).filter(|t| !t.is_empty()),
             "--mode" => {
                 a.mode = match val()?.as_str() {
                     "closed" => Mode::Closed,
@@ -87,7 +131,7 @@ fn parse_args() -> Result<Args> {
         }
     }
     if a.url.is_empty() || a.ca.is_empty() || a.bodies.is_empty() {
-        bail!("usage: poolguard-loadgen --url https://127.0.0.1:PORT/PATH --ca CA.crt --body FILE [--body FILE]... [--mode closed|open] [--rate R] [--connections N] [--duration S] [--max-requests M] [--warmup W] [--threads T] [--label L] [--http2]");
+        bail!("usage: poolguard-loadgen --url https://127.0.0.1:PORT/PATH --ca CA.crt --body FILE [--body FILE]... [--mode closed|open] [--rate R] [--connections N] [--duration S] [--max-requests M] [--warmup W] [--threads T] [--label L] [--http2] [--seq-token TOKEN]");
     }
     if a.mode == Mode::Open && a.rate <= 0.0 {
         bail!("--mode open needs --rate > 0");
@@ -176,16 +220,7 @@ fn main() -> Result<()> {
 
 async fn run(args: Args) -> Result<()> {
     let t = Arc::new(target(&args)?);
-    let bodies: Arc<Vec<Bytes>> = Arc::new(
-        args.bodies
-            .iter()
-            .map(|p| {
-                std::fs::read(p)
-                    .map(Bytes::from)
-                    .with_context(|| format!("reading {p}"))
-            })
-            .collect::<Result<_>>()?,
-    );
+    let bodies = Arc::new(Bodies::read(&args.bodies, args.seq_token.as_deref())?);
     let counts = Arc::new(Counts::default());
     let next = Arc::new(AtomicU64::new(0));
     let n = args.connections.max(1);
@@ -223,7 +258,8 @@ async fn run(args: Args) -> Result<()> {
             // Warm-up on this connection (not measured).
             for i in 0..warmup {
                 if let Some(s) = sender.as_mut() {
-                    let _ = send(s, &t, &bodies[(w + i as usize) % bodies.len()]).await;
+                    let seq = WARMUP_SEQ + (w as u64) * warmup + i;
+                    let _ = send(s, &t, &bodies.get(seq)).await;
                 }
             }
             ready.wait().await;
@@ -274,7 +310,7 @@ async fn run(args: Args) -> Result<()> {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
-                match send(s, &t, &bodies[i as usize % bodies.len()]).await {
+                match send(s, &t, &bodies.get(i)).await {
                     Ok(status) => {
                         let ns = t0.elapsed().as_nanos() as u64;
                         hist.saturating_record(ns.max(1));
