@@ -243,7 +243,7 @@ pub struct EvaluationSettings {
 const MAX_RESULT_CACHE_MIB: u64 = 64 * 1024;
 
 fn default_result_cache_mib() -> u64 {
-    32
+    16
 }
 
 fn default_timeout_millis() -> u64 {
@@ -576,7 +576,7 @@ evaluation:
         assert_eq!(c.selector_policy, SelectorPolicy::Merge);
         assert_eq!(c.evaluation.timeout_millis, 500);
         assert_eq!(c.evaluation.on_error, OnError::Deny);
-        assert_eq!(c.evaluation.result_cache_mib, 32);
+        assert_eq!(c.evaluation.result_cache_mib, 16);
     }
 
     #[test]
