@@ -546,12 +546,36 @@ async fn round_trips_over_http1_and_http2() {
     let doc: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["response"]["allowed"], false);
     assert_eq!(doc["response"]["status"]["code"], 403);
+    // The same object again: allowedrepositories' result is remembered, the answer the same.
+    let (status, again) = read(
+        h2.send_request(post(
+            "/validate",
+            review("deployment-create-bad-image.json"),
+        ))
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&again).unwrap(), doc);
 
     let text = metrics(&running).await;
     assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
-    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="allowedrepositories",enforcement="deny",result="infringement"} 1"#), "{text}");
+    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="allowedrepositories",enforcement="deny",result="infringement"} 2"#), "{text}");
+    assert!(
+        text.contains(r#"poolguard_result_memo_hits{policies="sit"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"poolguard_result_memo_misses{policies="sit"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"poolguard_result_memo_hits{policies="placement"} 0"#),
+        "{text}"
+    );
     // latesttag depends on allowedrepositories being Compliant (testdata/config/example.yaml).
-    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="latesttag",enforcement="deny",result="pending"} 1"#), "{text}");
+    assert!(text.contains(r#"poolguard_policy_evaluations_total{policy="latesttag",enforcement="deny",result="pending"} 2"#), "{text}");
     assert!(text.contains("poolguard_namespace_cache_size 5"), "{text}");
     running.shutdown.cancel();
     running.wait().await.unwrap();

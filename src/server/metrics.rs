@@ -82,6 +82,12 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+/// Which memo of remembered results: `sit` (the policies) or `placement`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemoLabels {
+    pub policies: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// success | failure
@@ -125,6 +131,10 @@ pub struct Metrics {
     pub connections_evicted: Counter,
     pub audit_results: Family<AuditResultLabels, Gauge>,
     pub audit_objects: Family<KindLabels, Gauge>,
+    /// Remembered results since the rules were last loaded (a reload starts empty memos).
+    pub memo_hits: Family<MemoLabels, Gauge>,
+    pub memo_misses: Family<MemoLabels, Gauge>,
+    pub memo_bytes: Family<MemoLabels, Gauge>,
     pub audit_runs: Family<OutcomeLabels, Counter>,
     pub audit_duration_seconds: Gauge<f64, AtomicU64>,
     pub audit_last_success: Gauge,
@@ -227,6 +237,26 @@ impl Metrics {
             "Objects the last audit pass listed, by kind",
             audit_objects.clone(),
         );
+        let memo_family = |registry: &mut Registry, name: &str, help: &str| {
+            let family = Family::<MemoLabels, Gauge>::default();
+            registry.register(name, help, family.clone());
+            family
+        };
+        let memo_hits = memo_family(
+            &mut registry,
+            "result_memo_hits",
+            "Policy evaluations answered from remembered results since the rules were last loaded",
+        );
+        let memo_misses = memo_family(
+            &mut registry,
+            "result_memo_misses",
+            "Policy evaluations that could be remembered but were not found, since the rules were last loaded",
+        );
+        let memo_bytes = memo_family(
+            &mut registry,
+            "result_memo_bytes",
+            "Bytes held by remembered results (as counted against evaluation.resultCacheMiB)",
+        );
         let audit_runs = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "audit_runs",
@@ -274,6 +304,9 @@ impl Metrics {
             rollout_transitions,
             audit_results,
             audit_objects,
+            memo_hits,
+            memo_misses,
+            memo_bytes,
             audit_runs,
             audit_duration_seconds,
             audit_last_success,

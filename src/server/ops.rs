@@ -9,6 +9,7 @@ use axum::routing::get;
 use axum::Router;
 
 use super::endpoints::ServerState;
+use super::metrics::MemoLabels;
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
@@ -48,6 +49,17 @@ async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
     m.body_bytes_reserved
         .set(gates.body_bytes_reserved() as i64);
     m.connections.set(gates.connections_open() as i64);
+    let rules = app.rules.load();
+    for (policies, ((hits, misses), bytes)) in [
+        ("sit", rules.policies.memo_stats()),
+        ("placement", rules.placement.memo_stats()),
+    ] {
+        let labels = MemoLabels { policies };
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        m.memo_hits.get_or_create(&labels).set(clamp(hits));
+        m.memo_misses.get_or_create(&labels).set(clamp(misses));
+        m.memo_bytes.get_or_create(&labels).set(clamp(bytes));
+    }
     (
         [(
             header::CONTENT_TYPE,
