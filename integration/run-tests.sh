@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite:
+# The whole test suite (30-60 minutes cold on 2 cores, root, about 25 GB of disk; what it needs is
+# checked first by integration/preflight.sh, and `.ci/run` installs it):
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
 #      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
 #   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, and a
@@ -18,6 +19,10 @@ cd "$(dirname "$0")/.."
 # (a linker killed by SIGBUS), and this says which.
 step() { echo "== $* (free disk: $(df -h --output=avail . | tail -1 | tr -d ' '))"; }
 
+step "preflight"
+# Everything the later steps need, checked now: one line per missing thing, before ~40 minutes of
+# building (integration/preflight.sh).
+bash integration/preflight.sh
 step "cargo test"
 # Every workspace crate but the end-to-end tests, which need a cluster (steps 4 and 5 run them).
 cargo test --locked --workspace --exclude poolguard-e2e

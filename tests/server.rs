@@ -112,6 +112,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         dev: false,
         kubeconfig: None,
         manage_certs: None,
+        register_webhooks: None,
         audit: None,
         limits: Limits::default(),
     }

@@ -27,11 +27,13 @@ shift 3
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 helm="${HELM:-$(bash "${root}/integration/helm/helm.sh" | tail -n1)}"
 
-# certificates.mode=provided renders the caBundle; its secretName is only used by the Deployment,
+# webhook.registration=chart: the chart renders the webhooks (poolguard runs outside the cluster
+# and registers nothing). certificates.mode=provided renders the caBundle; its secretName is only used by the Deployment,
 # which --show-only leaves out.
 "${helm}" template poolguard "${root}/charts/poolguard" --namespace poolguard \
     --show-only templates/mutatingwebhookconfiguration.yaml \
     --show-only templates/validatingwebhookconfiguration.yaml \
+    --set webhook.registration=chart \
     --set certificates.mode=provided \
     --set certificates.secretName=unused \
     --set-file certificates.caBundle="${ca_file}" \

@@ -21,6 +21,12 @@
 #     flag the Deployment passes stops the test here, naming the flags); its node watch cache
 #     syncs under the chart's RBAC;
 #   * that injected caBundle survives `helm upgrade`;
+#   * a first install cannot block the cluster (webhook.registration=poolguard, the default): the
+#     configurations are installed with no webhooks, so with no poolguard running (as with an
+#     image that cannot be pulled) pods are admitted everywhere; poolguard, run with the
+#     Deployment's arguments as its ServiceAccount, registers nothing while its Service has no
+#     ready endpoint, then exactly the webhooks the chart renders with webhook.registration=chart
+#     (with its CA bundle), which are then in effect, and the new ones after a helm upgrade;
 #   * the background audit's report CRDs: created by `helm install`, a report with every field
 #     poolguard writes is stored and read back unpruned (PolicyReport, ClusterPolicyReport and, after
 #     an upgrade to audit.reportApi=openreports, Report), another owner's CRD is left alone by
@@ -142,6 +148,27 @@ else
 fi
 expect "MutatingWebhookConfiguration exists" kubectl get mutatingwebhookconfiguration poolguard-mutating
 expect "ValidatingWebhookConfiguration exists" kubectl get validatingwebhookconfiguration poolguard-validating
+
+# --- a first install cannot block the cluster (webhook.registration=poolguard, the default) ------
+# No poolguard pod ever runs here (no kubelet), as when the image cannot be pulled: the
+# configurations exist with no webhooks, so nothing is refused, labelled namespace or not.
+webhook_count() { # kind name -> number of webhooks
+    kubectl get "$1" "$2" -o json | jq '.webhooks // [] | length'
+}
+for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
+    name="poolguard-${kind%%webhookconfiguration}"
+    count="$(webhook_count "$kind" "$name")"
+    if [[ "$count" == 0 ]]; then ok "${name}: installed with no webhooks (poolguard registers them once it serves)"; else bad "${name}: installed with ${count} webhooks"; fi
+done
+expect "ConfigMap poolguard-webhooks holds the webhooks to register" kubectl -n "$ns" get configmap poolguard-webhooks
+expect "first install, no poolguard running: pod in labelled namespace team-a is admitted" run_pod team-a first
+expect "first install, no poolguard running: pod in namespace team-auto (agentpool=auto) is admitted" run_pod team-auto first
+expect "first install, no poolguard running: pod in an unlabelled namespace is admitted" run_pod plain first
+
+# The rest of this test, up to "registration by poolguard" below, checks the webhooks themselves:
+# the chart renders them (webhook.registration=chart), so they are in effect without a poolguard.
+chart_mode=(--set webhook.registration=chart)
+expect "helm upgrade (webhook.registration=chart)" helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}"
 if [[ -z "$(kubectl get mutatingwebhookconfiguration poolguard-mutating -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" ]]; then
     ok "mode self renders no caBundle"
 else
@@ -274,7 +301,7 @@ spec:
 YAML
 foreign_before="$(kubectl get crd clusterreports.openreports.io -o json | jq -S '{labels: .metadata.labels, annotations: .metadata.annotations, spec}')"
 expect "helm upgrade (audit.reportApi=openreports; another owner's clusterreports CRD exists)" \
-    helm upgrade "$release" "$chart" -n "$ns" --set audit.reportApi=openreports
+    helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --set audit.reportApi=openreports
 expect "CRD reports.openreports.io is established" kubectl wait --for=condition=Established --timeout=30s crd/reports.openreports.io
 crd_is_ours reports.openreports.io
 if kubectl get crd clusterreports.openreports.io -o json | jq -S '{labels: .metadata.labels, annotations: .metadata.annotations, spec}' |
@@ -288,7 +315,7 @@ can_i yes patch reports.openreports.io/poolguard-audit -n team-a
 can_i no patch policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
 expect "the PolicyReport CRD stays when it leaves the release (keep)" kubectl get crd policyreports.wgpolicyk8s.io
 # --reset-values: an upgrade without values would reuse the previous ones.
-expect "helm upgrade (back to the default values)" helm upgrade "$release" "$chart" -n "$ns" --reset-values
+expect "helm upgrade (back to the default values)" helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --reset-values
 if helm get manifest "$release" -n "$ns" | grep -q '^  name: policyreports.wgpolicyk8s.io$'; then
     ok "the kept PolicyReport CRD is this release's again (rendered, managed by helm)"
 else
@@ -325,46 +352,8 @@ for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
     config_view "$kind" "poolguard-${kind%%webhookconfiguration}" >"${state}/${kind}.before.json"
 done
 
-# The Deployment's container arguments, run on loopback: listen addresses on free loopback ports,
-# the ConfigMaps' files where the pod would mount them.
-pg_dir="${state}/poolguard"
-mkdir -p "${pg_dir}/config"
-kubectl -n "$ns" get configmap poolguard-config -o json | jq -j '.data["config.yaml"]' >"${pg_dir}/config/config.yaml"
-for dir in policies placement-policies; do
-    mkdir -p "${pg_dir}/${dir}"
-    policies_json="$(kubectl -n "$ns" get configmap "poolguard-${dir}" -o json)"
-    while IFS= read -r key; do
-        jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/${dir}/${key}"
-    done < <(jq -r '.data // {} | keys[]' <<<"$policies_json")
-done
 # shellcheck source=integration/controlplane/free-port.sh
 source integration/controlplane/free-port.sh
-pg_port="" metrics_port="" # set by pick_port
-pick_port pg_port
-pick_port metrics_port
-args=()
-prev=""
-while IFS= read -r arg; do
-    case "$prev" in
-        --addr) arg="127.0.0.1:${pg_port}" ;;
-        --metrics-addr) arg="127.0.0.1:${metrics_port}" ;;
-        --config) arg="${pg_dir}${arg}" ;;
-        --policies-dir) arg="${pg_dir}${arg}" ;;
-        --placement-policies-dir) arg="${pg_dir}${arg}" ;;
-    esac
-    args+=("$arg")
-    prev="$arg"
-done < <(kubectl -n "$ns" get deployment poolguard -o json | jq -r '.spec.template.spec.containers[0].args[]')
-arg_value() { # flag -> the argument after it in args
-    local i
-    for ((i = 0; i + 1 < ${#args[@]}; i++)); do
-        [[ "${args[i]}" == "$1" ]] && { printf '%s\n' "${args[i + 1]}"; return 0; }
-    done
-}
-[[ " ${args[*]} " == *" --manage-certs "* ]] || die "the Deployment does not run --manage-certs: ${args[*]}"
-cert_secret="$(arg_value --cert-secret)"
-[[ "$cert_secret" == "${ns}/poolguard-tls" ]] || die "--cert-secret is '${cert_secret}', expected ${ns}/poolguard-tls"
-
 # A kubeconfig for poolguard's ServiceAccount: everything below runs under the chart's RBAC.
 sa_kubeconfig="${state}/poolguard.kubeconfig"
 token="$(kubectl -n "$ns" create token poolguard --duration=1h)" || die "TokenRequest for ServiceAccount poolguard failed"
@@ -376,20 +365,68 @@ sakc config use-context poolguard
 whoami="$("${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$sa_kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1 || true)"
 if [[ "$whoami" == "$sa" ]]; then ok "poolguard's kubeconfig authenticates as ${sa}"; else bad "poolguard's kubeconfig authenticates as '${whoami}'"; fi
 
-# A binary older than the chart's flags cannot run the Deployment's arguments: say which.
-serve_help="$("$poolguard" serve --help 2>&1 || true)"
-unknown=()
-for arg in "${args[@]}"; do
-    [[ "$arg" == --* ]] || continue
-    grep -qE -- "(^|[[:space:]])${arg%%=*}([[:space:]=]|$)" <<<"$serve_help" || unknown+=("$arg")
-done
-((${#unknown[@]} == 0)) \
-    || die "${poolguard} does not know the flags ${unknown[*]} that the chart's Deployment passes to poolguard serve (build a poolguard that has them)"
-log "starting ${poolguard} ${args[*]}"
-# POD_NAME and POD_NAMESPACE as the downward API sets them in the pod.
-POD_NAME=poolguard-install-test POD_NAMESPACE="$ns" KUBECONFIG="$sa_kubeconfig" \
-    "$poolguard" "${args[@]}" </dev/null >"${state}/poolguard.log" 2>&1 &
-pg_pid=$!
+# The Deployment's ConfigMaps and container arguments, as files and arguments for a poolguard on
+# loopback (read_deployment; run again after an upgrade).
+read_deployment() {
+    # Listen addresses on free loopback ports, the ConfigMaps' files where the pod would mount them.
+    pg_dir="${state}/poolguard"
+    mkdir -p "${pg_dir}/config"
+    kubectl -n "$ns" get configmap poolguard-config -o json | jq -j '.data["config.yaml"]' >"${pg_dir}/config/config.yaml"
+    for dir in policies placement-policies webhooks; do
+        # poolguard-webhooks exists with webhook.registration=poolguard only.
+        [[ "$dir" != webhooks ]] || kubectl -n "$ns" get configmap poolguard-webhooks >/dev/null 2>&1 || continue
+        mkdir -p "${pg_dir}/${dir}"
+        policies_json="$(kubectl -n "$ns" get configmap "poolguard-${dir}" -o json)"
+        while IFS= read -r key; do
+            jq -j --arg k "$key" '.data[$k]' <<<"$policies_json" >"${pg_dir}/${dir}/${key}"
+        done < <(jq -r '.data // {} | keys[]' <<<"$policies_json")
+    done
+    pg_port="" metrics_port="" # set by pick_port
+    pick_port pg_port
+    pick_port metrics_port
+    args=()
+    prev=""
+    while IFS= read -r arg; do
+        case "$prev" in
+            --addr) arg="127.0.0.1:${pg_port}" ;;
+            --metrics-addr) arg="127.0.0.1:${metrics_port}" ;;
+            --config) arg="${pg_dir}${arg}" ;;
+            --policies-dir) arg="${pg_dir}${arg}" ;;
+            --placement-policies-dir) arg="${pg_dir}${arg}" ;;
+            --register-webhooks) arg="${pg_dir}${arg}" ;;
+        esac
+        args+=("$arg")
+        prev="$arg"
+    done < <(kubectl -n "$ns" get deployment poolguard -o json | jq -r '.spec.template.spec.containers[0].args[]')
+}
+arg_value() { # flag -> the argument after it in args
+    local i
+    for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+        [[ "${args[i]}" == "$1" ]] && { printf '%s\n' "${args[i + 1]}"; return 0; }
+    done
+}
+# Starts poolguard with the Deployment's arguments (read_deployment first), as its ServiceAccount.
+start_poolguard() {
+    # A binary older than the chart's flags cannot run the Deployment's arguments: say which.
+    serve_help="$("$poolguard" serve --help 2>&1 || true)"
+    unknown=()
+    for arg in "${args[@]}"; do
+        [[ "$arg" == --* ]] || continue
+        grep -qE -- "(^|[[:space:]])${arg%%=*}([[:space:]=]|$)" <<<"$serve_help" || unknown+=("$arg")
+    done
+    ((${#unknown[@]} == 0)) \
+        || die "${poolguard} does not know the flags ${unknown[*]} that the chart's Deployment passes to poolguard serve (build a poolguard that has them)"
+    log "starting ${poolguard} ${args[*]}"
+    # POD_NAME and POD_NAMESPACE as the downward API sets them in the pod.
+    POD_NAME=poolguard-install-test POD_NAMESPACE="$ns" KUBECONFIG="$sa_kubeconfig" \
+        "$poolguard" "${args[@]}" </dev/null >"${state}/poolguard.log" 2>&1 &
+    pg_pid=$!
+}
+read_deployment
+[[ " ${args[*]} " == *" --manage-certs "* ]] || die "the Deployment does not run --manage-certs: ${args[*]}"
+cert_secret="$(arg_value --cert-secret)"
+[[ "$cert_secret" == "${ns}/poolguard-tls" ]] || die "--cert-secret is '${cert_secret}', expected ${ns}/poolguard-tls"
+start_poolguard
 injected() { # all caBundles of both configurations set, and the Secret there
     local kind
     kubectl -n "$ns" get secret poolguard-tls >/dev/null 2>&1 || return 1
@@ -454,7 +491,7 @@ for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
 done
 
 # --- helm upgrade keeps the injected caBundle ----------------------------------------------------
-expect "helm upgrade (timeoutSeconds 5 -> 7)" helm upgrade "$release" "$chart" -n "$ns" --set webhook.timeoutSeconds=7
+expect "helm upgrade (timeoutSeconds 5 -> 7)" helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --set webhook.timeoutSeconds=7
 for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
     name="poolguard-${kind%%webhookconfiguration}"
     got="$(kubectl get "$kind" "$name" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')"
@@ -469,19 +506,135 @@ if grep -q '"--deadline-ms","6000"' <<<"$deadline"; then ok "upgrade set --deadl
 
 # --- validating.failurePolicy=Ignore lets unlabelled namespaces through, not labelled ones ------
 expect "helm upgrade (validating.failurePolicy=Ignore)" \
-    helm upgrade "$release" "$chart" -n "$ns" --set validating.failurePolicy=Ignore
+    helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --set validating.failurePolicy=Ignore
 expect "Ignore: pod in an unlabelled namespace is admitted while poolguard is down" run_pod plain p3
 expect_not "Ignore: pod in a labelled namespace is still refused (mutating Fail)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod team-a p3
 
 # --- config.placement.unlabelledNamespaces=choose: unlabelled namespaces reach the mutating webhook
 expect "helm upgrade (config.placement.unlabelledNamespaces=choose, validating.failurePolicy=Ignore)" \
-    helm upgrade "$release" "$chart" -n "$ns" --set config.placement.unlabelledNamespaces=choose \
+    helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --set config.placement.unlabelledNamespaces=choose \
         --set validating.failurePolicy=Ignore
 expect_not "choose: pod in an unlabelled namespace is sent to the mutating webhook (refused: no poolguard)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod plain p5
 expect "choose: pod in the release namespace is still never sent to poolguard" run_pod "$ns" p5
 expect "choose: pod in kube-system is still never sent to poolguard" run_pod kube-system p5
+
+# --- registration by poolguard (webhook.registration=poolguard, the default) ---------------------
+expect "helm upgrade (back to the default values: webhook.registration=poolguard)" \
+    helm upgrade "$release" "$chart" -n "$ns" --reset-values
+for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
+    name="poolguard-${kind%%webhookconfiguration}"
+    count="$(webhook_count "$kind" "$name")"
+    if [[ "$count" == 0 ]]; then ok "${name}: no webhooks until poolguard registers them"; else bad "${name}: ${count} webhooks before poolguard registered any"; fi
+done
+expect "no poolguard serving: pod in labelled namespace team-a is admitted" run_pod team-a p6
+can_i yes list endpointslices.discovery.k8s.io -n "$ns"
+can_i no list endpointslices.discovery.k8s.io -n default
+can_i no watch endpointslices.discovery.k8s.io -n "$ns"
+can_i yes get mutatingwebhookconfigurations/poolguard-mutating
+can_i yes patch validatingwebhookconfigurations/poolguard-validating
+can_i no create mutatingwebhookconfigurations
+can_i no patch validatingwebhookconfigurations/someone-else
+# The webhooks the chart renders itself (webhook.registration=chart), with the caBundle left out:
+# what poolguard must register.
+# The API server's defaults filled in (a server-side dry run, under another name).
+rendered_webhooks() { # kind_name -> its webhooks as rendered with registration=chart
+    "$helm" template "$release" "$chart" -n "$ns" "${chart_mode[@]}" "$@" \
+        --show-only templates/mutatingwebhookconfiguration.yaml \
+        --show-only templates/validatingwebhookconfiguration.yaml |
+        sed 's/^  name: poolguard-/  name: dry-run-poolguard-/' |
+        "${POOLGUARD_CP_BIN}/kubectl" create --dry-run=server -o json -f - |
+        jq -S --arg kind "$kind_name" '(.items // [.])[] | select(.kind == $kind) | .webhooks'
+}
+registered_webhooks() { # kind name
+    kubectl get "$1" "$2" -o json | jq -S '.webhooks | map(.clientConfig |= del(.caBundle))'
+}
+read_deployment
+[[ "$(arg_value --register-webhooks)" == "${pg_dir}/webhooks/webhooks.yaml" ]] \
+    || die "the Deployment does not run --register-webhooks /webhooks/webhooks.yaml: ${args[*]}"
+start_poolguard
+# Serving, but no ready endpoint behind the Service (no kubelet here): nothing is registered.
+deadline=$((SECONDS + 30))
+until grep -q 'waiting for a ready endpoint' "${state}/poolguard.log" || ((SECONDS >= deadline)); do sleep 0.5; done
+sleep 3
+if grep -q 'waiting for a ready endpoint' "${state}/poolguard.log" \
+    && [[ "$(webhook_count mutatingwebhookconfiguration poolguard-mutating)$(webhook_count validatingwebhookconfiguration poolguard-validating)" == 00 ]]; then
+    ok "poolguard serves but registers nothing while its Service has no ready endpoint"
+else
+    bad "registration without a ready endpoint: $(grep -m2 -E 'endpoint|regist' "${state}/poolguard.log" || echo 'nothing logged')"
+fi
+# What the EndpointSlice controller writes once a poolguard pod is ready (no controller runs here;
+# nothing ever connects to the documentation address).
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: poolguard-install-test
+  namespace: ${ns}
+  labels:
+    kubernetes.io/service-name: poolguard
+    endpointslice.kubernetes.io/managed-by: install-test
+addressType: IPv4
+endpoints:
+  - addresses: ["192.0.2.10"]
+    conditions: {ready: true}
+ports:
+  - {name: https, port: 8443, protocol: TCP}
+YAML
+registered() {
+    [[ "$(webhook_count mutatingwebhookconfiguration poolguard-mutating)" != 0 \
+        && "$(webhook_count validatingwebhookconfiguration poolguard-validating)" != 0 ]]
+}
+deadline=$((SECONDS + 30))
+until registered || ((SECONDS >= deadline)); do sleep 0.5; done
+if registered && grep -q 'webhooks registered' "${state}/poolguard.log"; then
+    ok "poolguard registered its webhooks once the Service had a ready endpoint"
+else
+    tail -n 20 "${state}/poolguard.log" >&2
+    bad "poolguard did not register its webhooks within 30s of a ready endpoint"
+fi
+bundle="$(kubectl -n "$ns" get secret poolguard-tls -o jsonpath='{.data.ca\.crt}')"
+for kind_name in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
+    kind="${kind_name,,}"
+    name="poolguard-${kind%%webhookconfiguration}"
+    if registered_webhooks "$kind" "$name" | diff -u <(rendered_webhooks) - >"$cmd_out"; then
+        ok "${name}: the registered webhooks are exactly the ones the chart renders with webhook.registration=chart"
+    else
+        bad "${name}: registered webhooks differ from the chart's: $(head -n 30 "$cmd_out")"
+    fi
+    got="$(kubectl get "$kind" "$name" -o json | jq -r '.webhooks[].clientConfig.caBundle' | sort -u)"
+    if [[ -n "$bundle" && "$got" == "$bundle" ]]; then ok "${name}: registered with the Secret's CA bundle in every webhook"; else bad "${name}: caBundle '${got:0:30}...'"; fi
+    managers="$(kubectl get "$kind" "$name" --show-managed-fields -o json | jq -r '[.metadata.managedFields[].manager] | join(" ")')"
+    if [[ " ${managers} " == *" poolguard-registration "* ]]; then ok "${name}: written by field manager poolguard-registration (${managers})"; else bad "${name}: managers ${managers}"; fi
+done
+expect_not "registered: pod in labelled namespace team-a is sent to poolguard (refused: the Service is not reachable here)" \
+    'failed calling webhook "mutate.poolguard.io"' run_pod team-a p7
+expect "registered: pod in the release namespace is still never sent to poolguard" run_pod "$ns" p7
+# An upgrade changes the webhooks' ConfigMap; poolguard applies the new webhooks (the kubelet
+# would update the mounted file: here the test writes it).
+expect "helm upgrade (timeoutSeconds 5 -> 8)" helm upgrade "$release" "$chart" -n "$ns" --set webhook.timeoutSeconds=8
+kubectl -n "$ns" get configmap poolguard-webhooks -o json | jq -j '.data["webhooks.yaml"]' >"${pg_dir}/webhooks/webhooks.yaml"
+timeouts() { kubectl get validatingwebhookconfiguration poolguard-validating -o jsonpath='{.webhooks[*].timeoutSeconds}'; }
+deadline=$((SECONDS + 45))
+until [[ "$(timeouts)" =~ ^8( 8)*$ ]] || ((SECONDS >= deadline)); do sleep 1; done
+if [[ "$(timeouts)" =~ ^8( 8)*$ ]] && [[ "$(webhook_count mutatingwebhookconfiguration poolguard-mutating)" != 0 ]]; then
+    ok "after helm upgrade poolguard applied the new webhooks (timeoutSeconds $(timeouts)); helm kept the registered ones meanwhile"
+else
+    bad "after helm upgrade: timeoutSeconds '$(timeouts)', mutating webhooks $(webhook_count mutatingwebhookconfiguration poolguard-mutating)"
+fi
+for kind_name in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
+    kind="${kind_name,,}"
+    name="poolguard-${kind%%webhookconfiguration}"
+    if registered_webhooks "$kind" "$name" | diff -u <(rendered_webhooks --set webhook.timeoutSeconds=8) - >"$cmd_out"; then
+        ok "${name}: after the upgrade, the registered webhooks are the chart's new ones"
+    else
+        bad "${name}: after the upgrade, registered webhooks differ from the chart's: $(head -n 30 "$cmd_out")"
+    fi
+done
+kill -TERM "$pg_pid"
+wait "$pg_pid" || true
+pg_pid=""
 
 # --- uninstall -----------------------------------------------------------------------------------
 expect "helm uninstall" helm uninstall "$release" -n "$ns"

@@ -64,6 +64,8 @@ MIIBdzCCAR2gAwIBAgIUQ0FDQUNBQ0FDQUNBQ0FDQUNBQ0FDQUMwCgYIKoZIzj0E
 # name | helm arguments (one per line is not needed: plain words, no spaces inside values)
 cases=(
     "default|"
+    # The webhooks rendered by the chart instead of registered by poolguard: the same webhooks.
+    "chart-registration|--set webhook.registration=chart"
     "certmanager|--set certificates.mode=certManager"
     "provided|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-string certificates.caBundle=$(printf '%s' "$ca_pem" | base64 -w0)"
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
@@ -202,6 +204,7 @@ if python3 - "$out" "$namespace" "$chart" "${cases[@]%%|*}" <<'PY'; then
 import base64, os, sys, yaml
 out, namespace, chart, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 errors = []
+registered_webhooks = {}
 
 def selects(sel, labels):
     """Does a namespaceSelector select a namespace with these labels (the API server's rules)?"""
@@ -232,6 +235,27 @@ for name in names:
     def check(cond, msg):
         if not cond:
             errors.append(f"{name}: {msg}")
+    # webhook.registration=poolguard (the default): the configurations are rendered with no
+    # webhooks, and the ConfigMap <fullname>-webhooks holds what poolguard registers into them.
+    # The checks below judge the webhooks that will be in effect, so they read them from there.
+    registered = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-webhooks")]
+    if registered:
+        check(name != "chart-registration", "webhook.registration=chart renders no webhooks ConfigMap")
+        wanted = {(d["kind"], d["metadata"]["name"]): d["webhooks"]
+                  for d in yaml.safe_load_all(registered[0]["data"]["webhooks.yaml"]) if d}
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            for cfg in kinds.get(kind, []):
+                check(cfg["webhooks"] == [], f"{kind} is rendered with webhooks although poolguard registers them")
+                key = (kind, cfg["metadata"]["name"])
+                check(key in wanted, f"{kind} {key[1]} has no webhooks in the registration ConfigMap")
+                cfg["webhooks"] = wanted.get(key, [])
+        check(len(wanted) == 2, f"the registration ConfigMap names {sorted(wanted)}, not the two configurations")
+        registered_webhooks[name] = wanted
+    else:
+        check(name == "chart-registration", "no webhooks ConfigMap although webhook.registration=poolguard")
+        registered_webhooks[name] = {(d["kind"], d["metadata"]["name"]): d["webhooks"]
+                                     for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                                     for d in kinds.get(k, [])}
     self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
     placement = {}
@@ -374,9 +398,25 @@ for name in names:
         volumes = {v["name"]: v for v in pod["volumes"]}
         check(placement_cms and volumes.get("placement-policies", {}).get("configMap", {}).get("name")
               == placement_cms[0]["metadata"]["name"], "the placement-policies volume is the placement policies ConfigMap")
+        # poolguard registers the webhooks from the mounted ConfigMap, or the chart renders them.
+        if registered:
+            check(args[args.index("--register-webhooks") + 1:][:1] == ["/webhooks/webhooks.yaml"]
+                  if "--register-webhooks" in args else False, "--register-webhooks /webhooks/webhooks.yaml")
+            check(mounts.get("webhooks", {}).get("mountPath") == "/webhooks" and mounts["webhooks"].get("readOnly")
+                  and volumes.get("webhooks", {}).get("configMap", {}).get("name") == registered[0]["metadata"]["name"],
+                  "the webhooks ConfigMap mounted read-only at /webhooks")
+        else:
+            check("--register-webhooks" not in args and "webhooks" not in mounts,
+                  "webhook.registration=chart: no --register-webhooks")
     mine = [e for e in errors if e.startswith(f"{name}: ")]
     status = "FAILED" if mine else "ok"
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
+# What poolguard registers by default is exactly what the chart renders with registration=chart.
+if "default" in registered_webhooks and "chart-registration" in registered_webhooks:
+    same = registered_webhooks["default"] == registered_webhooks["chart-registration"]
+    if not same:
+        errors.append("default: the webhooks poolguard registers differ from webhook.registration=chart's")
+    print(f"[helm-lint] registered webhooks equal the chart-rendered ones: {'ok' if same else 'FAILED'}", file=sys.stderr)
 for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
 sys.exit(1 if errors else 0)
@@ -396,6 +436,10 @@ out, names = sys.argv[1], sys.argv[2:]
 errors = []
 def webhooks(name):
     docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    # webhook.registration=poolguard: the webhooks in effect are the ones poolguard registers.
+    registered = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-webhooks")]
+    if registered:
+        docs = [d for d in yaml.safe_load_all(registered[0]["data"]["webhooks.yaml"]) if d]
     return [(d["kind"], wh) for d in docs if d["kind"].endswith("WebhookConfiguration") for wh in d["webhooks"]]
 for name in names:
     want = name not in ("no-skip", "options")
@@ -537,6 +581,11 @@ def structural(schema, path, errors):
 errors = []
 for name in names:
     docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if isinstance(d, dict)]
+    # webhook.registration=poolguard: the webhook configurations in effect are the registered ones.
+    registered = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"].endswith("-webhooks")]
+    if registered:
+        docs = [d for d in docs if not d.get("kind", "").endswith("WebhookConfiguration")] + \
+            [d for d in yaml.safe_load_all(registered[0]["data"]["webhooks.yaml"]) if d]
     def check(cond, msg):
         if not cond:
             errors.append(f"{name}: {msg}")

@@ -71,6 +71,18 @@ enum Command {
     Policy(PolicyCommand),
     /// Write a new CA and a serving certificate as PEM: ca.crt, tls.crt, tls.key.
     Certs(CertsArgs),
+    /// Config file tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Load the config, policies and placement policies exactly as `serve` does and report
+    /// every error (an unknown policy, a repository without a registry, a Rego error, ...)
+    /// without serving. Exit status: 0 loads, 2 does not. The chart's `helm test` runs it on the
+    /// installed ConfigMaps.
+    Check(RuleArgs),
 }
 
 #[derive(Args)]
@@ -278,6 +290,14 @@ struct ServeArgs {
     /// With --manage-certs: how often the Secret and webhook configurations are checked.
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     cert_check_interval: std::time::Duration,
+    /// Fill these webhook configurations (a YAML file of MutatingWebhookConfiguration and
+    /// ValidatingWebhookConfiguration objects, as the chart renders them) with their webhooks
+    /// once poolguard serves and the Service they call has a ready endpoint, and apply them again
+    /// every 30 s. The configurations must exist (the chart creates them empty); only their
+    /// webhooks are written. With --manage-certs the managed CA bundle goes into every webhook
+    /// that has none.
+    #[arg(long, value_name = "FILE")]
+    register_webhooks: Option<PathBuf>,
     /// With --manage-certs: how long a new CA bundle is published before certificates from the
     /// new CA are served (time for every API server to see it).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -609,6 +629,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         kubeconfig: args.kubeconfig,
         limits: args.limits.limits()?,
         manage_certs,
+        register_webhooks: args.register_webhooks,
         audit: args.audit.settings()?,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -764,6 +785,16 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Config(ConfigCommand::Check(rules)) => {
+            let loaded = rules.sources().load()?;
+            println!(
+                "config ok: {} policies ({}), {} placement policies",
+                loaded.policies.len(),
+                loaded.policies.names().collect::<Vec<_>>().join(", "),
+                loaded.placement.names().count(),
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Certs(args) => {
             let (bundle, ca) = match (&args.ca_cert, &args.ca_key) {

@@ -5,3 +5,4 @@ mod fake_api;
 pub mod managed_certs;
 pub mod namespace_cache;
 pub mod node_cache;
+pub mod webhook_registration;

@@ -18,6 +18,7 @@ use crate::certs::rotation::{Settings, Stored};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
 use crate::cluster::node_cache;
+use crate::cluster::webhook_registration::Registrar;
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
 use endpoints::ServerState;
@@ -63,6 +64,9 @@ pub struct Options {
     pub kubeconfig: Option<PathBuf>,
     /// Keep the serving certificate in a Secret instead of reading `tls` files.
     pub manage_certs: Option<ManagedCerts>,
+    /// Webhook configurations to fill with their webhooks once this server can answer them
+    /// (`--register-webhooks`).
+    pub register_webhooks: Option<PathBuf>,
     /// What clients can make the server hold.
     pub limits: Limits,
     /// The background audit; `None`: off. It needs the cluster, so `dev` without `kubeconfig`
@@ -126,11 +130,17 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub async fn start(opts: Options) -> Result<Running> {
     let limits = opts.limits.clone();
     let metrics = Arc::new(Metrics::new());
+    if let Some(file) = &opts.register_webhooks {
+        Registrar::check(file)?;
+    }
+    let mut bundle = None;
     let (tls, tls_files) = match (&opts.manage_certs, &opts.tls, opts.dev) {
-        (Some(managed), _, _) => (
-            managed_tls(managed, opts.kubeconfig.as_deref(), metrics.clone()).await?,
-            None,
-        ),
+        (Some(managed), _, _) => {
+            let (tls, managed_bundle) =
+                managed_tls(managed, opts.kubeconfig.as_deref(), metrics.clone()).await?;
+            bundle = Some(managed_bundle);
+            (tls, None)
+        }
         (None, Some(files), _) => (Arc::new(ArcSwap::new(files.server_config()?)), Some(files.clone())),
         (None, None, true) => {
             let files = dev_certificates(Path::new(DEV_CERT_DIR))?;
@@ -165,6 +175,13 @@ pub async fn start(opts: Options) -> Result<Running> {
 
     let shutdown = CancellationToken::new();
     let audit = start_audit(&opts, &app, &metrics, &shutdown).await?;
+    if let Some(file) = &opts.register_webhooks {
+        let client = kube_client(opts.kubeconfig.as_deref())
+            .await
+            .context("--register-webhooks needs the Kubernetes API")?;
+        let registrar = Registrar::new(client, file.clone(), bundle);
+        tokio::spawn(registrar.run(shutdown.clone()));
+    }
     let ops_router = ops::router(app.clone());
     let router = endpoints::router(app.clone());
     let stop = shutdown.clone();
@@ -288,12 +305,12 @@ pub async fn run(opts: Options) -> Result<()> {
 }
 
 /// Gets the first certificate from the Secret (making it if needed), then keeps it renewed and
-/// serves each new one to new connections.
+/// serves each new one to new connections. Also returns the CA bundle, kept current.
 async fn managed_tls(
     managed: &ManagedCerts,
     kubeconfig: Option<&Path>,
     metrics: Arc<Metrics>,
-) -> Result<Arc<ArcSwap<rustls::ServerConfig>>> {
+) -> Result<(Arc<ArcSwap<rustls::ServerConfig>>, Arc<ArcSwap<String>>)> {
     let client = kube_client(kubeconfig)
         .await
         .context("--manage-certs needs the Kubernetes API")?;
@@ -326,12 +343,17 @@ async fn managed_tls(
     let pacing = Pacing::new(managed.check_interval);
     let (first, pace) = selfcert.first_certificate(&pacing).await;
     let swap = Arc::new(ArcSwap::new(build(&first)?));
+    let bundle = Arc::new(ArcSwap::from_pointee(first.bundle.clone()));
     tracing::info!(secret = %managed.secret_name, "serving the certificate from the Secret");
     let tls = swap.clone();
+    let current_bundle = bundle.clone();
     tokio::spawn(async move {
         let mut serving = first.tls_crt;
         selfcert
             .run(&pacing, pace, move |stored| {
+                if !stored.bundle.is_empty() && **current_bundle.load() != stored.bundle {
+                    current_bundle.store(Arc::new(stored.bundle.clone()));
+                }
                 if stored.tls_crt.is_empty() || stored.tls_crt == serving {
                     return;
                 }
@@ -350,7 +372,7 @@ async fn managed_tls(
             })
             .await;
     });
-    Ok(swap)
+    Ok((swap, bundle))
 }
 
 /// Certificates for local runs in `dir` (made once, reused while present).

@@ -1,0 +1,333 @@
+//! `serve --register-webhooks FILE`: poolguard puts its webhooks into its own webhook
+//! configurations itself, and only once it can answer them.
+//!
+//! The chart creates the two configurations with no webhooks (so a first install whose pods never
+//! start, say because the image cannot be pulled, refuses nothing) and mounts the webhooks it
+//! would have rendered as FILE. Every replica, once it serves, waits until the Service its
+//! webhooks call has a ready endpoint, then server-side applies FILE's webhooks into the
+//! configurations, and again every [`RECHECK`] (a `helm upgrade` changes FILE). The write names
+//! nothing but the webhooks, so labels, annotations and whatever other managers own (a caBundle
+//! injected by cert-manager, a matchCondition added by someone else) stay. `helm uninstall`
+//! deletes the configurations with the release.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::Client;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// The field manager of the registration's writes.
+pub const FIELD_MANAGER: &str = "poolguard-registration";
+/// How often the configurations are applied again (a no-op write when nothing changed).
+pub const RECHECK: Duration = Duration::from_secs(30);
+/// How often a replica looks again while nothing is registered yet.
+const WAITING: Duration = Duration::from_secs(2);
+
+/// One configuration to apply: its kind and name, and the apply body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    pub kind: Kind,
+    pub name: String,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Mutating,
+    Validating,
+}
+
+impl Kind {
+    fn of(kind: &str) -> Option<Kind> {
+        match kind {
+            "MutatingWebhookConfiguration" => Some(Kind::Mutating),
+            "ValidatingWebhookConfiguration" => Some(Kind::Validating),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Mutating => "MutatingWebhookConfiguration",
+            Kind::Validating => "ValidatingWebhookConfiguration",
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        match self {
+            Kind::Mutating => ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            Kind::Validating => ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        }
+    }
+}
+
+/// The configurations of `docs` (the registration file's documents) as apply bodies: apiVersion,
+/// kind, name and webhooks, nothing else. A webhook without a caBundle gets `bundle` (PEM), the
+/// CA poolguard manages itself, when there is one; one that has a caBundle (the chart's
+/// `certificates.mode: provided`) keeps it. Anything that is not a webhook configuration with a
+/// name and a list of webhooks is an error.
+pub fn desired(docs: &[Value], bundle: Option<&str>) -> Result<Vec<Desired>> {
+    let encoded = bundle.map(|pem| base64::engine::general_purpose::STANDARD.encode(pem));
+    let mut out: Vec<Desired> = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        let kind_text = doc.get("kind").and_then(Value::as_str).unwrap_or("");
+        let Some(kind) = Kind::of(kind_text) else {
+            bail!("document {}: kind {kind_text:?} is not a MutatingWebhookConfiguration or ValidatingWebhookConfiguration", i + 1);
+        };
+        let Some(name) = doc.pointer("/metadata/name").and_then(Value::as_str) else {
+            bail!("document {}: a {} without metadata.name", i + 1, kind.name());
+        };
+        if out.iter().any(|d| d.kind == kind && d.name == name) {
+            bail!("document {}: {} {name:?} is given twice", i + 1, kind.name());
+        }
+        let Some(webhooks) = doc.get("webhooks").and_then(Value::as_array) else {
+            bail!("{} {name:?}: webhooks must be a list", kind.name());
+        };
+        let mut webhooks = webhooks.clone();
+        for webhook in &mut webhooks {
+            let Some(client) = webhook.get_mut("clientConfig").and_then(Value::as_object_mut)
+            else {
+                bail!("{} {name:?}: a webhook without clientConfig", kind.name());
+            };
+            if let (None, Some(encoded)) = (client.get("caBundle"), &encoded) {
+                client.insert("caBundle".to_string(), json!(encoded));
+            }
+        }
+        out.push(Desired {
+            kind,
+            name: name.to_string(),
+            body: json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind.name(),
+                "metadata": {"name": name},
+                "webhooks": webhooks,
+            }),
+        });
+    }
+    Ok(out)
+}
+
+/// The Services (namespace, name) the webhooks of `desired` call, each once.
+pub fn services(desired: &[Desired]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for d in desired {
+        for webhook in d.body["webhooks"].as_array().into_iter().flatten() {
+            let service = &webhook["clientConfig"]["service"];
+            if let (Some(ns), Some(name)) = (service["namespace"].as_str(), service["name"].as_str())
+            {
+                let key = (ns.to_string(), name.to_string());
+                if !out.contains(&key) {
+                    out.push(key);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether an EndpointSlice lists an endpoint that is ready. An unset `ready` is unknown, which
+/// the API asks consumers to take as ready.
+pub fn has_ready_endpoint(slices: &[EndpointSlice]) -> bool {
+    slices.iter().any(|slice| {
+        slice.endpoints.iter().any(|e| {
+            e.conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(true)
+        })
+    })
+}
+
+/// The registration loop of one replica.
+pub struct Registrar {
+    client: Client,
+    file: PathBuf,
+    /// The CA bundle poolguard manages (`--manage-certs`), kept current by its renewals.
+    bundle: Option<Arc<ArcSwap<String>>>,
+}
+
+impl Registrar {
+    pub fn new(client: Client, file: PathBuf, bundle: Option<Arc<ArcSwap<String>>>) -> Registrar {
+        Registrar {
+            client,
+            file,
+            bundle,
+        }
+    }
+
+    /// Reads the file now: a file that does not load is a start-up error.
+    pub fn check(file: &Path) -> Result<()> {
+        desired(&read(file)?, None).map(drop)
+    }
+
+    /// Applies until `stop`: every [`WAITING`] until the first registration, then every
+    /// [`RECHECK`]. A failed step is logged and tried again.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut registered = false;
+        let mut last_error = String::new();
+        loop {
+            match self.step().await {
+                Ok(Step::Registered) => {
+                    if !registered {
+                        tracing::info!(file = %self.file.display(), "webhooks registered: poolguard's webhook configurations are in effect");
+                    }
+                    registered = true;
+                    last_error.clear();
+                }
+                Ok(Step::NoEndpoint(service)) => {
+                    if last_error != service {
+                        tracing::info!(%service, "waiting for a ready endpoint of the webhooks' Service before registering them");
+                        last_error = service;
+                    }
+                }
+                Err(e) => {
+                    let error = format!("{e:#}");
+                    if error != last_error {
+                        tracing::warn!(%error, "registering the webhooks failed; trying again");
+                        last_error = error;
+                    }
+                }
+            }
+            let wait = if registered { RECHECK } else { WAITING };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn step(&self) -> Result<Step> {
+        let bundle = self.bundle.as_ref().map(|b| b.load_full());
+        let desired = desired(&read(&self.file)?, bundle.as_deref().map(String::as_str))?;
+        for (namespace, name) in services(&desired) {
+            let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &namespace);
+            let listed = slices
+                .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+                .await
+                .with_context(|| format!("listing the EndpointSlices of Service {namespace}/{name}"))?;
+            if !has_ready_endpoint(&listed.items) {
+                return Ok(Step::NoEndpoint(format!("{namespace}/{name}")));
+            }
+        }
+        for d in &desired {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &d.kind.resource());
+            // The chart creates the configuration; poolguard only fills it (it may not create
+            // webhook configurations).
+            if api
+                .get_opt(&d.name)
+                .await
+                .with_context(|| format!("reading {} {}", d.kind.name(), d.name))?
+                .is_none()
+            {
+                bail!(
+                    "{} {} does not exist: the chart creates it (with no webhooks) and poolguard fills it in",
+                    d.kind.name(),
+                    d.name
+                );
+            }
+            api.patch(
+                &d.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&d.body),
+            )
+            .await
+            .with_context(|| format!("applying the webhooks of {} {}", d.kind.name(), d.name))?;
+        }
+        Ok(Step::Registered)
+    }
+}
+
+enum Step {
+    Registered,
+    /// This Service has no ready endpoint yet.
+    NoEndpoint(String),
+}
+
+fn read(file: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the webhooks to register, {}", file.display()))?;
+    poolguard_core::documents::parse(&text, &file.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions};
+
+    fn config(kind: &str, name: &str, webhooks: Value) -> Value {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+               "metadata": {"name": name, "labels": {"app": "poolguard"}}, "webhooks": webhooks})
+    }
+
+    fn webhook(name: &str, client: Value) -> Value {
+        json!({"name": name, "clientConfig": client, "rules": [], "sideEffects": "None"})
+    }
+
+    #[test]
+    fn the_apply_body_is_the_webhooks_with_the_managed_bundle_where_none_is_given() {
+        let svc = json!({"service": {"namespace": "pg", "name": "poolguard", "path": "/mutate"}});
+        let provided = json!({"url": "https://x/validate", "caBundle": "cHJvdmlkZWQ="});
+        let docs = vec![
+            config("MutatingWebhookConfiguration", "m", json!([webhook("mutate.poolguard.io", svc.clone())])),
+            config("ValidatingWebhookConfiguration", "v", json!([webhook("validate.poolguard.io", provided.clone())])),
+        ];
+        let got = desired(&docs, Some("PEM")).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].kind, got[0].name.as_str()), (Kind::Mutating, "m"));
+        // Labels and annotations are the chart's: the body names only the webhooks.
+        assert_eq!(got[0].body["metadata"], json!({"name": "m"}));
+        assert_eq!(got[0].body["webhooks"][0]["clientConfig"]["caBundle"], json!("UEVN"));
+        assert_eq!(got[0].body["webhooks"][0]["clientConfig"]["service"], svc["service"]);
+        assert_eq!(got[1].body["webhooks"][0]["clientConfig"], provided);
+        // Without a managed bundle nothing is added (cert-manager's injector owns it).
+        let got = desired(&docs, None).unwrap();
+        assert!(got[0].body["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+        assert_eq!(services(&got), vec![("pg".to_string(), "poolguard".to_string())]);
+    }
+
+    #[test]
+    fn a_file_that_is_not_webhook_configurations_is_an_error() {
+        let ok = config("MutatingWebhookConfiguration", "m", json!([]));
+        for (docs, says) in [
+            (vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}})], "kind \"ConfigMap\""),
+            (vec![json!({"kind": "MutatingWebhookConfiguration", "webhooks": []})], "without metadata.name"),
+            (vec![ok.clone(), ok.clone()], "given twice"),
+            (vec![json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": {}})], "must be a list"),
+            (vec![config("MutatingWebhookConfiguration", "m", json!([{"name": "a"}]))], "without clientConfig"),
+        ] {
+            let error = format!("{:#}", desired(&docs, None).unwrap_err());
+            assert!(error.contains(says), "{error} lacks {says}");
+        }
+    }
+
+    #[test]
+    fn only_a_ready_or_unknown_endpoint_counts() {
+        let slice = |ready: Vec<Option<bool>>| EndpointSlice {
+            address_type: "IPv4".to_string(),
+            endpoints: ready
+                .into_iter()
+                .map(|r| Endpoint {
+                    addresses: vec!["192.0.2.1".to_string()],
+                    conditions: Some(EndpointConditions { ready: r, ..Default::default() }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assert!(!has_ready_endpoint(&[]));
+        assert!(!has_ready_endpoint(&[slice(vec![])]));
+        assert!(!has_ready_endpoint(&[slice(vec![Some(false), Some(false)])]));
+        assert!(has_ready_endpoint(&[slice(vec![Some(false)]), slice(vec![Some(true)])]));
+        assert!(has_ready_endpoint(&[slice(vec![None])]));
+    }
+}
