@@ -85,17 +85,27 @@ pub fn desired(docs: &[Value], bundle: Option<&str>) -> Result<Vec<Desired>> {
             bail!("document {}: kind {kind_text:?} is not a MutatingWebhookConfiguration or ValidatingWebhookConfiguration", i + 1);
         };
         let Some(name) = doc.pointer("/metadata/name").and_then(Value::as_str) else {
-            bail!("document {}: a {} without metadata.name", i + 1, kind.name());
+            bail!(
+                "document {}: a {} without metadata.name",
+                i + 1,
+                kind.name()
+            );
         };
         if out.iter().any(|d| d.kind == kind && d.name == name) {
-            bail!("document {}: {} {name:?} is given twice", i + 1, kind.name());
+            bail!(
+                "document {}: {} {name:?} is given twice",
+                i + 1,
+                kind.name()
+            );
         }
         let Some(webhooks) = doc.get("webhooks").and_then(Value::as_array) else {
             bail!("{} {name:?}: webhooks must be a list", kind.name());
         };
         let mut webhooks = webhooks.clone();
         for webhook in &mut webhooks {
-            let Some(client) = webhook.get_mut("clientConfig").and_then(Value::as_object_mut)
+            let Some(client) = webhook
+                .get_mut("clientConfig")
+                .and_then(Value::as_object_mut)
             else {
                 bail!("{} {name:?}: a webhook without clientConfig", kind.name());
             };
@@ -123,7 +133,8 @@ pub fn services(desired: &[Desired]) -> Vec<(String, String)> {
     for d in desired {
         for webhook in d.body["webhooks"].as_array().into_iter().flatten() {
             let service = &webhook["clientConfig"]["service"];
-            if let (Some(ns), Some(name)) = (service["namespace"].as_str(), service["name"].as_str())
+            if let (Some(ns), Some(name)) =
+                (service["namespace"].as_str(), service["name"].as_str())
             {
                 let key = (ns.to_string(), name.to_string());
                 if !out.contains(&key) {
@@ -139,12 +150,11 @@ pub fn services(desired: &[Desired]) -> Vec<(String, String)> {
 /// the API asks consumers to take as ready.
 pub fn has_ready_endpoint(slices: &[EndpointSlice]) -> bool {
     slices.iter().any(|slice| {
-        slice.endpoints.iter().any(|e| {
-            e.conditions
-                .as_ref()
-                .and_then(|c| c.ready)
-                .unwrap_or(true)
-        })
+        slice
+            .endpoints
+            .iter()
+            .flatten()
+            .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
     })
 }
 
@@ -214,7 +224,9 @@ impl Registrar {
             let listed = slices
                 .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
                 .await
-                .with_context(|| format!("listing the EndpointSlices of Service {namespace}/{name}"))?;
+                .with_context(|| {
+                    format!("listing the EndpointSlices of Service {namespace}/{name}")
+                })?;
             if !has_ready_endpoint(&listed.items) {
                 return Ok(Step::NoEndpoint(format!("{namespace}/{name}")));
             }
@@ -278,32 +290,69 @@ mod tests {
         let svc = json!({"service": {"namespace": "pg", "name": "poolguard", "path": "/mutate"}});
         let provided = json!({"url": "https://x/validate", "caBundle": "cHJvdmlkZWQ="});
         let docs = vec![
-            config("MutatingWebhookConfiguration", "m", json!([webhook("mutate.poolguard.io", svc.clone())])),
-            config("ValidatingWebhookConfiguration", "v", json!([webhook("validate.poolguard.io", provided.clone())])),
+            config(
+                "MutatingWebhookConfiguration",
+                "m",
+                json!([webhook("mutate.poolguard.io", svc.clone())]),
+            ),
+            config(
+                "ValidatingWebhookConfiguration",
+                "v",
+                json!([webhook("validate.poolguard.io", provided.clone())]),
+            ),
         ];
         let got = desired(&docs, Some("PEM")).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].kind, got[0].name.as_str()), (Kind::Mutating, "m"));
         // Labels and annotations are the chart's: the body names only the webhooks.
         assert_eq!(got[0].body["metadata"], json!({"name": "m"}));
-        assert_eq!(got[0].body["webhooks"][0]["clientConfig"]["caBundle"], json!("UEVN"));
-        assert_eq!(got[0].body["webhooks"][0]["clientConfig"]["service"], svc["service"]);
+        assert_eq!(
+            got[0].body["webhooks"][0]["clientConfig"]["caBundle"],
+            json!("UEVN")
+        );
+        assert_eq!(
+            got[0].body["webhooks"][0]["clientConfig"]["service"],
+            svc["service"]
+        );
         assert_eq!(got[1].body["webhooks"][0]["clientConfig"], provided);
         // Without a managed bundle nothing is added (cert-manager's injector owns it).
         let got = desired(&docs, None).unwrap();
-        assert!(got[0].body["webhooks"][0]["clientConfig"].get("caBundle").is_none());
-        assert_eq!(services(&got), vec![("pg".to_string(), "poolguard".to_string())]);
+        assert!(got[0].body["webhooks"][0]["clientConfig"]
+            .get("caBundle")
+            .is_none());
+        assert_eq!(
+            services(&got),
+            vec![("pg".to_string(), "poolguard".to_string())]
+        );
     }
 
     #[test]
     fn a_file_that_is_not_webhook_configurations_is_an_error() {
         let ok = config("MutatingWebhookConfiguration", "m", json!([]));
         for (docs, says) in [
-            (vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}})], "kind \"ConfigMap\""),
-            (vec![json!({"kind": "MutatingWebhookConfiguration", "webhooks": []})], "without metadata.name"),
+            (
+                vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}})],
+                "kind \"ConfigMap\"",
+            ),
+            (
+                vec![json!({"kind": "MutatingWebhookConfiguration", "webhooks": []})],
+                "without metadata.name",
+            ),
             (vec![ok.clone(), ok.clone()], "given twice"),
-            (vec![json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": {}})], "must be a list"),
-            (vec![config("MutatingWebhookConfiguration", "m", json!([{"name": "a"}]))], "without clientConfig"),
+            (
+                vec![
+                    json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"}, "webhooks": {}}),
+                ],
+                "must be a list",
+            ),
+            (
+                vec![config(
+                    "MutatingWebhookConfiguration",
+                    "m",
+                    json!([{"name": "a"}]),
+                )],
+                "without clientConfig",
+            ),
         ] {
             let error = format!("{:#}", desired(&docs, None).unwrap_err());
             assert!(error.contains(says), "{error} lacks {says}");
@@ -314,20 +363,31 @@ mod tests {
     fn only_a_ready_or_unknown_endpoint_counts() {
         let slice = |ready: Vec<Option<bool>>| EndpointSlice {
             address_type: "IPv4".to_string(),
-            endpoints: ready
-                .into_iter()
-                .map(|r| Endpoint {
-                    addresses: vec!["192.0.2.1".to_string()],
-                    conditions: Some(EndpointConditions { ready: r, ..Default::default() }),
-                    ..Default::default()
-                })
-                .collect(),
+            endpoints: Some(
+                ready
+                    .into_iter()
+                    .map(|r| Endpoint {
+                        addresses: vec!["192.0.2.1".to_string()],
+                        conditions: Some(EndpointConditions {
+                            ready: r,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             ..Default::default()
         };
         assert!(!has_ready_endpoint(&[]));
         assert!(!has_ready_endpoint(&[slice(vec![])]));
-        assert!(!has_ready_endpoint(&[slice(vec![Some(false), Some(false)])]));
-        assert!(has_ready_endpoint(&[slice(vec![Some(false)]), slice(vec![Some(true)])]));
+        assert!(!has_ready_endpoint(&[slice(vec![
+            Some(false),
+            Some(false)
+        ])]));
+        assert!(has_ready_endpoint(&[
+            slice(vec![Some(false)]),
+            slice(vec![Some(true)])
+        ]));
         assert!(has_ready_endpoint(&[slice(vec![None])]));
     }
 }
