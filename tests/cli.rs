@@ -882,3 +882,49 @@ fn audit_of_compliant_objects_exits_0_and_bad_input_exits_2() {
         );
     }
 }
+
+#[test]
+fn config_check_loads_what_serve_loads_and_names_what_does_not() {
+    let out = poolguard(
+        &[
+            "config",
+            "check",
+            "--config",
+            "testdata/config/example.yaml",
+            "--policies-dir",
+            "policies",
+            "--placement-policies-dir",
+            "policies/placement",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("config ok: "), "{said}");
+    assert!(said.contains("allowedrepositories"), "{said}");
+
+    // A semantic error the chart schema cannot see: a policy setting for no policy.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "policies:\n  alowedrepositories:\n    enforcement: deny\n    parameters: {repositories: [\"registry.example.com/\"]}\n",
+    )
+    .unwrap();
+    let out = poolguard(
+        &[
+            "config",
+            "check",
+            "--config",
+            config.to_str().unwrap(),
+            "--policies-dir",
+            "policies",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let error = text(&out.stderr);
+    assert!(error.starts_with("poolguard: error: "), "{error}");
+    assert!(error.contains("alowedrepositories"), "{error}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
