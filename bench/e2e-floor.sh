@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pod CREATE latency through a real kube-apiserver against its floor and against OPA, one run,
-# interleaved (bench/README.md, "Against the floor and OPA"):
+# interleaved (bench/README.md, "through kube-apiserver against a null webhook and OPA"):
 #
 #   bench/e2e-floor.sh                        # 300 rounds alone, then 10/50/200 creators
 #   ROUNDS=100 LEVELS="10 50" bench/e2e-floor.sh

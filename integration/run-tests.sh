@@ -3,8 +3,10 @@
 # checked first by integration/preflight.sh, and `.ci/run` installs it):
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
 #      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
-#   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, and a
-#      short run of every fuzz target (integration/fuzz/smoke.sh, FUZZ_SECONDS each, default 20);
+#   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, the
+#      README's tour run as printed (integration/readme-tour.sh: a release build and the dev
+#      server on 127.0.0.1:8443 and :9090), and a short run of every fuzz target
+#      (integration/fuzz/smoke.sh, FUZZ_SECONDS each, default 20);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
 #      (a real helm, built from its Go module when none is installed);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
@@ -29,6 +31,9 @@ cargo test --locked --workspace --exclude poolguard-e2e
 step "policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 cargo run --locked --quiet -- policy test --policies-dir policies/placement
+step "README tour"
+# Every command of the README's "5-minute tour", as printed, against the dev server it starts.
+bash integration/readme-tour.sh
 step "fuzz smoke (every target ${FUZZ_SECONDS:-20} s)"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash integration/fuzz/smoke.sh
 # A CI machine's disk is shared: the fuzz build (a second copy of the dependencies) is not needed

@@ -1,7 +1,7 @@
 //! The `poolguard` binary: see `poolguard --help`.
 
 /// mimalloc instead of the C library's allocator: Rego evaluation allocates and frees many
-/// small values per request (numbers: README, "Remembered results and the allocator").
+/// small values per request (numbers: bench/README.md, "Remembered results and the allocator").
 /// Built without transparent huge pages (feature `no_thp`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
