@@ -355,6 +355,27 @@ async fn admission_responses_carry_the_decision() {
     assert!(doc["response"].get("patch").is_none());
 }
 
+/// A body under the size limit that would take many times its size once parsed (20 MiB of
+/// `[],`) is refused with 400 and a reason before any of it is built, on both webhooks.
+#[tokio::test]
+async fn bodies_that_parse_into_too_much_are_refused() {
+    let app = state(example_rules(), Duration::from_secs(4), Limits::default());
+    let mut body = b"[".to_vec();
+    body.extend(std::iter::repeat_n(&b"[],"[..], 20 * 1024 * 1024 / 3).flatten());
+    body.extend_from_slice(b"[]]");
+    for path in ["/mutate", "/validate"] {
+        let answer = call(&app, request("POST", path, body.clone())).await;
+        assert_eq!(answer.status, 400, "{path}: {}", answer.text);
+        assert!(
+            answer
+                .text
+                .starts_with("bad AdmissionReview: the AdmissionReview is too large once parsed"),
+            "{path}: {}",
+            answer.text
+        );
+    }
+}
+
 /// An ephemeral container with a foreign image added to a pod whose old object poolguard cannot
 /// read (an image ID, more images than `limits.maxImagesPerPod`, an invalid reference) is refused:
 /// the old object's error hides nothing on the new one.
