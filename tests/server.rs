@@ -356,6 +356,74 @@ async fn admission_responses_carry_the_decision() {
     assert!(doc["response"].get("patch").is_none());
 }
 
+/// A body under the size limit that would take many times its size once parsed (20 MiB of
+/// `[],`) is refused with 400 and a reason before any of it is built, on both webhooks.
+#[tokio::test]
+async fn bodies_that_parse_into_too_much_are_refused() {
+    let app = state(example_rules(), Duration::from_secs(4), Limits::default());
+    let mut body = b"[".to_vec();
+    body.extend(std::iter::repeat_n(&b"[],"[..], 20 * 1024 * 1024 / 3).flatten());
+    body.extend_from_slice(b"[]]");
+    for path in ["/mutate", "/validate"] {
+        let answer = call(&app, request("POST", path, body.clone())).await;
+        assert_eq!(answer.status, 400, "{path}: {}", answer.text);
+        assert!(
+            answer
+                .text
+                .starts_with("bad AdmissionReview: the AdmissionReview is too large once parsed"),
+            "{path}: {}",
+            answer.text
+        );
+    }
+}
+
+/// An ephemeral container with a foreign image added to a pod whose old object poolguard cannot
+/// read (an image ID, more images than `limits.maxImagesPerPod`, an invalid reference) is refused:
+/// the old object's error hides nothing on the new one.
+#[tokio::test]
+async fn an_update_of_an_unreadable_pod_is_judged_on_its_own() {
+    let app = state(example_rules(), Duration::from_secs(4), Limits::default());
+    let base: Value = serde_json::from_slice(&review("pod-ephemeral-update.json")).unwrap();
+    let image_id = format!("sha256:{}", "a".repeat(64));
+    let many: Vec<Value> = (0..251)
+        .map(|i| serde_json::json!({"name": format!("c{i}"), "image": "registry.example.com/web:1.0"}))
+        .collect();
+    let olds = [
+        (
+            "an image ID",
+            serde_json::json!([{"name": "c0", "image": image_id}]),
+        ),
+        ("too many images", Value::from(many)),
+        (
+            "an invalid reference",
+            serde_json::json!([{"name": "c0", "image": "registry.example.com/web:1.0:x"}]),
+        ),
+    ];
+    for (what, containers) in olds {
+        let mut doc = base.clone();
+        doc["request"]["oldObject"]["spec"]["containers"] = containers.clone();
+        doc["request"]["object"]["spec"]["containers"] = containers;
+        let body = serde_json::to_vec(&doc).unwrap();
+        let answer = call(&app, request("POST", "/validate", body)).await;
+        assert_eq!(answer.status, 200, "{what}: {}", answer.text);
+        let response = &answer.json()["response"];
+        assert_eq!(response["allowed"], false, "{what}: {response}");
+        assert_eq!(response["status"]["code"], 400, "{what}: {response}");
+    }
+    // The same pod with a readable old object: the foreign debugger alone is the new finding.
+    let answer = call(
+        &app,
+        request("POST", "/validate", review("pod-ephemeral-update.json")),
+    )
+    .await;
+    let response = &answer.json()["response"];
+    assert_eq!(response["status"]["code"], 403, "{response}");
+    assert!(response["status"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("evil.io/tools"));
+}
+
 #[tokio::test]
 async fn metric_labels_stay_a_closed_set_whatever_the_kinds() {
     let app = state(example_rules(), Duration::from_secs(4), Limits::default());

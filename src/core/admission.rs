@@ -12,13 +12,97 @@ pub const KIND: &str = "AdmissionReview";
 #[error("{0}")]
 pub struct BadReview(pub String);
 
+/// The most memory the parsed document of one review may take, as [`parsed_cost`] estimates it.
+/// A JSON text can take many times its size once parsed (`[[],[],…]` or `0,0,…` about 30 times:
+/// every value is a node of its own), so the body limit alone does not bound it. Real reviews
+/// take about 5 to 20 times their size, and a pod's review is at most a few MB.
+pub const MAX_PARSED_BYTES: usize = 48 * 1024 * 1024;
+
+/// The deepest nesting of arrays and objects accepted (a pod's is under 20).
+pub const MAX_DEPTH: usize = 64;
+
 /// Parses and checks an AdmissionReview v1, returning the whole document. The request is at
-/// `review["request"]`; read it with [`Request::from_value`].
+/// `review["request"]`; read it with [`Request::from_value`]. A body whose parsed document would
+/// take more than [`MAX_PARSED_BYTES`] or nest deeper than [`MAX_DEPTH`] is refused before any
+/// of it is built.
 pub fn parse_review(body: &[u8]) -> Result<Value, BadReview> {
+    let cost = parsed_cost(body, MAX_DEPTH)?;
+    if cost > MAX_PARSED_BYTES {
+        return Err(BadReview(format!(
+            "the AdmissionReview is too large once parsed: its {} bytes would take about {} MiB, at most {} MiB are accepted",
+            body.len(),
+            cost.div_ceil(1024 * 1024),
+            MAX_PARSED_BYTES / (1024 * 1024)
+        )));
+    }
     let review: Value = serde_json::from_slice(body)
         .map_err(|e| BadReview(format!("the body is not valid JSON: {e}")))?;
     check_review(&review)?;
     Ok(review)
+}
+
+/// Bytes that parsing `body` into a [`Value`] may take, over-estimated, found in one pass over
+/// the bytes that allocates only a flag per level of nesting: every array element counts a
+/// value and the spare room a growing list keeps, every object member a map entry and its key,
+/// every string its bytes.
+/// Nesting deeper than `max_depth` is refused. Malformed JSON is left to the parser (the
+/// estimate is then meaningless but still bounded by the length).
+pub fn parsed_cost(body: &[u8], max_depth: usize) -> Result<usize, BadReview> {
+    /// A value in a list: 32 bytes, twice for the room a doubling list may leave spare.
+    const ELEMENT: usize = 64;
+    /// An entry in a map: the key's String and the value (56 bytes) in B-tree nodes that may be
+    /// half empty, and the key's allocation.
+    const MEMBER: usize = 160;
+    /// A string's allocation beyond its bytes (rounding up to the allocator's size classes).
+    const STRING: usize = 16;
+    // One bit per level: whether it is an object.
+    let mut objects = vec![false; max_depth + 1];
+    let mut depth = 0usize;
+    let mut cost = 32usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    // Whether the next value starts an element of the enclosing list.
+    let mut want_element = false;
+    for &b in body {
+        if in_string {
+            cost += 1;
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        if want_element && !matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b']') {
+            cost += ELEMENT;
+        }
+        if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            want_element = false;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                cost += STRING;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max_depth {
+                    return Err(BadReview(format!(
+                        "the AdmissionReview nests arrays and objects deeper than {max_depth} levels"
+                    )));
+                }
+                objects[depth] = b == b'{';
+                want_element = b == b'[';
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' => want_element = !objects[depth],
+            b':' => cost += MEMBER,
+            _ => {}
+        }
+    }
+    Ok(cost)
 }
 
 /// Checks the envelope of an already parsed AdmissionReview.
@@ -398,6 +482,59 @@ mod tests {
                 String::from_utf8_lossy(&body)
             );
         }
+    }
+
+    /// Bodies that take many times their size once parsed are refused before any of the
+    /// document is built, whatever the shape; real reviews are not.
+    #[test]
+    fn bodies_that_parse_into_too_much_are_refused_unbuilt() {
+        let repeat = |item: &str, n: usize| vec![item; n].join(",");
+        let mib = 1024 * 1024;
+        let labels: String = (0..mib)
+            .map(|i| format!("\"{i:x}\":\"\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pod = |labels: &str, containers: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"kind":"Pod"}},"namespace":"n","operation":"CREATE","object":{{"metadata":{{"labels":{{{labels}}}}},"spec":{{"containers":[{containers}]}}}}}}}}"#
+            )
+        };
+        let too_much = [
+            ("empty arrays", format!("[{}]", repeat("[]", 2 * mib))),
+            ("empty objects", format!("[{}]", repeat("{}", 2 * mib))),
+            ("numbers", format!("[{}]", repeat("0", 3 * mib))),
+            ("short strings", format!("[{}]", repeat("\"\"", 2 * mib))),
+            ("labels", pod(&labels, "")),
+            ("containers", pod("", &repeat("{}", 2 * mib))),
+        ];
+        for (what, body) in too_much {
+            assert!(body.len() < 24 * mib, "{what}");
+            let err = parse_review(body.as_bytes()).unwrap_err().0;
+            assert!(err.contains("too large once parsed"), "{what}: {err}");
+        }
+        let deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        let err = parse_review(deep.as_bytes()).unwrap_err().0;
+        assert!(err.contains("deeper than 64"), "{err}");
+        let deep_object = format!(
+            "{}1{}",
+            "{\"a\":".repeat(MAX_DEPTH + 1),
+            "}".repeat(MAX_DEPTH + 1)
+        );
+        assert!(parse_review(deep_object.as_bytes())
+            .unwrap_err()
+            .0
+            .contains("deeper than"));
+        // Within the depth, nesting is fine; strings cost their bytes, not more: a review with
+        // megabytes of text (escaped HTML, as the API server writes it) is accepted.
+        let nested = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parsed_cost(nested.as_bytes(), MAX_DEPTH).is_ok());
+        let text = "\\u003c".repeat(3 * mib);
+        let big = pod(&format!("\"a\":\"{text}\""), r#"{"name":"c","image":"x"}"#);
+        parse_review(big.as_bytes()).unwrap();
+        // A string with brackets, colons, commas and escaped quotes inside counts as a string.
+        let tricky = format!("[\"{}\"]", "[],:{}\\\"".repeat(mib));
+        let cost = parsed_cost(tricky.as_bytes(), MAX_DEPTH).unwrap();
+        assert!(cost < tricky.len() + 200, "{cost}");
     }
 
     #[test]

@@ -18,11 +18,50 @@ use crate::webhook::Scope;
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
 const MAX_ERROR_CHARS: usize = 300;
 
+/// One reason to deny an object.
+#[derive(Debug, PartialEq)]
+struct Denial {
+    code: u16,
+    reason: String,
+    kind: Kind,
+}
+
+impl Denial {
+    fn new(code: u16, reason: String, kind: Kind) -> Denial {
+        Denial { code, reason, kind }
+    }
+}
+
+/// What a denial says about the object, for UPDATE: whether the old object already had it.
+#[derive(Debug, PartialEq)]
+enum Kind {
+    /// Something found on an object that was read: not new when the old object, read as well,
+    /// had the same finding.
+    Found(Finding),
+    /// The object could not be read (its pod spec, or what placement needs of it), so what it
+    /// holds is unknown: not new only when the old object's pod spec is the very same value
+    /// (the same input gives the same result); otherwise the object is judged on its own.
+    Unread,
+    /// A check failed (a policy error, the pools unknown): never taken as known, whatever the
+    /// old object got, since an error hides whatever the check would have found.
+    Failed,
+}
+
+/// A finding, by its source and content (never by the text of a message built around it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Finding {
+    /// The placement policies refused every pool, for this reason.
+    Pool(String),
+    /// Placement against the pool: missing selector (`None`), or the conflict.
+    Placement(Option<String>),
+    /// One infringement of a policy: (policy, message).
+    Policy(String, String),
+}
+
 /// Everything found wrong with one object.
 #[derive(Debug, Default, PartialEq)]
 struct Findings {
-    /// (status code, reason)
-    denials: Vec<(u16, String)>,
+    denials: Vec<Denial>,
     warnings: Vec<String>,
     dryrun: Vec<String>,
     evaluations: Vec<PolicyResult>,
@@ -33,7 +72,12 @@ struct Findings {
 /// Decides one validating request.
 ///
 /// On UPDATE only what the old object did not already have is denied, so an object admitted
-/// under older rules stays updatable — except a pod's scheduling directives: while a pod is not
+/// under older rules stays updatable. Findings are compared by source and content (policy and
+/// infringement, placement conflict), and only where both objects were read: when the old object
+/// could not be read (an image ID, too many images, anything the pod spec reader refuses) the
+/// new one is judged on its own, and a failed check (a policy error) is never taken as known.
+/// The one exception is an unreadable pod spec left exactly as it was, which the old object
+/// had. Checked again whatever the old object had: a pod's scheduling directives: while a pod is not
 /// bound to a node its nodeSelector and affinity may still change (scheduling gates), and any
 /// such change must keep it on its namespace's pool.
 ///
@@ -65,8 +109,8 @@ pub fn validate(
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
             let before = findings(req, old, path, is_pod, scope, rules);
-            let known: HashSet<&str> = before.denials.iter().map(|d| d.1.as_str()).collect();
-            found.denials.retain(|d| !known.contains(d.1.as_str()));
+            let same_spec = value_at(old, path) == value_at(object, path);
+            found.denials = new_denials(found.denials, before.denials, same_spec);
             if let (true, Some(pool)) = (is_pod, &found.pool) {
                 found
                     .denials
@@ -74,10 +118,10 @@ pub fn validate(
             }
         }
     }
-    let code = if found.denials.iter().any(|d| d.0 == 403) {
+    let code = if found.denials.iter().any(|d| d.code == 403) {
         403
     } else {
-        found.denials.first().map_or(0, |d| d.0)
+        found.denials.first().map_or(0, |d| d.code)
     };
     Decision {
         allowed: found.denials.is_empty(),
@@ -90,9 +134,33 @@ pub fn validate(
     }
 }
 
+/// The denials of the new object that the old one did not have: a finding is known when the
+/// old object, read, had it; an unreadable object is known only when its pod spec did not
+/// change (`same_spec`); a failure never is.
+fn new_denials(new: Vec<Denial>, old: Vec<Denial>, same_spec: bool) -> Vec<Denial> {
+    let mut known: HashSet<Finding> = HashSet::new();
+    let mut old_unread = false;
+    for denial in old {
+        match denial.kind {
+            Kind::Found(finding) => {
+                known.insert(finding);
+            }
+            Kind::Unread => old_unread = true,
+            Kind::Failed => {}
+        }
+    }
+    new.into_iter()
+        .filter(|denial| match &denial.kind {
+            Kind::Found(finding) => !known.contains(finding),
+            Kind::Unread => !(old_unread && same_spec),
+            Kind::Failed => true,
+        })
+        .collect()
+}
+
 /// The reasons, one per line, at most `max` of them and a count of the rest.
-fn summary(denials: &[(u16, String)], max: usize) -> String {
-    let reasons: Vec<&str> = denials.iter().map(|d| d.1.as_str()).collect();
+fn summary(denials: &[Denial], max: usize) -> String {
+    let reasons: Vec<&str> = denials.iter().map(|d| d.reason.as_str()).collect();
     summary_of(&reasons, max)
 }
 
@@ -116,7 +184,7 @@ fn rescheduling(
     new: &Value,
     pool: &str,
     config: &Config,
-) -> Option<(u16, String)> {
+) -> Option<Denial> {
     let bound = old["spec"]["nodeName"]
         .as_str()
         .is_some_and(|n| !n.is_empty());
@@ -127,9 +195,10 @@ fn rescheduling(
         return None;
     }
     let why = |detail: String| {
-        Some((
+        Some(Denial::new(
             403,
             format!("the pod is not scheduled yet and its scheduling directives changed, so it must stay on pool {pool:?}: {detail}"),
+            Kind::Failed,
         ))
     };
     match placement::place(
@@ -257,7 +326,16 @@ fn findings(
         placement,
     ) {
         Ok(pool) => found.pool = pool,
-        Err((code, reasons)) => found.denials.extend(reasons.into_iter().map(|r| (code, r))),
+        Err((code, reasons)) => found.denials.extend(reasons.into_iter().map(|r| {
+            // 403: the placement policies' verdict on what they read; 400: they could not read
+            // the object; otherwise they could not decide.
+            let kind = match code {
+                403 => Kind::Found(Finding::Pool(r.clone())),
+                400 => Kind::Unread,
+                _ => Kind::Failed,
+            };
+            Denial::new(code, r, kind)
+        })),
     }
     let pool = found.pool.clone();
     let pool = pool.as_deref();
@@ -277,7 +355,7 @@ fn findings(
             Placement::Satisfied => {}
             // A template's pods get the selector from the mutating webhook when they are created.
             Placement::Patch(_) if !is_pod => {}
-            Placement::Patch(_) => found.denials.push((
+            Placement::Patch(_) => found.denials.push(Denial::new(
                 403,
                 if chosen {
                     format!(
@@ -290,6 +368,7 @@ fn findings(
                         req.namespace, config.node_selector_key
                     )
                 },
+                Kind::Found(Finding::Placement(None)),
             )),
             // The namespace was relabelled between the mutating call and this one: the pod
             // carries the pool the mutating webhook gave it, as it would had it come a moment
@@ -298,14 +377,20 @@ fn findings(
                 if is_pod
                     && req.operation == Operation::Create
                     && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
-            Placement::Conflict(message) => found.denials.push((403, message)),
-            Placement::Invalid(message) => found.denials.push((400, message)),
+            Placement::Conflict(message) => found.denials.push(Denial::new(
+                403,
+                message.clone(),
+                Kind::Found(Finding::Placement(Some(message))),
+            )),
+            Placement::Invalid(message) => {
+                found.denials.push(Denial::new(400, message, Kind::Unread))
+            }
         }
     }
     let outcomes = match checks.policies {
         Ok(outcomes) => outcomes,
         Err(reason) => {
-            found.denials.push((400, reason));
+            found.denials.push(Denial::new(400, reason, Kind::Unread));
             return found;
         }
     };
@@ -336,9 +421,15 @@ fn findings(
         });
         let result = result.map_err(|e| one_line(&e));
         match (result, outcome.enforcement) {
-            (Ok(messages), Enforcement::Deny) => found
-                .denials
-                .extend(messages.into_iter().map(|m| (403, format!("{name}: {m}")))),
+            (Ok(messages), Enforcement::Deny) => {
+                found.denials.extend(messages.into_iter().map(|m| {
+                    Denial::new(
+                        403,
+                        format!("{name}: {m}"),
+                        Kind::Found(Finding::Policy(name.clone(), m)),
+                    )
+                }))
+            }
             (Ok(messages), Enforcement::Warn) => found
                 .warnings
                 .extend(messages.into_iter().map(|m| format!("{name}: {m}"))),
@@ -346,9 +437,10 @@ fn findings(
                 .dryrun
                 .extend(messages.into_iter().map(|m| format!("{name}: {m}"))),
             (Err(error), Enforcement::Deny) => match config.evaluation.on_error {
-                OnError::Deny => found.denials.push((
+                OnError::Deny => found.denials.push(Denial::new(
                     500,
                     format!("policy {name} could not be evaluated, so the request is denied (evaluation.onError: deny): {error}"),
+                    Kind::Failed,
                 )),
                 OnError::Allow => found.warnings.push(format!(
                     "policy {name} could not be evaluated; allowed because evaluation.onError is allow: {error}"
@@ -381,7 +473,9 @@ mod tests {
 
     #[test]
     fn summary_caps_the_reasons() {
-        let denials: Vec<(u16, String)> = (0..25).map(|i| (403, format!("r{i}"))).collect();
+        let denials: Vec<Denial> = (0..25)
+            .map(|i| Denial::new(403, format!("r{i}"), Kind::Failed))
+            .collect();
         let text = summary(&denials, 20);
         assert_eq!(text.lines().count(), 21);
         assert!(text.starts_with("r0\nr1\n"), "{text}");
@@ -472,6 +566,144 @@ mod tests {
             Some("registry.example.com/app"),
         );
         assert!(d.allowed, "{d:?}");
+    }
+
+    /// On UPDATE the old object's findings hide the new object's only where both were read and
+    /// by finding, not by message: an old object that could not be read, a policy that failed
+    /// on both, or an infringement whose message names no image hides nothing new.
+    #[test]
+    fn an_update_is_compared_only_with_what_was_read() {
+        use crate::policy::template;
+        let id = format!("sha256:{}", "a".repeat(64));
+        let rules = crate::ruleset::RuleSet::new(
+            Config::parse(
+                "limits: {maxImagesPerPod: 3}\npolicies:\n  repos: {parameters: {}}\n",
+                "t",
+            )
+            .unwrap(),
+            PolicySet::compile(&[
+                template::from_rego(
+                    "repos",
+                    "package repos\ninfringement[{\"msg\": sprintf(\"%v is foreign\", [i])}] { i := input.services[_].functional_requirements[_].image; not startswith(i, \"registry.example.com/\") }\ninfringement[{\"msg\": m}] { input.services[_].functional_requirements[_].image == \"registry.example.com/boom\"; m := 1 / 0 }\n".to_string(),
+                    "repos.rego".into(),
+                ),
+            ])
+            .unwrap(),
+            Default::default(),
+            "t",
+        )
+        .unwrap();
+        let pod = |containers: &[&str], ephemeral: &[&str]| {
+            let list = |prefix: &str, images: &[&str]| -> Vec<Value> {
+                images
+                    .iter()
+                    .enumerate()
+                    .map(|(i, image)| serde_json::json!({"name": format!("{prefix}{i}"), "image": image}))
+                    .collect()
+            };
+            serde_json::json!({"metadata": {"name": "p"}, "spec": {
+                "containers": list("c", containers), "ephemeralContainers": list("e", ephemeral)}})
+        };
+        let decide = |sub: &str, new: &Value, old: &Value| {
+            let request = serde_json::json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "namespace": "free", "operation": "UPDATE", "subResource": sub, "object": new, "oldObject": old});
+            let req = Request::from_value(&request).unwrap();
+            validate(
+                &req,
+                Scope::default(),
+                &rules.config,
+                &rules.policies,
+                &rules.placement,
+            )
+        };
+        let ok = "registry.example.com/app:1";
+        let evil = "evil.io/x:1";
+        let mut relabelled = pod(&[&id], &[]);
+        relabelled["metadata"]["labels"] = serde_json::json!({"a": "b"});
+        // (what, old, new, subresource, the decision's (allowed, code))
+        let cases: Vec<(&str, Value, Value, &str, (bool, u16))> = vec![
+            (
+                "image ID, foreign ephemeral container",
+                pod(&[&id], &[]),
+                pod(&[&id], &[evil]),
+                "ephemeralcontainers",
+                (false, 400),
+            ),
+            (
+                "image ID, foreign container added",
+                pod(&[&id, ok], &[]),
+                pod(&[&id, evil], &[]),
+                "",
+                (false, 400),
+            ),
+            (
+                "image ID removed, foreign image in",
+                pod(&[&id], &[]),
+                pod(&[evil], &[]),
+                "",
+                (false, 403),
+            ),
+            (
+                "too many images, one swapped",
+                pod(&[ok, ok, ok, ok], &[]),
+                pod(&[ok, ok, ok, evil], &[]),
+                "",
+                (false, 400),
+            ),
+            (
+                "too many images, ephemeral added",
+                pod(&[ok, ok, ok, ok], &[]),
+                pod(&[ok, ok, ok, ok], &[evil]),
+                "ephemeralcontainers",
+                (false, 400),
+            ),
+            (
+                "invalid reference, foreign ephemeral",
+                pod(&["Bad..host/x", ok], &[]),
+                pod(&["Bad..host/x", ok], &[evil]),
+                "ephemeralcontainers",
+                (false, 400),
+            ),
+            (
+                "old unreadable, new readable and clean",
+                pod(&[&id], &[]),
+                pod(&[ok], &[]),
+                "",
+                (true, 0),
+            ),
+            (
+                "unreadable, spec unchanged",
+                pod(&[&id], &[]),
+                relabelled.clone(),
+                "",
+                (true, 0),
+            ),
+            (
+                "a policy error on both, foreign image added",
+                pod(&["registry.example.com/boom"], &[]),
+                pod(&["registry.example.com/boom"], &[evil]),
+                "ephemeralcontainers",
+                (false, 500),
+            ),
+            (
+                "a foreign image the old object had",
+                pod(&[evil], &[]),
+                pod(&[evil, ok], &[]),
+                "",
+                (true, 0),
+            ),
+            (
+                "a second foreign image",
+                pod(&[evil], &[]),
+                pod(&[evil, "evil.io/y:1"], &[]),
+                "",
+                (false, 403),
+            ),
+        ];
+        for (what, old, new, sub, want) in cases {
+            let d = decide(sub, &new, &old);
+            assert_eq!((d.allowed, d.code), want, "{what}: {d:?}");
+        }
     }
 
     #[test]

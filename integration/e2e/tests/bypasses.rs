@@ -260,3 +260,35 @@ async fn large_storable_objects_are_decided() {
     })
     .await;
 }
+
+/// A pod poolguard cannot read (here: an image ID, which it refuses at creation) that exists all
+/// the same, created while its namespace had no pool and so was not checked: an ephemeral
+/// container with a foreign image added to it is refused. The old object's error does not make
+/// the new one's "nothing new": the new object is judged on its own.
+#[tokio::test]
+async fn unreadable_pods_get_no_foreign_ephemeral_containers() {
+    run("unreadable_pods_get_no_foreign_ephemeral_containers", |env| async move {
+        let ns = env.namespace("unread", None).await?;
+        let image_id = format!("sha256:{}", "a".repeat(64));
+        let mut pod = serde_json::to_value(env.pod("unread", &image_id, None)?)?;
+        pod["spec"]["containers"][0]["name"] = json!("main");
+        match env.create_pod(&ns, &from_json(pod)?).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.message.contains("image ID") => {
+                env.say("skipped: poolguard checks namespaces without a pool, so no unreadable pod can be made");
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("creating a pod with an image ID in a namespace without a pool"),
+        }
+        env.relabel_and_await_watch(&ns, env.pool1()).await?;
+        env.say("check: an ephemeral container from a registry that is not allowed is refused on a pod poolguard cannot read");
+        let debug = json!({"spec": {"ephemeralContainers": [{"name": "debug", "image": env.denied_image, "targetContainerName": "main"}]}});
+        let result = env
+            .pods(&ns)
+            .patch_subresource("ephemeralcontainers", "unread", &PatchParams::default(), &Patch::Strategic(debug))
+            .await;
+        expect_refused("foreign ephemeral container on an unreadable pod", result, 400, &["image ID"])?;
+        Ok(())
+    })
+    .await;
+}
