@@ -169,25 +169,40 @@ pub fn load_node_facts(path: &Path) -> Result<Vec<NodeFacts>> {
         .iter()
         .enumerate()
     {
+        let at = format!("{origin}: document {}", i + 1);
         let items = match doc["kind"].as_str() {
             Some("Node") => std::slice::from_ref(doc),
             Some("List" | "NodeList") => doc["items"].as_array().map_or(&[][..], Vec::as_slice),
-            other => bail!(
-                "{origin}: document {}: expected a Node or a List of them, got kind {other:?}",
-                i + 1
+            _ => bail!(
+                "{at}: expected a Node or a v1 List of them, found {}",
+                found(doc)
             ),
         };
-        for node in items {
-            if let Some(kind) = node["kind"].as_str().filter(|k| *k != "Node") {
-                bail!(
-                    "{origin}: document {}: expected a Node, got kind {kind:?}",
-                    i + 1
-                );
+        for (j, node) in items.iter().enumerate() {
+            if !node.is_object() || node["kind"].as_str().is_some_and(|k| k != "Node") {
+                bail!("{at}: items[{j}]: expected a Node, found {}", found(node));
             }
             nodes.push(NodeFacts::from_node(node).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
         }
     }
     Ok(nodes)
+}
+
+/// What a document that is not the object expected is, for an error.
+fn found(doc: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match doc {
+        Value::Object(o) => match o.get("kind") {
+            Some(Value::String(kind)) => format!("kind {kind}"),
+            Some(_) => "an object whose `kind` is not a string".to_string(),
+            None => "an object without `kind`".to_string(),
+        },
+        Value::Array(_) => "a sequence (a list of items rather than an object)".to_string(),
+        Value::String(_) => "a string".to_string(),
+        Value::Number(_) => "a number".to_string(),
+        Value::Bool(_) => "a boolean".to_string(),
+        Value::Null => "null".to_string(),
+    }
 }
 
 /// Reads `path`, or standard input for `-`.
@@ -223,6 +238,35 @@ mod tests {
         write("b.yaml", "name: b\npolicy: |\n  package b\n");
         let err = load_templates(dir.path()).unwrap_err().to_string();
         assert!(err.contains("already defined"), "{err}");
+    }
+
+    #[test]
+    fn nodes_file_errors_say_what_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, found) in [
+            (
+                "metadata: {name: a}\n",
+                "document 1: expected a Node or a v1 List of them, found an object without `kind`",
+            ),
+            ("kind: Pod\n", "found kind Pod"),
+            ("- kind: Node\n  metadata: {name: a}\n", "found a sequence"),
+            (
+                "kind: List\nitems:\n- kind: Pod\n",
+                "document 1: items[0]: expected a Node, found kind Pod",
+            ),
+            (
+                "kind: List\nitems:\n- just text\n",
+                "items[0]: expected a Node, found a string",
+            ),
+        ] {
+            let path = dir.path().join("nodes.yaml");
+            std::fs::write(&path, text).unwrap();
+            let err = load_node_facts(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("nodes.yaml: ") && err.contains(found),
+                "{text:?}: {err}"
+            );
+        }
     }
 
     #[test]
