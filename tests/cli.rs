@@ -882,3 +882,31 @@ fn audit_of_compliant_objects_exits_0_and_bad_input_exits_2() {
         );
     }
 }
+
+/// `serve` and `audit` spell the report flags alike; the old `serve --audit-*` spellings still
+/// work.
+#[test]
+fn serve_and_audit_share_the_report_flags() {
+    for (api, max) in [
+        ("--report-api", "--max-results-per-report"),
+        ("--audit-report-api", "--audit-max-results-per-report"),
+    ] {
+        // Refused by the check of the value, so after parsing and before serving anything.
+        let out = poolguard(&["serve", api, "openreports", max, "0"], None);
+        assert_eq!(
+            text(&out.stderr),
+            "poolguard: error: --max-results-per-report and --audit-page-size must be at least 1\n",
+            "{api} {max}"
+        );
+        let mut args = AUDIT.to_vec();
+        args.extend(["--output", "reports", api, "openreports", max, "1"]);
+        let out = poolguard(&args, None);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let reports = poolguard_core::documents::parse(&text(&out.stdout), "stdout").unwrap();
+        assert_eq!(reports[0]["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(reports[0]["results"].as_array().unwrap().len(), 1);
+    }
+    let help = text(&poolguard(&["serve", "--help"], None).stdout);
+    assert!(help.contains("--report-api") && help.contains("--max-results-per-report"));
+    assert!(!help.contains("--audit-report-api"), "{help}");
+}

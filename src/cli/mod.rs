@@ -153,12 +153,22 @@ struct AuditArgs {
     /// What to print.
     #[arg(long, value_enum, default_value = "table")]
     output: audit::Output,
-    /// With --output reports: the report API to write.
-    #[arg(long, value_enum, default_value = "policyreport")]
+    /// With --output reports: the report API to write (as `serve --report-api`).
+    #[arg(
+        long,
+        alias = "audit-report-api",
+        value_enum,
+        default_value = "policyreport"
+    )]
     report_api: ReportApiArg,
     /// With --output reports: results listed in one report (failures and errors first); the
     /// number left out is in the annotation poolguard.io/results-omitted.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    #[arg(
+        long,
+        alias = "audit-max-results-per-report",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
     max_results_per_report: usize,
 }
 
@@ -307,12 +317,22 @@ struct ServeAuditArgs {
     /// validating webhook's namespace scope. Default: every namespace.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     audit_namespace_selector: String,
-    /// The report API written (its CRD must be installed).
-    #[arg(long, value_enum, default_value = "policyreport")]
+    /// The report API the audit writes (its CRD must be installed); as `audit --report-api`.
+    #[arg(
+        long = "report-api",
+        alias = "audit-report-api",
+        value_enum,
+        default_value = "policyreport"
+    )]
     audit_report_api: ReportApiArg,
     /// Results listed in one report (failures and errors first); the number left out is in the
-    /// annotation poolguard.io/results-omitted.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    /// annotation poolguard.io/results-omitted. As `audit --max-results-per-report`.
+    #[arg(
+        long = "max-results-per-report",
+        alias = "audit-max-results-per-report",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
     audit_max_results_per_report: usize,
     /// Objects per list call of the audit.
     #[arg(long, default_value_t = 500, value_name = "N")]
@@ -347,9 +367,7 @@ impl ServeAuditArgs {
             return Ok(None);
         }
         if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
-            anyhow::bail!(
-                "--audit-max-results-per-report and --audit-page-size must be at least 1"
-            );
+            anyhow::bail!("--max-results-per-report and --audit-page-size must be at least 1");
         }
         if self.lease_duration < std::time::Duration::from_secs(2) {
             anyhow::bail!("--lease-duration must be at least 2s");
