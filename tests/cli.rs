@@ -910,3 +910,35 @@ fn serve_and_audit_share_the_report_flags() {
     assert!(help.contains("--report-api") && help.contains("--max-results-per-report"));
     assert!(!help.contains("--audit-report-api"), "{help}");
 }
+
+/// The cluster commands' errors name only flags the command has.
+#[test]
+fn no_cluster_hints_name_the_commands_own_flags() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, hint) in [
+        (&["rollout", "status"][..], "give --kubeconfig"),
+        (
+            &["audit"][..],
+            "give --kubeconfig, or --manifests DIR with --namespaces-file",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("KUBECONFIG", home.path().join("none"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no cluster configured") && stderr.contains(hint),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("--dev"), "{args:?}: {stderr}");
+        if args[0] == "rollout" {
+            assert!(!stderr.contains("--namespaces-file"), "{stderr}");
+        }
+    }
+}

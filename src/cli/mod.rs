@@ -643,7 +643,11 @@ fn cluster_audit(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let client = serve::kube_client(kubeconfig).await?;
+        let client = serve::kube_client(
+            kubeconfig,
+            "give --kubeconfig, or --manifests DIR with --namespaces-file to audit files instead",
+        )
+        .await?;
         let options = crate::audit::scan::ScanOptions {
             namespace_selector,
             page_size: 500,
@@ -740,7 +744,8 @@ fn run(command: Command) -> Result<ExitCode> {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = serve::kube_client(args.kubeconfig.as_deref()).await?;
+                let client =
+                    serve::kube_client(args.kubeconfig.as_deref(), "give --kubeconfig").await?;
                 let at = crate::rollout::store::Location {
                     namespace: args
                         .namespace
