@@ -795,9 +795,12 @@ fn audit_writes_one_report_per_namespace() {
             "0b1c6a52-0001-4000-8000-000000000002"
         );
         assert!(result["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
-        // The unparsable document belongs to no namespace: it is named on stderr.
+        // The unparsable document belongs to no namespace: it is named on stderr, in the
+        // `poolguard: error: ...` form of every error line.
         assert!(
-            text(&out.stderr).contains("broken.yaml: document 1 (in no report)"),
+            text(&out.stderr).lines().any(|l| l.starts_with(
+                "poolguard: error: testdata/audit/manifests/broken.yaml: document 1 (in no report): "
+            )),
             "{}",
             text(&out.stderr)
         );
