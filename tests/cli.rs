@@ -945,3 +945,67 @@ fn no_cluster_hints_name_the_commands_own_flags() {
         }
     }
 }
+
+#[test]
+fn eval_of_a_kind_poolguard_does_not_decide_is_an_error() {
+    let pod = std::fs::read_to_string("testdata/manifests/pod.yaml").unwrap();
+    for (manifest, webhook, named) in [
+        (
+            pod.replace("kind: Pod", "kind: Pdo"),
+            "validate",
+            "kind Pdo (apiVersion v1)",
+        ),
+        (
+            pod.replace("kind: Pod", "kind: Pdo"),
+            "mutate",
+            "kind Pdo (apiVersion v1)",
+        ),
+        // A known kind in the wrong API group.
+        (
+            pod.replace("kind: Pod", "kind: Deployment"),
+            "validate",
+            "kind Deployment (apiVersion v1)",
+        ),
+        // Namespaces are decided by the validating webhook only.
+        (
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n".to_string(),
+            "mutate",
+            "kind Namespace (apiVersion v1)",
+        ),
+        // The second document: nothing is printed for the first either.
+        (
+            format!("{pod}---\n{}", pod.replace("kind: Pod", "kind: Pdo")),
+            "validate",
+            "document 2: ",
+        ),
+    ] {
+        let out = poolguard(
+            &["eval", "--namespaces-file", NS, "--webhook", webhook, "-"],
+            Some(&manifest),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{webhook} {named}: {stderr}");
+        assert_eq!(text(&out.stdout), "", "{named}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("poolguard: error: <stdin>: document ")
+                && stderr.contains(named)
+                && stderr.contains("it decides v1 Pod")
+                && stderr.contains("apps/v1 Deployment"),
+            "{stderr}"
+        );
+    }
+    // A Namespace is decided by --webhook validate.
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "validate",
+            "-",
+        ],
+        Some("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
