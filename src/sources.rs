@@ -49,9 +49,46 @@ impl Sources {
         }
     }
 
+    /// What the defaults left out, one warning each: the default policies directory, which is
+    /// relative to the working directory, not there (no policies are loaded); or, while the
+    /// config has placement policies choose pools, the default placement directory not there.
+    pub fn missing_defaults(&self, rules: &RuleSet) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.policies_dir.is_none() && self.policies_dir().is_none() {
+            let here = std::env::current_dir()
+                .map_or_else(|_| ".".to_string(), |d| d.display().to_string());
+            warnings.push(format!(
+                "no policies loaded: the default policies directory ./{DEFAULT_POLICIES_DIR} does not exist in {here}; give --policies-dir DIR"
+            ));
+        }
+        if self.placement_dir.is_none()
+            && self.placement_dir().is_none()
+            && rules.config.placement.is_some()
+        {
+            let dir = self.policies_dir().map_or_else(
+                || format!("./{DEFAULT_POLICIES_DIR}/{PLACEMENT_SUBDIR}"),
+                |d| d.join(PLACEMENT_SUBDIR).display().to_string(),
+            );
+            warnings.push(format!(
+                "no placement policies loaded, though the config's `placement` section has them choose pools: the default placement policies directory {dir} does not exist; give --placement-policies-dir DIR"
+            ));
+        }
+        warnings
+    }
+
     /// Loads all three; a config naming a policy that is not loaded, or leaving out a declared
-    /// input, is an error.
+    /// input, is an error, and so is a directory given that is not there.
     pub fn load(&self) -> Result<RuleSet> {
+        for (flag, dir) in [
+            ("--policies-dir", &self.policies_dir),
+            ("--placement-policies-dir", &self.placement_dir),
+        ] {
+            match dir {
+                Some(dir) if !dir.exists() => bail!("{flag} {}: no such directory", dir.display()),
+                Some(dir) if !dir.is_dir() => bail!("{flag} {}: not a directory", dir.display()),
+                _ => {}
+            }
+        }
         let config = match &self.config {
             Some(path) => load_config(path)?,
             None => Config::default(),

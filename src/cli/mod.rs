@@ -4,6 +4,7 @@ pub mod audit;
 pub mod eval;
 pub mod rollout;
 
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -116,9 +117,10 @@ struct EvalArgs {
     /// For manifests: the namespace to create them in (default: metadata.namespace, else "default").
     #[arg(long)]
     namespace: Option<String>,
-    /// AdmissionReview or manifest file; `-` reads standard input.
-    #[arg(default_value = "-", value_name = "FILE|-")]
-    input: String,
+    /// AdmissionReview or manifest file; `-` reads standard input. Default: standard input,
+    /// unless it is a terminal.
+    #[arg(value_name = "FILE|-")]
+    input: Option<String>,
 }
 
 #[derive(Args)]
@@ -547,14 +549,41 @@ struct CertsArgs {
 }
 
 /// Parses the command line and runs the command; errors are one line on stderr and exit 2.
+/// Output cut off by its reader (`poolguard ... | head`) ends quietly, with the status a shell
+/// gives a command SIGPIPE stopped.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(BROKEN_PIPE_STATUS),
         Err(e) => {
             eprintln!("poolguard: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// 128 + SIGPIPE (13).
+const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// Whether `e` comes from writing to a pipe whose reader has gone.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(BrokenPipe)
+    })
+}
+
+/// Warns on stderr about the default directories that are not there.
+fn warn_missing_defaults(sources: &Sources, rules: &poolguard_core::ruleset::RuleSet) {
+    for warning in sources.missing_defaults(rules) {
+        eprintln!("poolguard: warning: {warning}");
     }
 }
 
@@ -661,7 +690,16 @@ fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => serve(*args),
         Command::Eval(args) => {
-            let rules = args.rules.sources().load()?;
+            let input = match args.input {
+                Some(input) => input,
+                None if std::io::stdin().is_terminal() => anyhow::bail!(
+                    "no input: give the manifest or AdmissionReview FILE, or `-` to read standard input (usage: poolguard eval --namespaces-file FILE --webhook mutate|validate FILE|-)"
+                ),
+                None => "-".to_string(),
+            };
+            let sources = args.rules.sources();
+            let rules = sources.load()?;
+            warn_missing_defaults(&sources, &rules);
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
@@ -671,12 +709,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 )),
                 None => PoolSet::default(),
             };
-            let text = sources::read_input(&args.input)?;
-            let origin = if args.input == "-" {
-                "<stdin>"
-            } else {
-                &args.input
-            };
+            let text = sources::read_input(&input)?;
+            let origin = if input == "-" { "<stdin>" } else { &input };
             let mut stdout = std::io::stdout().lock();
             let allowed = eval::run(
                 args.webhook.into(),
@@ -694,7 +728,9 @@ fn run(command: Command) -> Result<ExitCode> {
             })
         }
         Command::Audit(args) => {
-            let rules = args.rules.sources().load()?;
+            let sources = args.rules.sources();
+            let rules = sources.load()?;
+            warn_missing_defaults(&sources, &rules);
             let results = match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
@@ -775,13 +811,15 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             let results = rego_tests::run(&templates, &tests)?;
             let failed = results.iter().filter(|r| r.failure.is_some()).count();
+            // Not println!, which panics when the reader has gone.
+            let mut out = std::io::stdout().lock();
             for r in &results {
                 match &r.failure {
-                    None => println!("PASS {}", r.name),
-                    Some(why) => println!("FAIL {}: {why}", r.name),
+                    None => writeln!(out, "PASS {}", r.name)?,
+                    Some(why) => writeln!(out, "FAIL {}: {why}", r.name)?,
                 }
             }
-            println!("{} passed, {failed} failed", results.len() - failed);
+            writeln!(out, "{} passed, {failed} failed", results.len() - failed)?;
             Ok(if failed == 0 && !results.is_empty() {
                 ExitCode::SUCCESS
             } else {

@@ -139,6 +139,9 @@ pub async fn start(opts: Options) -> Result<Running> {
         (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
     };
     let rules = opts.sources.load()?;
+    for warning in opts.sources.missing_defaults(&rules) {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
     let (namespaces, client) = namespace_source(&opts).await?;
     tracing::info!(?limits, "limits");
