@@ -49,9 +49,46 @@ impl Sources {
         }
     }
 
+    /// What the defaults left out, one warning each: the default policies directory, which is
+    /// relative to the working directory, not there (no policies are loaded); or, while the
+    /// config has placement policies choose pools, the default placement directory not there.
+    pub fn missing_defaults(&self, rules: &RuleSet) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.policies_dir.is_none() && self.policies_dir().is_none() {
+            let here = std::env::current_dir()
+                .map_or_else(|_| ".".to_string(), |d| d.display().to_string());
+            warnings.push(format!(
+                "no policies loaded: the default policies directory ./{DEFAULT_POLICIES_DIR} does not exist in {here}; give --policies-dir DIR"
+            ));
+        }
+        if self.placement_dir.is_none()
+            && self.placement_dir().is_none()
+            && rules.config.placement.is_some()
+        {
+            let dir = self.policies_dir().map_or_else(
+                || format!("./{DEFAULT_POLICIES_DIR}/{PLACEMENT_SUBDIR}"),
+                |d| d.join(PLACEMENT_SUBDIR).display().to_string(),
+            );
+            warnings.push(format!(
+                "no placement policies loaded, though the config's `placement` section has them choose pools: the default placement policies directory {dir} does not exist; give --placement-policies-dir DIR"
+            ));
+        }
+        warnings
+    }
+
     /// Loads all three; a config naming a policy that is not loaded, or leaving out a declared
-    /// input, is an error.
+    /// input, is an error, and so is a directory given that is not there.
     pub fn load(&self) -> Result<RuleSet> {
+        for (flag, dir) in [
+            ("--policies-dir", &self.policies_dir),
+            ("--placement-policies-dir", &self.placement_dir),
+        ] {
+            match dir {
+                Some(dir) if !dir.exists() => bail!("{flag} {}: no such directory", dir.display()),
+                Some(dir) if !dir.is_dir() => bail!("{flag} {}: not a directory", dir.display()),
+                _ => {}
+            }
+        }
         let config = match &self.config {
             Some(path) => load_config(path)?,
             None => Config::default(),
@@ -169,25 +206,40 @@ pub fn load_node_facts(path: &Path) -> Result<Vec<NodeFacts>> {
         .iter()
         .enumerate()
     {
+        let at = format!("{origin}: document {}", i + 1);
         let items = match doc["kind"].as_str() {
             Some("Node") => std::slice::from_ref(doc),
             Some("List" | "NodeList") => doc["items"].as_array().map_or(&[][..], Vec::as_slice),
-            other => bail!(
-                "{origin}: document {}: expected a Node or a List of them, got kind {other:?}",
-                i + 1
+            _ => bail!(
+                "{at}: expected a Node or a v1 List of them, found {}",
+                found(doc)
             ),
         };
-        for node in items {
-            if let Some(kind) = node["kind"].as_str().filter(|k| *k != "Node") {
-                bail!(
-                    "{origin}: document {}: expected a Node, got kind {kind:?}",
-                    i + 1
-                );
+        for (j, node) in items.iter().enumerate() {
+            if !node.is_object() || node["kind"].as_str().is_some_and(|k| k != "Node") {
+                bail!("{at}: items[{j}]: expected a Node, found {}", found(node));
             }
             nodes.push(NodeFacts::from_node(node).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
         }
     }
     Ok(nodes)
+}
+
+/// What a document that is not the object expected is, for an error.
+fn found(doc: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match doc {
+        Value::Object(o) => match o.get("kind") {
+            Some(Value::String(kind)) => format!("kind {kind}"),
+            Some(_) => "an object whose `kind` is not a string".to_string(),
+            None => "an object without `kind`".to_string(),
+        },
+        Value::Array(_) => "a sequence (a list of items rather than an object)".to_string(),
+        Value::String(_) => "a string".to_string(),
+        Value::Number(_) => "a number".to_string(),
+        Value::Bool(_) => "a boolean".to_string(),
+        Value::Null => "null".to_string(),
+    }
 }
 
 /// Reads `path`, or standard input for `-`.
@@ -223,6 +275,35 @@ mod tests {
         write("b.yaml", "name: b\npolicy: |\n  package b\n");
         let err = load_templates(dir.path()).unwrap_err().to_string();
         assert!(err.contains("already defined"), "{err}");
+    }
+
+    #[test]
+    fn nodes_file_errors_say_what_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, found) in [
+            (
+                "metadata: {name: a}\n",
+                "document 1: expected a Node or a v1 List of them, found an object without `kind`",
+            ),
+            ("kind: Pod\n", "found kind Pod"),
+            ("- kind: Node\n  metadata: {name: a}\n", "found a sequence"),
+            (
+                "kind: List\nitems:\n- kind: Pod\n",
+                "document 1: items[0]: expected a Node, found kind Pod",
+            ),
+            (
+                "kind: List\nitems:\n- just text\n",
+                "items[0]: expected a Node, found a string",
+            ),
+        ] {
+            let path = dir.path().join("nodes.yaml");
+            std::fs::write(&path, text).unwrap();
+            let err = load_node_facts(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("nodes.yaml: ") && err.contains(found),
+                "{text:?}: {err}"
+            );
+        }
     }
 
     #[test]

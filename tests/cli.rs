@@ -303,7 +303,7 @@ fn bad_input_is_a_clear_error_with_exit_2() {
                 "mutate",
             ],
             None,
-            "policies directory nope",
+            "--policies-dir nope: no such directory",
         ),
         (
             vec!["policy", "test", "--policies-dir", "testdata/reviews"],
@@ -795,9 +795,12 @@ fn audit_writes_one_report_per_namespace() {
             "0b1c6a52-0001-4000-8000-000000000002"
         );
         assert!(result["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
-        // The unparsable document belongs to no namespace: it is named on stderr.
+        // The unparsable document belongs to no namespace: it is named on stderr, in the
+        // `poolguard: error: ...` form of every error line.
         assert!(
-            text(&out.stderr).contains("broken.yaml: document 1 (in no report)"),
+            text(&out.stderr).lines().any(|l| l.starts_with(
+                "poolguard: error: testdata/audit/manifests/broken.yaml: document 1 (in no report): "
+            )),
             "{}",
             text(&out.stderr)
         );
@@ -927,4 +930,290 @@ fn config_check_loads_what_serve_loads_and_names_what_does_not() {
     assert!(error.starts_with("poolguard: error: "), "{error}");
     assert!(error.contains("alowedrepositories"), "{error}");
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
+/// `poolguard` run in `dir` instead of the repository root.
+fn poolguard_in(dir: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// A file of this repository by absolute path, for runs in another directory.
+fn repo_file(path: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn eval_of_a_kind_poolguard_does_not_decide_is_an_error() {
+    let pod = std::fs::read_to_string("testdata/manifests/pod.yaml").unwrap();
+    for (manifest, webhook, named) in [
+        (
+            pod.replace("kind: Pod", "kind: Pdo"),
+            "validate",
+            "kind Pdo (apiVersion v1)",
+        ),
+        (
+            pod.replace("kind: Pod", "kind: Pdo"),
+            "mutate",
+            "kind Pdo (apiVersion v1)",
+        ),
+        // A known kind in the wrong API group.
+        (
+            pod.replace("kind: Pod", "kind: Deployment"),
+            "validate",
+            "kind Deployment (apiVersion v1)",
+        ),
+        // Namespaces are decided by the validating webhook only.
+        (
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n".to_string(),
+            "mutate",
+            "kind Namespace (apiVersion v1)",
+        ),
+        // The second document: nothing is printed for the first either.
+        (
+            format!("{pod}---\n{}", pod.replace("kind: Pod", "kind: Pdo")),
+            "validate",
+            "document 2: ",
+        ),
+    ] {
+        let out = poolguard(
+            &["eval", "--namespaces-file", NS, "--webhook", webhook, "-"],
+            Some(&manifest),
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{webhook} {named}: {stderr}");
+        assert_eq!(text(&out.stdout), "", "{named}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("poolguard: error: <stdin>: document ")
+                && stderr.contains(named)
+                && stderr.contains("it decides v1 Pod")
+                && stderr.contains("apps/v1 Deployment"),
+            "{stderr}"
+        );
+    }
+    // A Namespace is decided by --webhook validate.
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "validate",
+            "-",
+        ],
+        Some("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// With no FILE and a terminal on standard input, eval says what it needs instead of waiting.
+/// Needs util-linux `script` for the terminal; skipped without it.
+#[test]
+fn eval_without_a_file_on_a_terminal_prints_the_usage() {
+    let probe = Command::new("script")
+        .args(["-qec", "true", "/dev/null"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: no util-linux `script` to run poolguard on a terminal");
+        return;
+    }
+    let command = format!(
+        "{} eval --namespaces-file {NS} --webhook validate",
+        env!("CARGO_BIN_EXE_poolguard")
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Standard input stays open: poolguard must not wait for it.
+    let _stdin = child.stdin.take();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    let terminal = text(&out.stdout);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{terminal}");
+    assert!(
+        terminal.starts_with("poolguard: error: no input: ")
+            && terminal.contains("usage: poolguard eval")
+            && terminal.trim_end().lines().count() == 1,
+        "{terminal:?}"
+    );
+}
+
+#[test]
+fn a_missing_default_policies_dir_is_a_warning_and_a_missing_given_one_an_error() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (ns, pod) = (repo_file(NS), repo_file("testdata/manifests/pod.yaml"));
+    let eval = ["eval", "--namespaces-file", &ns, "--webhook", "mutate"];
+    let out = poolguard_in(elsewhere.path(), &[&eval[..], &[&pod]].concat(), None);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with("poolguard: warning: no policies loaded: the default policies directory ./policies does not exist in ")
+            && stderr.contains("give --policies-dir DIR"),
+        "{stderr}"
+    );
+    // With the placement section on, the placement policies' default directory too.
+    let config = elsewhere.path().join("config.yaml");
+    std::fs::write(&config, "placement:\n  chooseValue: auto\n").unwrap();
+    std::fs::create_dir(elsewhere.path().join("policies")).unwrap();
+    let config_flag = format!("--config={}", config.display());
+    let out = poolguard_in(
+        elsewhere.path(),
+        &[&eval[..], &[&config_flag, &pod]].concat(),
+        None,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("poolguard: warning: no placement policies loaded")
+            && stderr.contains("directory policies/placement does not exist")
+            && stderr.contains("give --placement-policies-dir DIR"),
+        "{stderr}"
+    );
+    // In the repository root the defaults are there: no warning.
+    let out = poolguard(
+        &[&eval[..], &["testdata/manifests/pod.yaml"]].concat(),
+        None,
+    );
+    assert_eq!(text(&out.stderr), "");
+
+    for flag in ["--policies-dir", "--placement-policies-dir"] {
+        let missing = elsewhere.path().join("nowhere");
+        let given = format!("{flag}={}", missing.display());
+        let out = poolguard(
+            &[&eval[..], &[&given, "testdata/manifests/pod.yaml"]].concat(),
+            None,
+        );
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        assert_eq!(
+            text(&out.stderr),
+            format!(
+                "poolguard: error: {flag} {}: no such directory\n",
+                missing.display()
+            )
+        );
+    }
+}
+
+/// The cluster commands' errors name only flags the command has.
+#[test]
+fn no_cluster_hints_name_the_commands_own_flags() {
+    let home = tempfile::tempdir().unwrap();
+    for (args, hint) in [
+        (&["rollout", "status"][..], "give --kubeconfig"),
+        (
+            &["audit"][..],
+            "give --kubeconfig, or --manifests DIR with --namespaces-file",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("KUBECONFIG", home.path().join("none"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no cluster configured") && stderr.contains(hint),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("--dev"), "{args:?}: {stderr}");
+        if args[0] == "rollout" {
+            assert!(!stderr.contains("--namespaces-file"), "{stderr}");
+        }
+    }
+}
+
+/// A reader that goes away (`poolguard eval ... | head -1`) ends the output quietly.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Write;
+    let pod = std::fs::read_to_string("testdata/manifests/pod.yaml").unwrap();
+    for args in [
+        &["eval", "--namespaces-file", NS, "--webhook", "mutate", "-"][..],
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--webhook",
+            "validate",
+            "-",
+        ][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before poolguard can write: it writes only after reading its input.
+        drop(child.stdout.take());
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(pod.as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(text(&out.stderr), "", "{args:?}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}");
+    }
+}
+
+/// `serve` and `audit` spell the report flags alike; the old `serve --audit-*` spellings still
+/// work.
+#[test]
+fn serve_and_audit_share_the_report_flags() {
+    for (api, max) in [
+        ("--report-api", "--max-results-per-report"),
+        ("--audit-report-api", "--audit-max-results-per-report"),
+    ] {
+        // Refused by the check of the value, so after parsing and before serving anything.
+        let out = poolguard(&["serve", api, "openreports", max, "0"], None);
+        assert_eq!(
+            text(&out.stderr),
+            "poolguard: error: --max-results-per-report and --audit-page-size must be at least 1\n",
+            "{api} {max}"
+        );
+        let mut args = AUDIT.to_vec();
+        args.extend(["--output", "reports", api, "openreports", max, "1"]);
+        let out = poolguard(&args, None);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let reports = poolguard_core::documents::parse(&text(&out.stdout), "stdout").unwrap();
+        assert_eq!(reports[0]["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(reports[0]["results"].as_array().unwrap().len(), 1);
+    }
+    let help = text(&poolguard(&["serve", "--help"], None).stdout);
+    assert!(help.contains("--report-api") && help.contains("--max-results-per-report"));
+    assert!(!help.contains("--audit-report-api"), "{help}");
 }

@@ -606,12 +606,12 @@ for name in names:
     # Flags.
     check(arg("--audit-interval") == {"audit-off": "0", "openreports": "1h30m"}.get(name, "10m"),
           f"--audit-interval {arg('--audit-interval')!r}")
-    audit_flags = ["--audit-namespace-selector", "--audit-report-api", "--audit-max-results-per-report",
+    audit_flags = ["--audit-namespace-selector", "--report-api", "--max-results-per-report",
                    "--lease-name", "--lease-duration"]
     if audit_on:
-        check(arg("--audit-report-api") == api_name, f"--audit-report-api {arg('--audit-report-api')!r}")
-        check(arg("--audit-max-results-per-report") == ("200" if name == "openreports" else "1000"),
-              f"--audit-max-results-per-report {arg('--audit-max-results-per-report')!r}")
+        check(arg("--report-api") == api_name, f"--report-api {arg('--report-api')!r}")
+        check(arg("--max-results-per-report") == ("200" if name == "openreports" else "1000"),
+              f"--max-results-per-report {arg('--max-results-per-report')!r}")
         check(arg("--lease-name") == lease, f"--lease-name {arg('--lease-name')!r}, want {lease}")
         check(arg("--lease-duration") == ("30s" if name == "openreports" else "15s"),
               f"--lease-duration {arg('--lease-duration')!r}")

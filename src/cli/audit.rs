@@ -102,7 +102,7 @@ pub fn print(
             for r in results.iter().filter(|r| r.resource.namespace.is_empty()) {
                 writeln!(
                     err,
-                    "poolguard: {} {} (in no report): {}",
+                    "poolguard: {}: {} (in no report): {}",
                     r.result.as_str(),
                     object_name(&r.resource),
                     r.message

@@ -38,6 +38,10 @@ pub fn run(
         };
         return review_mode(webhook, review, origin, namespaces, rules, out);
     }
+    for (i, doc) in docs.iter().enumerate() {
+        check_decided(webhook, doc)
+            .map_err(|e| anyhow::anyhow!("{origin}: document {}: {e}", i + 1))?;
+    }
     let mut all_allowed = true;
     for (i, doc) in docs.iter().enumerate() {
         if i > 0 {
@@ -46,6 +50,31 @@ pub fn run(
         all_allowed &= manifest_mode(webhook, doc, i, namespace, namespaces, rules, out)?;
     }
     Ok(all_allowed)
+}
+
+/// The kinds a manifest may have, as an error lists them.
+const DECIDED_KINDS: &str = "v1 Pod and ReplicationController; apps/v1 Deployment, ReplicaSet, StatefulSet and DaemonSet; batch/v1 Job and CronJob; and, with --webhook validate, v1 Namespace";
+
+/// A manifest of a kind the webhook does not decide is an error: the cluster would not even
+/// send it to poolguard, so "allowed" would say nothing.
+fn check_decided(webhook: Webhook, object: &Value) -> Result<()> {
+    if !object.is_object() {
+        bail!("expected a manifest (an object with apiVersion and kind)");
+    }
+    let kind = object["kind"]
+        .as_str()
+        .context("the manifest has no `kind`")?;
+    let api_version = object["apiVersion"]
+        .as_str()
+        .context("the manifest has no `apiVersion`")?;
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let namespace = webhook == Webhook::Validate && group.is_empty() && kind == "Namespace";
+    if admission::pod_spec_path(group, kind).is_none() && !namespace {
+        bail!(
+            "poolguard does not decide kind {kind} (apiVersion {api_version}); it decides {DECIDED_KINDS}"
+        );
+    }
+    Ok(())
 }
 
 fn review_mode(

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod eval;
 pub mod rollout;
 
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -128,9 +129,10 @@ struct EvalArgs {
     /// For manifests: the namespace to create them in (default: metadata.namespace, else "default").
     #[arg(long)]
     namespace: Option<String>,
-    /// AdmissionReview or manifest file; `-` reads standard input.
-    #[arg(default_value = "-", value_name = "FILE|-")]
-    input: String,
+    /// AdmissionReview or manifest file; `-` reads standard input. Default: standard input,
+    /// unless it is a terminal.
+    #[arg(value_name = "FILE|-")]
+    input: Option<String>,
 }
 
 #[derive(Args)]
@@ -165,12 +167,22 @@ struct AuditArgs {
     /// What to print.
     #[arg(long, value_enum, default_value = "table")]
     output: audit::Output,
-    /// With --output reports: the report API to write.
-    #[arg(long, value_enum, default_value = "policyreport")]
+    /// With --output reports: the report API to write (as `serve --report-api`).
+    #[arg(
+        long,
+        alias = "audit-report-api",
+        value_enum,
+        default_value = "policyreport"
+    )]
     report_api: ReportApiArg,
     /// With --output reports: results listed in one report (failures and errors first); the
     /// number left out is in the annotation poolguard.io/results-omitted.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    #[arg(
+        long,
+        alias = "audit-max-results-per-report",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
     max_results_per_report: usize,
 }
 
@@ -327,12 +339,22 @@ struct ServeAuditArgs {
     /// validating webhook's namespace scope. Default: every namespace.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     audit_namespace_selector: String,
-    /// The report API written (its CRD must be installed).
-    #[arg(long, value_enum, default_value = "policyreport")]
+    /// The report API the audit writes (its CRD must be installed); as `audit --report-api`.
+    #[arg(
+        long = "report-api",
+        alias = "audit-report-api",
+        value_enum,
+        default_value = "policyreport"
+    )]
     audit_report_api: ReportApiArg,
     /// Results listed in one report (failures and errors first); the number left out is in the
-    /// annotation poolguard.io/results-omitted.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    /// annotation poolguard.io/results-omitted. As `audit --max-results-per-report`.
+    #[arg(
+        long = "max-results-per-report",
+        alias = "audit-max-results-per-report",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
     audit_max_results_per_report: usize,
     /// Objects per list call of the audit.
     #[arg(long, default_value_t = 500, value_name = "N")]
@@ -367,9 +389,7 @@ impl ServeAuditArgs {
             return Ok(None);
         }
         if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
-            anyhow::bail!(
-                "--audit-max-results-per-report and --audit-page-size must be at least 1"
-            );
+            anyhow::bail!("--max-results-per-report and --audit-page-size must be at least 1");
         }
         if self.lease_duration < std::time::Duration::from_secs(2) {
             anyhow::bail!("--lease-duration must be at least 2s");
@@ -549,14 +569,41 @@ struct CertsArgs {
 }
 
 /// Parses the command line and runs the command; errors are one line on stderr and exit 2.
+/// Output cut off by its reader (`poolguard ... | head`) ends quietly, with the status a shell
+/// gives a command SIGPIPE stopped.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(BROKEN_PIPE_STATUS),
         Err(e) => {
             eprintln!("poolguard: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// 128 + SIGPIPE (13).
+const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// Whether `e` comes from writing to a pipe whose reader has gone.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(BrokenPipe)
+    })
+}
+
+/// Warns on stderr about the default directories that are not there.
+fn warn_missing_defaults(sources: &Sources, rules: &poolguard_core::ruleset::RuleSet) {
+    for warning in sources.missing_defaults(rules) {
+        eprintln!("poolguard: warning: {warning}");
     }
 }
 
@@ -646,7 +693,11 @@ fn cluster_audit(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let client = serve::kube_client(kubeconfig).await?;
+        let client = serve::kube_client(
+            kubeconfig,
+            "give --kubeconfig, or --manifests DIR with --namespaces-file to audit files instead",
+        )
+        .await?;
         let options = crate::audit::scan::ScanOptions {
             namespace_selector,
             page_size: 500,
@@ -660,7 +711,16 @@ fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => serve(*args),
         Command::Eval(args) => {
-            let rules = args.rules.sources().load()?;
+            let input = match args.input {
+                Some(input) => input,
+                None if std::io::stdin().is_terminal() => anyhow::bail!(
+                    "no input: give the manifest or AdmissionReview FILE, or `-` to read standard input (usage: poolguard eval --namespaces-file FILE --webhook mutate|validate FILE|-)"
+                ),
+                None => "-".to_string(),
+            };
+            let sources = args.rules.sources();
+            let rules = sources.load()?;
+            warn_missing_defaults(&sources, &rules);
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
@@ -670,12 +730,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 )),
                 None => PoolSet::default(),
             };
-            let text = sources::read_input(&args.input)?;
-            let origin = if args.input == "-" {
-                "<stdin>"
-            } else {
-                &args.input
-            };
+            let text = sources::read_input(&input)?;
+            let origin = if input == "-" { "<stdin>" } else { &input };
             let mut stdout = std::io::stdout().lock();
             let allowed = eval::run(
                 args.webhook.into(),
@@ -693,7 +749,9 @@ fn run(command: Command) -> Result<ExitCode> {
             })
         }
         Command::Audit(args) => {
-            let rules = args.rules.sources().load()?;
+            let sources = args.rules.sources();
+            let rules = sources.load()?;
+            warn_missing_defaults(&sources, &rules);
             let results = match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
@@ -743,7 +801,8 @@ fn run(command: Command) -> Result<ExitCode> {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
-                let client = serve::kube_client(args.kubeconfig.as_deref()).await?;
+                let client =
+                    serve::kube_client(args.kubeconfig.as_deref(), "give --kubeconfig").await?;
                 let at = crate::rollout::store::Location {
                     namespace: args
                         .namespace
@@ -773,13 +832,15 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             let results = rego_tests::run(&templates, &tests)?;
             let failed = results.iter().filter(|r| r.failure.is_some()).count();
+            // Not println!, which panics when the reader has gone.
+            let mut out = std::io::stdout().lock();
             for r in &results {
                 match &r.failure {
-                    None => println!("PASS {}", r.name),
-                    Some(why) => println!("FAIL {}: {why}", r.name),
+                    None => writeln!(out, "PASS {}", r.name)?,
+                    Some(why) => writeln!(out, "FAIL {}: {why}", r.name)?,
                 }
             }
-            println!("{} passed, {failed} failed", results.len() - failed);
+            writeln!(out, "{} passed, {failed} failed", results.len() - failed)?;
             Ok(if failed == 0 && !results.is_empty() {
                 ExitCode::SUCCESS
             } else {

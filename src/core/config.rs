@@ -89,13 +89,18 @@ pub struct PlacementPolicySettings {
 pub struct PoolAuthority {
     #[serde(default)]
     pub users: Vec<String>,
-    /// Default: `system:masters` (cluster admins) only.
+    /// Default: the cluster admins, [`DEFAULT_AUTHORITY_GROUPS`].
     #[serde(default = "default_authority_groups")]
     pub groups: Vec<String>,
 }
 
+/// The groups of a cluster's admins: `system:masters`, and `kubeadm:cluster-admins`, the group
+/// of the admin.conf user kubeadm (kind included) writes since Kubernetes 1.29, which is no
+/// longer in `system:masters`.
+pub const DEFAULT_AUTHORITY_GROUPS: [&str; 2] = ["system:masters", "kubeadm:cluster-admins"];
+
 fn default_authority_groups() -> Vec<String> {
-    vec!["system:masters".to_string()]
+    DEFAULT_AUTHORITY_GROUPS.map(String::from).to_vec()
 }
 
 impl Default for PoolAuthority {

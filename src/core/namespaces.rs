@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -22,7 +24,64 @@ struct Document {
     kind: Option<String>,
     #[serde(default)]
     metadata: Metadata,
-    items: Option<Vec<Document>>,
+    items: Option<Vec<Shape>>,
+}
+
+/// A document or a List's item as found: an object, or what it is instead (for the error).
+enum Shape {
+    Object(Document),
+    Other(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Shape, D::Error> {
+        deserializer.deserialize_any(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Shape, A::Error> {
+        Document::deserialize(MapAccessDeserializer::new(map)).map(Shape::Object)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Shape::Other(
+            "a sequence (a list of items rather than an object)",
+        ))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape::Other("a string"))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape::Other("a boolean"))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Shape, E> {
+        Ok(Shape::Other("null"))
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -48,22 +107,24 @@ pub fn parse_nodes_text(text: &str, origin: &str) -> Result<NodeLabels> {
 /// Names and labels of the objects of `kind` (cluster-scoped, so names are unique) in `text`.
 fn parse_labels(text: &str, origin: &str, kind: &str) -> Result<BTreeMap<String, Labels>> {
     let list_kind = format!("{kind}List");
-    let docs: Box<dyn Iterator<Item = Result<Option<Document>, String>>> =
+    let docs: Box<dyn Iterator<Item = Result<Option<Shape>, String>>> =
         if text.trim_start().starts_with('{') {
             Box::new(
                 serde_json::Deserializer::from_str(text)
-                    .into_iter::<Document>()
+                    .into_iter::<Shape>()
                     .map(|d| d.map(Some).map_err(|e| e.to_string())),
             )
         } else {
-            Box::new(crate::documents::each::<Option<Document>>(text).into_iter())
+            Box::new(crate::documents::each::<Option<Shape>>(text).into_iter())
         };
+    let expected = format!("expected a {kind} or a v1 List of them");
     let mut out = NamespaceLabels::new();
     for (i, doc) in docs.enumerate() {
         let at = format!("{origin}: document {}", i + 1);
         let doc = match doc {
-            Ok(Some(doc)) => doc,
+            Ok(Some(Shape::Object(doc))) => doc,
             Ok(None) => continue, // an empty document
+            Ok(Some(Shape::Other(found))) => bail!("{at}: {expected}, found {found}"),
             Err(e) => bail!("{at}: {e}"),
         };
         match doc.kind.as_deref() {
@@ -73,13 +134,19 @@ fn parse_labels(text: &str, origin: &str, kind: &str) -> Result<BTreeMap<String,
                     bail!("{at}: a List needs `items`");
                 };
                 for (j, item) in items.into_iter().enumerate() {
+                    let at = format!("{at}: items[{j}]");
+                    let item = match item {
+                        Shape::Object(item) => item,
+                        Shape::Other(found) => bail!("{at}: expected a {kind}, found {found}"),
+                    };
                     if let Some(other) = item.kind.as_deref().filter(|k| *k != kind) {
-                        bail!("{at}: items[{j}]: expected a {kind}, got kind {other:?}");
+                        bail!("{at}: expected a {kind}, found kind {other}");
                     }
-                    add(&mut out, item.metadata, &format!("{at}: items[{j}]"), kind)?;
+                    add(&mut out, item.metadata, &at, kind)?;
                 }
             }
-            other => bail!("{at}: expected a {kind} or a v1 List of them, got kind {other:?}"),
+            Some(other) => bail!("{at}: {expected}, found kind {other}"),
+            None => bail!("{at}: {expected}, found an object without `kind`"),
         }
     }
     Ok(out)
@@ -197,6 +264,24 @@ items:
             ("{\"kind\": \"Namespace\", \"metadata\": {}}", "no metadata.name"),
             ("{\"kind\": \"List\", \"items\": []} {\"kind\": \"Namespace\", \"metadata\": {\"name\": 1}}", "document 2"),
             ("{\"kind\": \"List\", \"items\": [}", "document 1"),
+            (
+                "metadata: {name: a}\n",
+                "document 1: expected a Namespace or a v1 List of them, found an object without `kind`",
+            ),
+            (
+                "kind: Pod\nmetadata: {name: x}\n",
+                "expected a Namespace or a v1 List of them, found kind Pod",
+            ),
+            (
+                "- kind: Namespace\n  metadata: {name: a}\n",
+                "document 1: expected a Namespace or a v1 List of them, found a sequence",
+            ),
+            (
+                "[{\"kind\": \"Namespace\", \"metadata\": {\"name\": \"a\"}}]",
+                "document 1: expected a Namespace or a v1 List of them, found a sequence",
+            ),
+            ("just text\n", "found a string"),
+            ("kind: List\nitems:\n- [a]\n", "items[0]: expected a Namespace, found a sequence"),
         ];
         for (text, want) in cases {
             let err = parse_file_text(text, "ns.yaml").unwrap_err().to_string();

@@ -195,11 +195,22 @@ mod tests {
     }
 
     #[test]
-    fn by_default_only_system_masters_chooses() {
-        let config = Config::default();
-        let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]});
-        assert!(decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
-        let editor = json!({"username": "alice", "groups": ["system:authenticated"]});
-        assert!(!decide("UPDATE", Some("gpu"), None, editor, &config).allowed);
+    fn by_default_only_the_cluster_admins_choose() {
+        // An empty config file gets the same groups as the built-in default.
+        let parsed = Config::parse("{}", "config").unwrap();
+        for config in [Config::default(), parsed] {
+            let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]});
+            assert!(decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
+            // admin.conf of kubeadm (and kind) clusters since Kubernetes 1.29.
+            let kubeadm_admin = json!({"username": "kubernetes-admin", "groups": ["kubeadm:cluster-admins", "system:authenticated"]});
+            assert!(decide("UPDATE", Some("gpu"), None, kubeadm_admin, &config).allowed);
+            let editor = json!({"username": "alice", "groups": ["system:authenticated"]});
+            assert!(!decide("UPDATE", Some("gpu"), None, editor, &config).allowed);
+        }
+        // A config naming groups replaces the default.
+        let config =
+            Config::parse("poolAuthority:\n  groups: [platform-admins]\n", "config").unwrap();
+        let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
+        assert!(!decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
     }
 }

@@ -621,7 +621,8 @@ mod tests {
         let mut relabelled = pod(&[&id], &[]);
         relabelled["metadata"]["labels"] = serde_json::json!({"a": "b"});
         // (what, old, new, subresource, the decision's (allowed, code))
-        let cases: Vec<(&str, Value, Value, &str, (bool, u16))> = vec![
+        type Case<'a> = (&'a str, Value, Value, &'a str, (bool, u16));
+        let cases: Vec<Case> = vec![
             (
                 "image ID, foreign ephemeral container",
                 pod(&[&id], &[]),

@@ -149,6 +149,9 @@ pub async fn start(opts: Options) -> Result<Running> {
         (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
     };
     let rules = opts.sources.load()?;
+    for warning in opts.sources.missing_defaults(&rules) {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
     let (namespaces, client) = namespace_source(&opts).await?;
     tracing::info!(?limits, "limits");
@@ -176,7 +179,7 @@ pub async fn start(opts: Options) -> Result<Running> {
     let shutdown = CancellationToken::new();
     let audit = start_audit(&opts, &app, &metrics, &shutdown).await?;
     if let Some(file) = &opts.register_webhooks {
-        let client = kube_client(opts.kubeconfig.as_deref())
+        let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
             .await
             .context("--register-webhooks needs the Kubernetes API")?;
         let registrar = Registrar::new(client, file.clone(), bundle);
@@ -252,7 +255,7 @@ async fn start_audit(
         tracing::info!("audit off: --dev without --kubeconfig reads no cluster");
         return Ok(None);
     }
-    let client = match kube_client(opts.kubeconfig.as_deref()).await {
+    let client = match kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT).await {
         Ok(client) => client,
         // Namespace labels from a file and no cluster at all: nothing to audit.
         Err(e) if opts.namespaces_file.is_some() => {
@@ -311,7 +314,7 @@ async fn managed_tls(
     kubeconfig: Option<&Path>,
     metrics: Arc<Metrics>,
 ) -> Result<(Arc<ArcSwap<rustls::ServerConfig>>, Arc<ArcSwap<String>>)> {
-    let client = kube_client(kubeconfig)
+    let client = kube_client(kubeconfig, "give --kubeconfig")
         .await
         .context("--manage-certs needs the Kubernetes API")?;
     let selfcert = SelfCert::new(
@@ -410,7 +413,7 @@ async fn namespace_source(opts: &Options) -> Result<(Namespaces, Option<kube::Cl
         tracing::info!(source = origin, namespaces = labels.len(), "namespace labels from the embedded testdata (--dev; give --kubeconfig to read a cluster)");
         return Ok((Namespaces::fixed(labels), None));
     }
-    let client = kube_client(opts.kubeconfig.as_deref()).await?;
+    let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT).await?;
     tracing::info!(source = %cluster_name(opts.kubeconfig.as_deref()), "namespace labels from the cluster (watch cache, GET on a miss)");
     let namespaces = Namespaces::new(Arc::new(ClusterNamespaces::start(client.clone())));
     Ok((namespaces, Some(client)))
@@ -440,9 +443,14 @@ fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerSta
     Ok(())
 }
 
+/// What `serve` can be given instead of a cluster it cannot find.
+const SERVE_CLUSTER_HINT: &str =
+    "give --kubeconfig, or --namespaces-file, or --dev for the embedded testdata namespaces";
+
 /// A client for `kubeconfig` when given, else the inferred configuration (in-cluster, then
-/// KUBECONFIG or ~/.kube/config).
-pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
+/// KUBECONFIG or ~/.kube/config). `hint` ends the error when none is found: what to give
+/// instead, in the calling command's flags.
+pub async fn kube_client(kubeconfig: Option<&Path>, hint: &str) -> Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -451,9 +459,9 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client> {
                 .await
                 .with_context(|| format!("kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer().await.context(
-            "no cluster configured (no in-cluster config, KUBECONFIG or ~/.kube/config); give --namespaces-file, or --dev for the embedded testdata namespaces",
-        )?,
+        None => kube::Config::infer().await.with_context(|| {
+            format!("no cluster configured (no in-cluster config, KUBECONFIG or ~/.kube/config); {hint}")
+        })?,
     };
     kube::Client::try_from(config).context("creating the Kubernetes client")
 }
