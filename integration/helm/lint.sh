@@ -235,11 +235,21 @@ for name in names:
     self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
     placement = {}
+    guarded = []
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
             config = yaml.safe_load(cm["data"]["config.yaml"]) or {}
             label = config.get("namespaceLabel", label)
             placement = config.get("placement") or {}
+            guarded = (config.get("poolAuthority") or {}).get("guardedLabels") or []
+    # The labels poolguard trusts beyond the pool label, which the chart must guard: the webhooks'
+    # opt-in labels (webhook.namespaceMatchLabels) and the rollout groups' selector keys.
+    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"],
+                  "policies": ["risk"]}.get(name, [])
+    check(all(k in guarded for k in must_guard) and label not in guarded
+          and len(set(guarded)) == len(guarded),
+          f"config.poolAuthority.guardedLabels {guarded} lists {must_guard}, each once, not the pool label")
+    authority_keys = []
     choose_unlabelled = placement.get("unlabelledNamespaces") == "choose"
     requires_label = name in ("policies", "url", "selector")  # validating.requireNamespaceLabel
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -249,16 +259,20 @@ for name in names:
             for wh in cfg["webhooks"]:
                 cc = wh["clientConfig"]
                 path = "/mutate" if kind.startswith("Mutating") else "/validate"
-                if wh["name"] == "pool-authority.poolguard.io":
-                    # Namespaces that carry the pool label before or after the change, whatever
-                    # namespace selector the others have; nothing else.
+                if wh["name"].endswith("pool-authority.poolguard.io"):
+                    # Namespaces that carry a guarded label before or after the change, whatever
+                    # namespace selector the others have, through the main resource and every
+                    # subresource (status and finalize write labels too); nothing else.
                     check(wh["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                           "resources": ["namespaces"], "scope": "Cluster"}],
-                          "the pool-authority webhook sees Namespace CREATE/UPDATE only")
-                    check(wh["objectSelector"] == {"matchExpressions": [{"key": label, "operator": "Exists"}]},
-                          "the pool-authority webhook selects namespaces that carry the pool label")
+                                           "resources": ["namespaces", "namespaces/*"], "scope": "Cluster"}],
+                          f"{wh['name']} sees Namespace CREATE/UPDATE of the resource and every subresource only")
+                    expressions = wh["objectSelector"].get("matchExpressions") or []
+                    check(len(wh["objectSelector"]) == 1 and len(expressions) == 1
+                          and expressions[0]["operator"] == "Exists",
+                          f"{wh['name']} selects namespaces that carry one guarded label")
+                    authority_keys.append(expressions[0]["key"] if expressions else None)
                     check("namespaceSelector" not in wh and wh["failurePolicy"] == "Fail",
-                          "the pool-authority webhook fails closed for every namespace")
+                          f"{wh['name']} fails closed for every namespace")
                     continue
                 if kind.startswith("Mutating") and not choose_unlabelled:
                     check({"key": label, "operator": "NotIn", "values": [""]} in wh["namespaceSelector"]["matchExpressions"],
@@ -314,9 +328,13 @@ for name in names:
                           f"{kind} inject-ca-from annotation")
     check(len(kinds.get("MutatingWebhookConfiguration", [])) == 1, "one MutatingWebhookConfiguration")
     check(len(kinds.get("ValidatingWebhookConfiguration", [])) == 1, "one ValidatingWebhookConfiguration")
-    authority = [wh for cfg in kinds.get("ValidatingWebhookConfiguration", []) for wh in cfg["webhooks"]
-                 if wh["name"] == "pool-authority.poolguard.io"]
-    check(len(authority) == 1, "the pool-authority webhook is registered by default")
+    authority = [wh["name"] for cfg in kinds.get("ValidatingWebhookConfiguration", []) for wh in cfg["webhooks"]
+                 if wh["name"].endswith("pool-authority.poolguard.io")]
+    check(authority[:1] == ["pool-authority.poolguard.io"], "the pool-authority webhook is registered by default")
+    check(len(set(authority)) == len(authority), f"pool-authority webhooks have distinct names: {authority}")
+    # One entry per guarded key (one objectSelector cannot OR keys), the pool label's first.
+    check(authority_keys == [label] + guarded,
+          f"pool-authority webhooks select {authority_keys}, want one per guarded label {[label] + guarded}")
     for dep in kinds.get("Deployment", []):
         c = dep["spec"]["template"]["spec"]["containers"][0]
         check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")
