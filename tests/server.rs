@@ -445,7 +445,7 @@ async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_
     let mut sources = slow_rules(dir.path(), "allow");
     let config = sources.config.clone().unwrap();
     let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("placement:\n  chooseValue: auto\n");
+    text.push_str("placement:\n  chooseValue: auto\n  pools: [pool1, gpu]\n");
     std::fs::write(&config, text).unwrap();
     sources.placement_dir = Some("policies/placement".into());
     let mut namespaces = sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap();

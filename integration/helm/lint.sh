@@ -71,7 +71,7 @@ cases=(
     "policies|-f ${chart}/ci/policies-values.yaml"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
-    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set webhook.excludedNamespaces={monitoring}"
+    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -160,7 +160,10 @@ refuse "placement without a way to choose" "/config/placement" --set config.plac
 refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
 refuse "bad unlabelledNamespaces" "/config/placement/unlabelledNamespaces" --set config.placement.unlabelledNamespaces=always
 refuse "unknown placement key" "'prefer' not allowed" --set config.placement.chooseValue=auto --set config.placement.prefer={a}
-refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set config.placement.pools={a} --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "placement without pools" "missing property 'pools'" --set config.placement.chooseValue=auto
+refuse "no pools" "/config/placement/pools" --set config.placement.chooseValue=auto --set config.placement.pools=null
+refuse "bad guarded label" "/config/poolAuthority/guardedLabels/0" --set "config.poolAuthority.guardedLabels={a b}"
 refuse "unknown placement policy setting" "'parameter' not allowed" --set config.placement.chooseValue=auto --set config.placement.policies.gpuonly.parameter.x=y
 refuse "shadowing extra placement policy" "already ships a placement policy" --set-string extraPlacementPolicies.gpuonly\\.yaml=x
 refuse "extra placement policy not yaml or rego" "'notes.txt' does not match pattern" --set-string extraPlacementPolicies.notes\\.txt=x

@@ -643,10 +643,13 @@ fn run(command: Command) -> Result<ExitCode> {
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
-                Some(path) => PoolSet::new(PoolFacts::gather(
-                    &sources::load_node_facts(path)?,
-                    &rules.config.node_selector_key,
-                )),
+                Some(path) => PoolSet::listed(
+                    PoolFacts::gather(
+                        &sources::load_node_facts(path)?,
+                        &rules.config.node_selector_key,
+                    ),
+                    &rules.config,
+                ),
                 None => PoolSet::default(),
             };
             let text = sources::read_input(&args.input)?;
@@ -681,10 +684,13 @@ fn run(command: Command) -> Result<ExitCode> {
                         None => None,
                     };
                     let pools = match &args.nodes_file {
-                        Some(path) => Some(PoolSet::new(PoolFacts::gather(
-                            &sources::load_node_facts(path)?,
-                            &rules.config.node_selector_key,
-                        ))),
+                        Some(path) => Some(PoolSet::listed(
+                            PoolFacts::gather(
+                                &sources::load_node_facts(path)?,
+                                &rules.config.node_selector_key,
+                            ),
+                            &rules.config,
+                        )),
                         None => None,
                     };
                     let inputs = audit::Inputs {

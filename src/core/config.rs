@@ -52,8 +52,14 @@ pub struct PlacementSettings {
     /// What pods in namespaces without a pool label get.
     #[serde(default)]
     pub unlabelled_namespaces: UnlabelledNamespaces,
-    /// Pools in the order they are preferred when several are acceptable; pools not listed
-    /// follow in name order.
+    /// The only pools placement may choose (required, not empty). Pools are node label values,
+    /// and a kubelet may label its own Node with any unprefixed label and report any
+    /// allocatable: a pool named by nodes alone would let one node draw the pods of every
+    /// choosing namespace. Nodes of pools not listed are ignored.
+    #[serde(default)]
+    pub pools: Vec<String>,
+    /// Pools (of `pools`) in the order they are preferred when several are acceptable; pools not
+    /// listed here follow in name order.
     #[serde(default)]
     pub preference: Vec<String>,
     /// Settings per placement policy name. Every loaded placement policy is evaluated, listed
@@ -395,7 +401,8 @@ impl Config {
     }
 
     /// The `placement` section: a way to reach it (`chooseValue` or `unlabelledNamespaces:
-    /// choose`), label values that can be pool names, no pool preferred twice.
+    /// choose`), the pools it may choose (listed, label values, each once), no pool preferred
+    /// twice or preferred without being listed.
     fn validate_placement(&self) -> Result<()> {
         let Some(placement) = &self.placement else {
             return Ok(());
@@ -416,6 +423,23 @@ impl Config {
                 "at `placement`: neither `chooseValue` nor `unlabelledNamespaces: choose` is set, so no pool would ever be chosen"
             );
         }
+        if placement.pools.is_empty() {
+            bail!(
+                "at `placement.pools`: list the pools placement may choose (e.g. `pools: [general, gpu]`); nodes can name any pool by labelling themselves, so only listed pools are ever chosen"
+            );
+        }
+        for (i, pool) in placement.pools.iter().enumerate() {
+            let at = format!("placement.pools[{i}]");
+            if !is_label_value(pool) {
+                bail!("at `{at}`: {pool:?} is not a label value, so no node pool is named so");
+            }
+            if placement.choose_value.as_ref() == Some(pool) {
+                bail!("at `{at}`: {pool:?} is `placement.chooseValue`, not a pool");
+            }
+            if let Some(first) = placement.pools[..i].iter().position(|p| p == pool) {
+                bail!("at `{at}`: {pool:?} is already listed at `placement.pools[{first}]`");
+            }
+        }
         for (i, pool) in placement.preference.iter().enumerate() {
             let at = format!("placement.preference[{i}]");
             if !is_label_value(pool) {
@@ -426,6 +450,9 @@ impl Config {
             }
             if let Some(first) = placement.preference[..i].iter().position(|p| p == pool) {
                 bail!("at `{at}`: {pool:?} is already listed at `placement.preference[{first}]`");
+            }
+            if !placement.pools.contains(pool) {
+                bail!("at `{at}`: {pool:?} is not in `placement.pools`, so it is never chosen");
             }
         }
         Ok(())
@@ -996,19 +1023,24 @@ policies:
         }
         assert_eq!(Config::parse(FULL, "t").unwrap().placement, None);
         let c = Config::parse(
-            "placement:\n  chooseValue: auto\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, gpu, spot]\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",
             "t",
         )
         .unwrap();
         let p = c.placement.unwrap();
         assert_eq!(p.choose_value.as_deref(), Some("auto"));
         assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Ignore);
+        assert_eq!(p.pools, ["general", "gpu", "spot"]);
         assert_eq!(p.preference, ["general", "gpu"]);
         assert_eq!(
             p.policies["gpuonly"].parameters["resources"],
             serde_json::json!(["nvidia.com/gpu"])
         );
-        let c = Config::parse("placement: {unlabelledNamespaces: choose}\n", "t").unwrap();
+        let c = Config::parse(
+            "placement: {unlabelledNamespaces: choose, pools: [general]}\n",
+            "t",
+        )
+        .unwrap();
         let p = c.placement.unwrap();
         assert_eq!(p.choose_value, None);
         assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Choose);
@@ -1029,16 +1061,44 @@ policies:
                 "at `placement.chooseValue`: \"gpu\" is a pool configured at `pools.gpu`",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a, b, a]}\n",
+                "placement: {chooseValue: auto, pools: [a, b], preference: [a, b, a]}\n",
                 "at `placement.preference[2]`: \"a\" is already listed at `placement.preference[0]`",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a, auto]}\n",
+                "placement: {chooseValue: auto, pools: [a], preference: [a, auto]}\n",
                 "at `placement.preference[1]`: \"auto\" is `placement.chooseValue`, not a pool",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a b]}\n",
+                "placement: {chooseValue: auto, pools: [a], preference: [a b]}\n",
                 "at `placement.preference[0]`: \"a b\" is not a label value",
+            ),
+            (
+                "placement: {chooseValue: auto}\n",
+                "at `placement.pools`: list the pools placement may choose",
+            ),
+            (
+                "placement: {unlabelledNamespaces: choose, pools: []}\n",
+                "at `placement.pools`: list the pools placement may choose",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, a b]}\n",
+                "at `placement.pools[1]`: \"a b\" is not a label value",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, auto]}\n",
+                "at `placement.pools[1]`: \"auto\" is `placement.chooseValue`, not a pool",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, b, a]}\n",
+                "at `placement.pools[2]`: \"a\" is already listed at `placement.pools[0]`",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a], preference: [a, b]}\n",
+                "at `placement.preference[1]`: \"b\" is not in `placement.pools`, so it is never chosen",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a], poolz: [b]}\n",
+                "at `placement.poolz`: unknown field `poolz`",
             ),
             (
                 "placement: {chooseValue: auto, policies: {gpuonly: {parameter: {}}}}\n",

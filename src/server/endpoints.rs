@@ -188,7 +188,7 @@ async fn handle(
                 // (see `decide_review`).
                 Some(Ok(slot)) => {
                     let (task_rules, budget) = (rules.clone(), app.deadline);
-                    let pools = app.pools.facts(&rules.config.node_selector_key);
+                    let pools = app.pools.facts(&rules.config);
                     let (task_review, task_labels) = (review.clone(), labels.clone());
                     let task = tokio::task::spawn_blocking(move || {
                         let _held = (slot, reservation);
