@@ -268,7 +268,13 @@ fn choosing_review(
 
 fn placement(iterations: u32) {
     let config = Config::parse(
-        &format!("{ONE_POLICY}placement:\n  chooseValue: auto\n"),
+        &format!(
+            "{ONE_POLICY}placement:\n  chooseValue: auto\n  pools: [{}]\n",
+            (0..50)
+                .map(|p| format!("pool{p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         "placement",
     )
     .unwrap();

@@ -191,7 +191,10 @@ pick_port metrics_port
 pg_env_written=1
 "${ctl}" start "${work}"
 
+# The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the
+# chart registers a pool-authority webhook for it as it does for webhook.namespaceMatchLabels.
 integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
+    --set 'config.poolAuthority.guardedLabels={e2e.poolguard.io/opted-in}' \
     > "${work}/webhooks.yaml" || die "rendering the webhook configurations from charts/poolguard failed"
 kubectl apply -f "${work}/webhooks.yaml"
 

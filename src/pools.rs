@@ -1,17 +1,29 @@
 //! Where the pools' facts come from: a watch cache of the cluster's nodes, or a nodes file.
-//! What a pool can do is computed by the core ([`PoolFacts::gather`]) from the nodes' facts.
+//! What a pool can do is computed by the core ([`PoolFacts::gather`]) from the nodes' facts, and
+//! only the pools the config lists are kept ([`PoolSet::listed`]).
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
+use poolguard_core::config::Config;
 use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 
-/// The nodes' facts as last read, and the pools gathered from them by one node label.
+/// The nodes' facts as last read, and the pools last gathered from them.
 struct Snapshot {
     nodes: Vec<NodeFacts>,
+    pools: ArcSwapOption<Gathered>,
+}
+
+/// Pools gathered by one node label, keeping those one list names (`None`: all).
+struct Gathered {
     key: String,
+    listed: Option<Vec<String>>,
     pools: Arc<PoolSet>,
+}
+
+fn listed(config: &Config) -> Option<Vec<String>> {
+    config.placement.as_ref().map(|p| p.pools.clone())
 }
 
 /// The pools the server chooses among. Unknown until the nodes have been read once (a node
@@ -28,35 +40,28 @@ impl Pools {
     }
 
     /// From a fixed list of nodes (a nodes file): always known.
-    pub fn fixed(nodes: Vec<NodeFacts>, key: &str) -> Pools {
+    pub fn fixed(nodes: Vec<NodeFacts>, config: &Config) -> Pools {
         let pools = Pools::default();
-        pools.publish(nodes, key);
+        pools.publish(nodes, config);
         pools
     }
 
-    /// Replaces the nodes' facts; the pools are gathered by the node label `key` (the config's
-    /// `nodeSelectorKey`).
-    pub fn publish(&self, nodes: Vec<NodeFacts>, key: &str) {
-        let pools = Arc::new(PoolSet::new(PoolFacts::gather(&nodes, key)));
-        self.current.store(Some(Arc::new(Snapshot {
+    /// Replaces the nodes' facts, and gathers the pools as `config` asks.
+    pub fn publish(&self, nodes: Vec<NodeFacts>, config: &Config) {
+        let snapshot = Arc::new(Snapshot {
             nodes,
-            key: key.to_string(),
-            pools,
-        })));
+            pools: ArcSwapOption::empty(),
+        });
+        gathered(&snapshot, config);
+        self.current.store(Some(snapshot));
     }
 
-    /// The pools by the node label `key`; `None` while no node has been read. A key other than
-    /// the one last published (the config changed its `nodeSelectorKey`) is gathered anew.
-    pub fn facts(&self, key: &str) -> Option<Arc<PoolSet>> {
+    /// The pools `config` may choose among: nodes grouped by its `nodeSelectorKey`, only the
+    /// pools its `placement.pools` lists; `None` while no node has been read. Gathered again
+    /// (once) when the config changes either.
+    pub fn facts(&self, config: &Config) -> Option<Arc<PoolSet>> {
         let snapshot = self.current.load_full()?;
-        if snapshot.key == key {
-            Some(snapshot.pools.clone())
-        } else {
-            Some(Arc::new(PoolSet::new(PoolFacts::gather(
-                &snapshot.nodes,
-                key,
-            ))))
-        }
+        Some(gathered(&snapshot, config))
     }
 
     /// The nodes have been read.
@@ -68,6 +73,27 @@ impl Pools {
     pub fn nodes(&self) -> usize {
         self.current.load().as_ref().map_or(0, |s| s.nodes.len())
     }
+}
+
+/// The pools of `snapshot` for `config`: the ones last gathered when they were gathered alike.
+fn gathered(snapshot: &Snapshot, config: &Config) -> Arc<PoolSet> {
+    let key = &config.node_selector_key;
+    let listed = listed(config);
+    if let Some(last) = snapshot.pools.load_full() {
+        if &last.key == key && last.listed == listed {
+            return last.pools.clone();
+        }
+    }
+    let pools = Arc::new(PoolSet::listed(
+        PoolFacts::gather(&snapshot.nodes, key),
+        config,
+    ));
+    snapshot.pools.store(Some(Arc::new(Gathered {
+        key: key.clone(),
+        listed,
+        pools: pools.clone(),
+    })));
+    pools
 }
 
 #[cfg(test)]
@@ -85,29 +111,35 @@ mod tests {
 
     #[test]
     fn unknown_until_published_then_gathered_by_key() {
+        let config = |text: &str| Config::parse(text, "t").unwrap();
         let pools = Pools::unknown();
         assert!(!pools.ready());
-        assert!(pools.facts("agentpool").is_none());
+        assert!(pools.facts(&config("{}")).is_none());
         pools.publish(
             vec![
                 node("a", json!({"agentpool": "blue", "tier": "x"})),
                 node("b", json!({"agentpool": "green", "tier": "x"})),
             ],
-            "agentpool",
+            &config("{}"),
         );
         assert!(pools.ready());
         assert_eq!(pools.nodes(), 2);
-        let names = |key: &str| -> Vec<String> {
+        let names = |config: &Config| -> Vec<String> {
             pools
-                .facts(key)
+                .facts(config)
                 .unwrap()
                 .facts()
                 .iter()
                 .map(|p| p.name.clone())
                 .collect()
         };
-        assert_eq!(names("agentpool"), ["blue", "green"]);
+        assert_eq!(names(&config("{}")), ["blue", "green"]);
         // Another key (the config changed): gathered from the same nodes.
-        assert_eq!(names("tier"), ["x"]);
+        assert_eq!(names(&config("nodeSelectorKey: tier")), ["x"]);
+        // With placement, only the pools it lists: a node naming another pool is left out.
+        let listed = config("placement: {chooseValue: auto, pools: [green]}");
+        assert_eq!(names(&listed), ["green"]);
+        assert_eq!(names(&listed), ["green"]);
+        assert_eq!(names(&config("{}")), ["blue", "green"]);
     }
 }

@@ -938,3 +938,133 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
         }
     }
 }
+
+/// A Namespace's labels can be written through its `status` and `finalize` subresources as
+/// well as the main resource: each is decided exactly as a main-resource UPDATE of the same
+/// objects, for the pool label and every other guarded label, whoever asks.
+#[test]
+fn namespace_subresources_are_decided_as_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(
+        &config_path,
+        "poolAuthority:\n  groups: [platform-admins]\n  guardedLabels: [poolguard.example.com/enabled]\n",
+    )
+    .unwrap();
+    let rules = Sources {
+        config: Some(config_path),
+        policies_dir: Some("policies".into()),
+        placement_dir: None,
+    }
+    .load()
+    .unwrap();
+    let review = |sub: &str, old: &Value, new: &Value, user: &Value| -> Value {
+        let ns = |labels: &Value| {
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": "team-a", "labels": labels}, "spec": {"finalizers": ["kubernetes"]}})
+        };
+        let mut request = json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "requestResource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "team-a", "namespace": "team-a", "operation": "UPDATE",
+            "userInfo": user, "object": ns(new), "oldObject": ns(old), "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}});
+        if !sub.is_empty() {
+            request["subResource"] = json!(sub);
+            request["requestSubResource"] = json!(sub);
+        }
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    };
+    let decide_review = |review: &Value| {
+        let body = serde_json::to_vec(review).unwrap();
+        let review = admission::parse_review(&body).unwrap();
+        let req = Request::from_value(&review["request"]).unwrap();
+        decide(
+            Webhook::Validate,
+            &req,
+            Scope {
+                labels: namespaces().get(req.namespace),
+                pools: None,
+            },
+            &rules.config,
+            &rules.policies,
+            &rules.placement,
+        )
+    };
+    let editor = json!({"username": "alice", "groups": ["system:authenticated"]});
+    let admin = json!({"username": "bob", "groups": ["platform-admins", "system:authenticated"]});
+    let labels =
+        json!({"agentpool": "pool1", "poolguard.example.com/enabled": "true", "team": "a"});
+    let with = |key: &str, value: Option<&str>| {
+        let mut l = labels.clone();
+        match value {
+            Some(v) => l[key] = json!(v),
+            None => {
+                l.as_object_mut().unwrap().remove(key);
+            }
+        }
+        l
+    };
+    // (what, old labels, new labels, editor allowed)
+    let cases = [
+        (
+            "relabel the pool",
+            labels.clone(),
+            with("agentpool", Some("gpu")),
+            false,
+        ),
+        (
+            "remove the pool",
+            labels.clone(),
+            with("agentpool", None),
+            false,
+        ),
+        (
+            "set the pool",
+            with("agentpool", None),
+            labels.clone(),
+            false,
+        ),
+        (
+            "remove the opt-in label",
+            labels.clone(),
+            with("poolguard.example.com/enabled", None),
+            false,
+        ),
+        (
+            "change the opt-in label",
+            labels.clone(),
+            with("poolguard.example.com/enabled", Some("false")),
+            false,
+        ),
+        (
+            "change another label",
+            labels.clone(),
+            with("team", Some("b")),
+            true,
+        ),
+        ("change nothing", labels.clone(), labels.clone(), true),
+    ];
+    for (what, old, new, editor_allowed) in cases {
+        let main = decide_review(&review("", &old, &new, &editor));
+        assert_eq!(main.allowed, editor_allowed, "{what}: {main:?}");
+        for sub in ["status", "finalize"] {
+            let d = decide_review(&review(sub, &old, &new, &editor));
+            assert_eq!(
+                (d.allowed, d.code),
+                (main.allowed, main.code),
+                "{what} via {sub}: {d:?}"
+            );
+            if !editor_allowed {
+                assert!(
+                    d.message.contains("poolAuthority") && d.message.contains(sub),
+                    "{what} via {sub}: {}",
+                    d.message
+                );
+            }
+            let d = decide_review(&review(sub, &old, &new, &admin));
+            assert!(d.allowed, "{what} via {sub} by the authority: {d:?}");
+        }
+    }
+}

@@ -514,7 +514,7 @@ async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_
     let mut sources = slow_rules(dir.path(), "allow");
     let config = sources.config.clone().unwrap();
     let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("placement:\n  chooseValue: auto\n");
+    text.push_str("placement:\n  chooseValue: auto\n  pools: [pool1, gpu]\n");
     std::fs::write(&config, text).unwrap();
     sources.placement_dir = Some("policies/placement".into());
     let mut namespaces = sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap();
@@ -579,6 +579,92 @@ async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_
         message.starts_with("poolguard is busy (1 policy evaluations running, 0 waiting), so no pool could be chosen"),
         "{message}"
     );
+    slow.await.unwrap();
+}
+
+/// Who may change a namespace's guarded labels is decided whatever the load: a busy
+/// validating webhook with `onError: allow` still refuses a namespace editor's relabel, through
+/// the resource or a subresource, and still allows the authority's.
+#[tokio::test]
+async fn a_busy_validating_webhook_still_guards_namespace_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let sources = slow_rules(dir.path(), "allow");
+    let limits = Limits {
+        max_evaluations: 1,
+        max_queued_evaluations: 0,
+        ..Limits::default()
+    };
+    let app = Arc::new(ServerState::new(
+        sources.load().unwrap(),
+        Namespaces::fixed(sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap()),
+        Arc::new(Metrics::new()),
+        Duration::from_millis(1500),
+        limits,
+    ));
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                request("POST", "/validate", review("pod-create-placed.json")),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while app.gates.evaluations_running() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the slow evaluation did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let relabel = |sub: &str, groups: Value| {
+        let ns = |pool: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "mapped", "labels": {"agentpool": pool}}})
+        };
+        let mut request = serde_json::json!({"uid": "ns", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "mapped", "namespace": "mapped", "operation": "UPDATE",
+            "userInfo": {"username": "alice", "groups": groups},
+            "object": ns("gpu"), "oldObject": ns("pool1")});
+        if !sub.is_empty() {
+            request["subResource"] = sub.into();
+        }
+        serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview", "request": request}))
+        .unwrap()
+    };
+    for sub in ["", "status", "finalize"] {
+        let editor = call(
+            &app,
+            request(
+                "POST",
+                "/validate",
+                relabel(sub, serde_json::json!(["system:authenticated"])),
+            ),
+        )
+        .await
+        .json();
+        assert_eq!(editor["response"]["allowed"], false, "{sub:?}: {editor}");
+        assert_eq!(
+            editor["response"]["status"]["code"], 403,
+            "{sub:?}: {editor}"
+        );
+        let admin = call(
+            &app,
+            request(
+                "POST",
+                "/validate",
+                relabel(sub, serde_json::json!(["system:masters"])),
+            ),
+        )
+        .await
+        .json();
+        assert_eq!(admin["response"]["allowed"], true, "{sub:?}: {admin}");
+        assert!(admin["response"]["warnings"].is_null(), "{sub:?}: {admin}");
+    }
     slow.await.unwrap();
 }
 

@@ -514,7 +514,7 @@ expect_not "Ignore: pod in a labelled namespace is still refused (mutating Fail)
 # --- config.placement.unlabelledNamespaces=choose: unlabelled namespaces reach the mutating webhook
 expect "helm upgrade (config.placement.unlabelledNamespaces=choose, validating.failurePolicy=Ignore)" \
     helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --set config.placement.unlabelledNamespaces=choose \
-        --set validating.failurePolicy=Ignore
+        --set config.placement.pools={general} --set validating.failurePolicy=Ignore
 expect_not "choose: pod in an unlabelled namespace is sent to the mutating webhook (refused: no poolguard)" \
     'failed calling webhook "mutate.poolguard.io"' run_pod plain p5
 expect "choose: pod in the release namespace is still never sent to poolguard" run_pod "$ns" p5

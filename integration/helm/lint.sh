@@ -73,7 +73,7 @@ cases=(
     "policies|-f ${chart}/ci/policies-values.yaml"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
-    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set webhook.excludedNamespaces={monitoring}"
+    "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -162,7 +162,10 @@ refuse "placement without a way to choose" "/config/placement" --set config.plac
 refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
 refuse "bad unlabelledNamespaces" "/config/placement/unlabelledNamespaces" --set config.placement.unlabelledNamespaces=always
 refuse "unknown placement key" "'prefer' not allowed" --set config.placement.chooseValue=auto --set config.placement.prefer={a}
-refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "pool preferred twice" "/config/placement/preference" --set config.placement.chooseValue=auto --set config.placement.pools={a} --set "config.placement.preference[0]=a" --set "config.placement.preference[1]=a"
+refuse "placement without pools" "missing property 'pools'" --set config.placement.chooseValue=auto
+refuse "no pools" "/config/placement/pools" --set config.placement.chooseValue=auto --set config.placement.pools=null
+refuse "bad guarded label" "/config/poolAuthority/guardedLabels/0" --set "config.poolAuthority.guardedLabels={a b}"
 refuse "unknown placement policy setting" "'parameter' not allowed" --set config.placement.chooseValue=auto --set config.placement.policies.gpuonly.parameter.x=y
 refuse "shadowing extra placement policy" "already ships a placement policy" --set-string extraPlacementPolicies.gpuonly\\.yaml=x
 refuse "extra placement policy not yaml or rego" "'notes.txt' does not match pattern" --set-string extraPlacementPolicies.notes\\.txt=x
@@ -259,11 +262,21 @@ for name in names:
     self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
     label = "agentpool"
     placement = {}
+    guarded = []
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
             config = yaml.safe_load(cm["data"]["config.yaml"]) or {}
             label = config.get("namespaceLabel", label)
             placement = config.get("placement") or {}
+            guarded = (config.get("poolAuthority") or {}).get("guardedLabels") or []
+    # The labels poolguard trusts beyond the pool label, which the chart must guard: the webhooks'
+    # opt-in labels (webhook.namespaceMatchLabels) and the rollout groups' selector keys.
+    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"],
+                  "policies": ["risk"]}.get(name, [])
+    check(all(k in guarded for k in must_guard) and label not in guarded
+          and len(set(guarded)) == len(guarded),
+          f"config.poolAuthority.guardedLabels {guarded} lists {must_guard}, each once, not the pool label")
+    authority_keys = []
     choose_unlabelled = placement.get("unlabelledNamespaces") == "choose"
     requires_label = name in ("policies", "url", "selector")  # validating.requireNamespaceLabel
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -273,16 +286,20 @@ for name in names:
             for wh in cfg["webhooks"]:
                 cc = wh["clientConfig"]
                 path = "/mutate" if kind.startswith("Mutating") else "/validate"
-                if wh["name"] == "pool-authority.poolguard.io":
-                    # Namespaces that carry the pool label before or after the change, whatever
-                    # namespace selector the others have; nothing else.
+                if wh["name"].endswith("pool-authority.poolguard.io"):
+                    # Namespaces that carry a guarded label before or after the change, whatever
+                    # namespace selector the others have, through the main resource and every
+                    # subresource (status and finalize write labels too); nothing else.
                     check(wh["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                           "resources": ["namespaces"], "scope": "Cluster"}],
-                          "the pool-authority webhook sees Namespace CREATE/UPDATE only")
-                    check(wh["objectSelector"] == {"matchExpressions": [{"key": label, "operator": "Exists"}]},
-                          "the pool-authority webhook selects namespaces that carry the pool label")
+                                           "resources": ["namespaces", "namespaces/*"], "scope": "Cluster"}],
+                          f"{wh['name']} sees Namespace CREATE/UPDATE of the resource and every subresource only")
+                    expressions = wh["objectSelector"].get("matchExpressions") or []
+                    check(len(wh["objectSelector"]) == 1 and len(expressions) == 1
+                          and expressions[0]["operator"] == "Exists",
+                          f"{wh['name']} selects namespaces that carry one guarded label")
+                    authority_keys.append(expressions[0]["key"] if expressions else None)
                     check("namespaceSelector" not in wh and wh["failurePolicy"] == "Fail",
-                          "the pool-authority webhook fails closed for every namespace")
+                          f"{wh['name']} fails closed for every namespace")
                     continue
                 if kind.startswith("Mutating") and not choose_unlabelled:
                     check({"key": label, "operator": "NotIn", "values": [""]} in wh["namespaceSelector"]["matchExpressions"],
@@ -338,9 +355,13 @@ for name in names:
                           f"{kind} inject-ca-from annotation")
     check(len(kinds.get("MutatingWebhookConfiguration", [])) == 1, "one MutatingWebhookConfiguration")
     check(len(kinds.get("ValidatingWebhookConfiguration", [])) == 1, "one ValidatingWebhookConfiguration")
-    authority = [wh for cfg in kinds.get("ValidatingWebhookConfiguration", []) for wh in cfg["webhooks"]
-                 if wh["name"] == "pool-authority.poolguard.io"]
-    check(len(authority) == 1, "the pool-authority webhook is registered by default")
+    authority = [wh["name"] for cfg in kinds.get("ValidatingWebhookConfiguration", []) for wh in cfg["webhooks"]
+                 if wh["name"].endswith("pool-authority.poolguard.io")]
+    check(authority[:1] == ["pool-authority.poolguard.io"], "the pool-authority webhook is registered by default")
+    check(len(set(authority)) == len(authority), f"pool-authority webhooks have distinct names: {authority}")
+    # One entry per guarded key (one objectSelector cannot OR keys), the pool label's first.
+    check(authority_keys == [label] + guarded,
+          f"pool-authority webhooks select {authority_keys}, want one per guarded label {[label] + guarded}")
     for dep in kinds.get("Deployment", []):
         c = dep["spec"]["template"]["spec"]["containers"][0]
         check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")

@@ -45,10 +45,13 @@ pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -
     let nodes = Arc::new(node_labels(client, options.page_size).await?);
     // The pools' facts only when placement policies may choose pools.
     let pools = match &rules.config.placement {
-        Some(_) => Some(Arc::new(PoolSet::new(PoolFacts::gather(
-            &node_facts(client, options.page_size).await?,
-            &rules.config.node_selector_key,
-        )))),
+        Some(_) => Some(Arc::new(PoolSet::listed(
+            PoolFacts::gather(
+                &node_facts(client, options.page_size).await?,
+                &rules.config.node_selector_key,
+            ),
+            &rules.config,
+        ))),
         None => None,
     };
     let mut scan = Scan {

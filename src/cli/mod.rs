@@ -724,10 +724,13 @@ fn run(command: Command) -> Result<ExitCode> {
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
-                Some(path) => PoolSet::new(PoolFacts::gather(
-                    &sources::load_node_facts(path)?,
-                    &rules.config.node_selector_key,
-                )),
+                Some(path) => PoolSet::listed(
+                    PoolFacts::gather(
+                        &sources::load_node_facts(path)?,
+                        &rules.config.node_selector_key,
+                    ),
+                    &rules.config,
+                ),
                 None => PoolSet::default(),
             };
             let text = sources::read_input(&input)?;
@@ -760,10 +763,13 @@ fn run(command: Command) -> Result<ExitCode> {
                         None => None,
                     };
                     let pools = match &args.nodes_file {
-                        Some(path) => Some(PoolSet::new(PoolFacts::gather(
-                            &sources::load_node_facts(path)?,
-                            &rules.config.node_selector_key,
-                        ))),
+                        Some(path) => Some(PoolSet::listed(
+                            PoolFacts::gather(
+                                &sources::load_node_facts(path)?,
+                                &rules.config.node_selector_key,
+                            ),
+                            &rules.config,
+                        )),
                         None => None,
                     };
                     let inputs = audit::Inputs {

@@ -14,12 +14,13 @@ use tokio::sync::Notify;
 
 use crate::pools::Pools;
 use poolguard_core::placement_policy::NodeFacts;
+use poolguard_core::ruleset::RuleSet;
 
 /// Changes closer together than this are published once (a node's status changes often).
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// The config's `nodeSelectorKey`, read when the pools are gathered.
-pub type PoolKey = Arc<dyn Fn() -> String + Send + Sync>;
+/// The config (its `nodeSelectorKey` and `placement.pools`), read when the pools are gathered.
+pub type PoolKey = Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>;
 
 /// Starts watching nodes in the background, publishing into `pools` (unknown until the first
 /// listing). The watch retries with backoff and the last pools keep serving meanwhile.
@@ -58,7 +59,7 @@ pub fn start(client: Client, key: PoolKey, pools: Pools) {
     });
 }
 
-fn publish(store: &Store<Node>, pools: &Pools, key: &str) {
+fn publish(store: &Store<Node>, pools: &Pools, rules: &RuleSet) {
     let nodes = store
         .state()
         .iter()
@@ -69,7 +70,7 @@ fn publish(store: &Store<Node>, pools: &Pools, key: &str) {
                 .ok()
         })
         .collect();
-    pools.publish(nodes, key);
+    pools.publish(nodes, &rules.config);
 }
 
 /// What the cache keeps of a node: metadata name and labels, spec taints and unschedulable,

@@ -52,8 +52,14 @@ pub struct PlacementSettings {
     /// What pods in namespaces without a pool label get.
     #[serde(default)]
     pub unlabelled_namespaces: UnlabelledNamespaces,
-    /// Pools in the order they are preferred when several are acceptable; pools not listed
-    /// follow in name order.
+    /// The only pools placement may choose (required, not empty). Pools are node label values,
+    /// and a kubelet may label its own Node with any unprefixed label and report any
+    /// allocatable: a pool named by nodes alone would let one node draw the pods of every
+    /// choosing namespace. Nodes of pools not listed are ignored.
+    #[serde(default)]
+    pub pools: Vec<String>,
+    /// Pools (of `pools`) in the order they are preferred when several are acceptable; pools not
+    /// listed here follow in name order.
     #[serde(default)]
     pub preference: Vec<String>,
     /// Settings per placement policy name. Every loaded placement policy is evaluated, listed
@@ -81,9 +87,9 @@ pub struct PlacementPolicySettings {
     pub parameters: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The users and groups allowed to choose a namespace's pool (the validating webhook checks
-/// Namespace CREATE and UPDATE). Service accounts are users named
-/// `system:serviceaccount:<namespace>:<name>`.
+/// The users and groups allowed to set, change or remove the namespace labels poolguard trusts
+/// (the validating webhook checks Namespace CREATE and UPDATE, of the main resource and of every
+/// subresource). Service accounts are users named `system:serviceaccount:<namespace>:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolAuthority {
@@ -92,6 +98,12 @@ pub struct PoolAuthority {
     /// Default: the cluster admins, [`DEFAULT_AUTHORITY_GROUPS`].
     #[serde(default = "default_authority_groups")]
     pub groups: Vec<String>,
+    /// Namespace label keys guarded like the pool label: those that decide whether and how
+    /// poolguard checks a namespace elsewhere (the webhooks' opt-in labels, say). The pool label
+    /// (`namespaceLabel`) and every key a rollout group's `namespaceSelector` reads are always
+    /// guarded too ([`Config::guarded_labels`]).
+    #[serde(default)]
+    pub guarded_labels: Vec<String>,
 }
 
 /// The groups of a cluster's admins: `system:masters`, and `kubeadm:cluster-admins`, the group
@@ -108,6 +120,7 @@ impl Default for PoolAuthority {
         PoolAuthority {
             users: Vec::new(),
             groups: default_authority_groups(),
+            guarded_labels: Vec::new(),
         }
     }
 }
@@ -339,11 +352,62 @@ impl Config {
             }
         }
         self.validate_dependencies()?;
+        self.validate_guarded_labels()?;
         self.validate_placement()
     }
 
+    /// `poolAuthority.guardedLabels`: label keys, each once, not the pool label (always
+    /// guarded).
+    fn validate_guarded_labels(&self) -> Result<()> {
+        let keys = &self.pool_authority.guarded_labels;
+        for (i, key) in keys.iter().enumerate() {
+            let at = format!("poolAuthority.guardedLabels[{i}]");
+            if !is_label_key(key) {
+                bail!(
+                    "at `{at}`: {key:?} is not a label key ([prefix/]name: a DNS subdomain prefix, a name of 1 to 63 letters, digits, '-', '_' and '.' starting and ending with a letter or digit)"
+                );
+            }
+            if key == &self.namespace_label {
+                bail!(
+                    "at `{at}`: {key:?} is `namespaceLabel`, which is always guarded; leave it out"
+                );
+            }
+            if let Some(first) = keys[..i].iter().position(|k| k == key) {
+                bail!("at `{at}`: {key:?} is already listed at `poolAuthority.guardedLabels[{first}]`");
+            }
+        }
+        Ok(())
+    }
+
+    /// The namespace label keys only `poolAuthority` may set, change or remove: the pool label,
+    /// `poolAuthority.guardedLabels`, and every key a rollout group's `namespaceSelector` reads
+    /// (a namespace editor who could change them would move their namespace to a later group, out
+    /// of an enforcing one). Each once, the pool label first.
+    pub fn guarded_labels(&self) -> Vec<&str> {
+        let mut keys = vec![self.namespace_label.as_str()];
+        let listed = self
+            .pool_authority
+            .guarded_labels
+            .iter()
+            .map(String::as_str);
+        let rollouts = self
+            .policies
+            .values()
+            .filter_map(|p| p.rollout.as_ref())
+            .flat_map(|r| r.groups.iter())
+            .filter_map(|g| g.namespace_selector.as_ref())
+            .flat_map(|s| s.keys());
+        for key in listed.chain(rollouts) {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+
     /// The `placement` section: a way to reach it (`chooseValue` or `unlabelledNamespaces:
-    /// choose`), label values that can be pool names, no pool preferred twice.
+    /// choose`), the pools it may choose (listed, label values, each once), no pool preferred
+    /// twice or preferred without being listed.
     fn validate_placement(&self) -> Result<()> {
         let Some(placement) = &self.placement else {
             return Ok(());
@@ -364,6 +428,23 @@ impl Config {
                 "at `placement`: neither `chooseValue` nor `unlabelledNamespaces: choose` is set, so no pool would ever be chosen"
             );
         }
+        if placement.pools.is_empty() {
+            bail!(
+                "at `placement.pools`: list the pools placement may choose (e.g. `pools: [general, gpu]`); nodes can name any pool by labelling themselves, so only listed pools are ever chosen"
+            );
+        }
+        for (i, pool) in placement.pools.iter().enumerate() {
+            let at = format!("placement.pools[{i}]");
+            if !is_label_value(pool) {
+                bail!("at `{at}`: {pool:?} is not a label value, so no node pool is named so");
+            }
+            if placement.choose_value.as_ref() == Some(pool) {
+                bail!("at `{at}`: {pool:?} is `placement.chooseValue`, not a pool");
+            }
+            if let Some(first) = placement.pools[..i].iter().position(|p| p == pool) {
+                bail!("at `{at}`: {pool:?} is already listed at `placement.pools[{first}]`");
+            }
+        }
         for (i, pool) in placement.preference.iter().enumerate() {
             let at = format!("placement.preference[{i}]");
             if !is_label_value(pool) {
@@ -374,6 +455,9 @@ impl Config {
             }
             if let Some(first) = placement.preference[..i].iter().position(|p| p == pool) {
                 bail!("at `{at}`: {pool:?} is already listed at `placement.preference[{first}]`");
+            }
+            if !placement.pools.contains(pool) {
+                bail!("at `{at}`: {pool:?} is not in `placement.pools`, so it is never chosen");
             }
         }
         Ok(())
@@ -507,6 +591,31 @@ pub fn is_label_value(value: &str) -> bool {
         && value
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Whether `key` is a Kubernetes label key: an optional prefix (a DNS subdomain of at most 253
+/// characters) and `/`, then a name that is a label value (1 to 63 characters).
+pub fn is_label_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let subdomain = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                let edge = |c: Option<char>| {
+                    c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                };
+                part.len() <= 63
+                    && edge(part.chars().next())
+                    && edge(part.chars().next_back())
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    };
+    prefix.is_none_or(subdomain) && is_label_value(name)
 }
 
 /// A `repositories` parameter (StackL's and Gatekeeper's name for an allow-list of image
@@ -919,19 +1028,24 @@ policies:
         }
         assert_eq!(Config::parse(FULL, "t").unwrap().placement, None);
         let c = Config::parse(
-            "placement:\n  chooseValue: auto\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, gpu, spot]\n  preference: [general, gpu]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu]}\n",
             "t",
         )
         .unwrap();
         let p = c.placement.unwrap();
         assert_eq!(p.choose_value.as_deref(), Some("auto"));
         assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Ignore);
+        assert_eq!(p.pools, ["general", "gpu", "spot"]);
         assert_eq!(p.preference, ["general", "gpu"]);
         assert_eq!(
             p.policies["gpuonly"].parameters["resources"],
             serde_json::json!(["nvidia.com/gpu"])
         );
-        let c = Config::parse("placement: {unlabelledNamespaces: choose}\n", "t").unwrap();
+        let c = Config::parse(
+            "placement: {unlabelledNamespaces: choose, pools: [general]}\n",
+            "t",
+        )
+        .unwrap();
         let p = c.placement.unwrap();
         assert_eq!(p.choose_value, None);
         assert_eq!(p.unlabelled_namespaces, UnlabelledNamespaces::Choose);
@@ -952,16 +1066,44 @@ policies:
                 "at `placement.chooseValue`: \"gpu\" is a pool configured at `pools.gpu`",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a, b, a]}\n",
+                "placement: {chooseValue: auto, pools: [a, b], preference: [a, b, a]}\n",
                 "at `placement.preference[2]`: \"a\" is already listed at `placement.preference[0]`",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a, auto]}\n",
+                "placement: {chooseValue: auto, pools: [a], preference: [a, auto]}\n",
                 "at `placement.preference[1]`: \"auto\" is `placement.chooseValue`, not a pool",
             ),
             (
-                "placement: {chooseValue: auto, preference: [a b]}\n",
+                "placement: {chooseValue: auto, pools: [a], preference: [a b]}\n",
                 "at `placement.preference[0]`: \"a b\" is not a label value",
+            ),
+            (
+                "placement: {chooseValue: auto}\n",
+                "at `placement.pools`: list the pools placement may choose",
+            ),
+            (
+                "placement: {unlabelledNamespaces: choose, pools: []}\n",
+                "at `placement.pools`: list the pools placement may choose",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, a b]}\n",
+                "at `placement.pools[1]`: \"a b\" is not a label value",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, auto]}\n",
+                "at `placement.pools[1]`: \"auto\" is `placement.chooseValue`, not a pool",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a, b, a]}\n",
+                "at `placement.pools[2]`: \"a\" is already listed at `placement.pools[0]`",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a], preference: [a, b]}\n",
+                "at `placement.preference[1]`: \"b\" is not in `placement.pools`, so it is never chosen",
+            ),
+            (
+                "placement: {chooseValue: auto, pools: [a], poolz: [b]}\n",
+                "at `placement.poolz`: unknown field `poolz`",
             ),
             (
                 "placement: {chooseValue: auto, policies: {gpuonly: {parameter: {}}}}\n",
@@ -976,6 +1118,59 @@ policies:
             let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
             assert!(err.contains(want), "{err}\n  want: {want}");
             assert!(err.contains("cfg.yaml"), "{err}");
+        }
+    }
+
+    #[test]
+    fn guarded_labels_are_label_keys_each_once_and_not_the_pool_label() {
+        let c = Config::parse(
+            "poolAuthority: {guardedLabels: [poolguard, example.com/tier, a.b-c.io/x_y.z]}\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            c.pool_authority.guarded_labels,
+            ["poolguard", "example.com/tier", "a.b-c.io/x_y.z"]
+        );
+        assert_eq!(c.pool_authority.groups, ["system:masters"]);
+        assert!(Config::default().pool_authority.guarded_labels.is_empty());
+        let cases = [
+            ("poolAuthority: {guardedLabels: [a, 'a b']}\n", "at `poolAuthority.guardedLabels[1]`: \"a b\" is not a label key"),
+            ("poolAuthority: {guardedLabels: ['']}\n", "at `poolAuthority.guardedLabels[0]`: \"\" is not a label key"),
+            ("poolAuthority: {guardedLabels: [Example.com/x]}\n", "at `poolAuthority.guardedLabels[0]`"),
+            ("poolAuthority: {guardedLabels: [example.com/]}\n", "at `poolAuthority.guardedLabels[0]`"),
+            ("poolAuthority: {guardedLabels: [/x]}\n", "at `poolAuthority.guardedLabels[0]`"),
+            ("poolAuthority: {guardedLabels: [x, y, x]}\n", "at `poolAuthority.guardedLabels[2]`: \"x\" is already listed at `poolAuthority.guardedLabels[0]`"),
+            ("poolAuthority: {guardedLabels: [agentpool]}\n", "at `poolAuthority.guardedLabels[0]`: \"agentpool\" is `namespaceLabel`, which is always guarded"),
+            ("namespaceLabel: example.com/pool\npoolAuthority: {guardedLabels: [example.com/pool]}\n", "is `namespaceLabel`"),
+            ("poolAuthority: {guardedLabels: x}\n", "at `poolAuthority.guardedLabels`"),
+            ("poolAuthority: {guardedLabel: [x]}\n", "at `poolAuthority.guardedLabel`: unknown field"),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", Config::parse(text, "cfg.yaml").unwrap_err());
+            assert!(err.contains(want), "{err}\n  want: {want}");
+        }
+        for good in [
+            "a",
+            "a/b",
+            "k8s.io/x",
+            "node-restriction.kubernetes.io/pool",
+            "A_b.C",
+        ] {
+            assert!(is_label_key(good), "{good}");
+        }
+        for bad in [
+            "",
+            "a/",
+            "/a",
+            "a/b/c",
+            "A.io/x",
+            "-a.io/x",
+            "a..b/x",
+            "a b",
+            &"x".repeat(64),
+        ] {
+            assert!(!is_label_key(bad), "{bad}");
         }
     }
 

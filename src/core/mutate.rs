@@ -91,7 +91,9 @@ mod tests {
         // of a pod with no spec, and no JSON Patch can add there.
         for pool in ["pool1", "auto"] {
             let labels = crate::placement::Labels::from([("agentpool".into(), pool.into())]);
-            let config = Config::parse("placement: {chooseValue: auto}\n", "t").unwrap();
+            let config =
+                Config::parse("placement: {chooseValue: auto, pools: [pool1, gpu]}\n", "t")
+                    .unwrap();
             for spec in [None, Some(json!(null)), Some(json!("x")), Some(json!([]))] {
                 let mut pod =
                     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}});

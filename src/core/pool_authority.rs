@@ -1,38 +1,60 @@
-//! Who may choose a namespace's pool. The namespace's pool label is the only authority for
-//! placement, so setting, changing or removing it is reserved to the users and groups the config
-//! names (`poolAuthority`); everyone else — a namespace editor with `patch` on their own
-//! Namespace included — is refused. Pure: the request's userInfo and labels in, a decision out.
+//! Who may choose a namespace's pool, and change the other namespace labels poolguard trusts.
+//! The namespace's pool label is the only authority for placement, and other labels decide
+//! whether and how poolguard checks a namespace at all (the webhooks' opt-in labels, the
+//! rollout groups' selectors), so setting, changing or removing any guarded label
+//! ([`Config::guarded_labels`]) is reserved to the users and groups the config names
+//! (`poolAuthority`); everyone else — a namespace editor with `patch` on their own Namespace
+//! included — is refused. Pure: the request's userInfo and labels in, a decision out.
+//!
+//! The request's subresource plays no part: the API server lets a Namespace's labels be
+//! written through `namespaces/status` and `namespaces/finalize` as well as the main resource,
+//! so each is decided exactly as a main-resource UPDATE of the same objects.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::admission::{Decision, Operation, Request};
 use crate::config::Config;
 
-/// Decides a Namespace CREATE or UPDATE (anything else is allowed).
+/// Decides a Namespace CREATE or UPDATE, of the main resource or of any subresource
+/// (anything else is allowed).
 pub fn check(req: &Request, config: &Config) -> Decision {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::allow();
     }
-    let label = &config.namespace_label;
-    let pool_of = |object: Option<&Value>| -> Result<Option<String>, String> {
+    let labels_of = |object: Option<&'_ Value>| -> Result<Option<Map<String, Value>>, String> {
         match object
             .and_then(|o| o.get("metadata"))
             .and_then(|m| m.get("labels"))
         {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(labels)) => match labels.get(label) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(pool)) => Ok(Some(pool.clone())),
-                Some(_) => Err(format!("label {label:?} must be a string")),
-            },
+            Some(Value::Object(labels)) => Ok(Some(labels.clone())),
             Some(_) => Err("metadata.labels must be an object".to_string()),
         }
     };
-    let (new, old) = match (pool_of(req.object), pool_of(req.old_object)) {
+    let (new, old) = match (labels_of(req.object), labels_of(req.old_object)) {
         (Ok(new), Ok(old)) => (new, old),
         (Err(e), _) | (_, Err(e)) => return Decision::deny(400, e),
     };
-    if new == old {
+    let value =
+        |labels: &Option<Map<String, Value>>, key: &str| -> Result<Option<String>, String> {
+            match labels.as_ref().and_then(|l| l.get(key)) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(v)) => Ok(Some(v.clone())),
+                Some(_) => Err(format!("label {key:?} must be a string")),
+            }
+        };
+    // Every guarded key that differs, with its old and new value.
+    let mut changed = Vec::new();
+    for key in config.guarded_labels() {
+        let (after, before) = match (value(&new, key), value(&old, key)) {
+            (Ok(after), Ok(before)) => (after, before),
+            (Err(e), _) | (_, Err(e)) => return Decision::deny(400, e),
+        };
+        if after != before {
+            changed.push((key, before, after));
+        }
+    }
+    if changed.is_empty() {
         return Decision::allow();
     }
     let authority = &config.pool_authority;
@@ -52,13 +74,31 @@ pub fn check(req: &Request, config: &Config) -> Decision {
         p.as_deref()
             .map_or("none".to_string(), |p| format!("{p:?}"))
     };
+    let changes: Vec<String> = changed
+        .iter()
+        .map(|(key, before, after)| {
+            let what = if *key == config.namespace_label {
+                "pool label"
+            } else {
+                "guarded label"
+            };
+            format!(
+                "its {what} {key} (from {} to {})",
+                show(before),
+                show(after)
+            )
+        })
+        .collect();
+    let via = match req.sub_resource {
+        "" => String::new(),
+        sub => format!(" (through the {sub} subresource)"),
+    };
     Decision::deny(
         403,
         format!(
-            "namespace {:?}: only the users and groups in poolAuthority may set, change or remove its pool label {label} (from {} to {}); {username:?} is not one of them",
+            "namespace {:?}: only the users and groups in poolAuthority may set, change or remove {}{via}; {username:?} is not one of them",
             req.object.or(req.old_object).and_then(|o| o["metadata"]["name"].as_str()).unwrap_or(req.namespace),
-            show(&old),
-            show(&new),
+            changes.join(", "),
         ),
     )
 }
@@ -212,5 +252,136 @@ mod tests {
             Config::parse("poolAuthority:\n  groups: [platform-admins]\n", "config").unwrap();
         let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
         assert!(!decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
+    }
+}
+
+#[cfg(test)]
+mod guarded_tests {
+    use super::*;
+    use serde_json::json;
+
+    const CONFIG: &str = r#"
+poolAuthority:
+  groups: [platform-admins]
+  guardedLabels: [poolguard.example.com/enabled, tier]
+policies:
+  allowedrepositories:
+    parameters: {repositories: ["registry.example.com/"]}
+    rollout:
+      groups:
+        - {name: canary, namespaceSelector: {matchLabels: {risk: low}}}
+        - name: standard
+          namespaceSelector: {matchExpressions: [{key: example.com/stage, operator: In, values: [dev]}]}
+        - {name: rest}
+      minSuccessTime: 10m
+      progressDeadline: 2h
+"#;
+
+    /// A Namespace UPDATE (of `sub`, "" for the main resource) from `old` to `new` labels.
+    fn decide(sub: &str, old: Value, new: Value, user: &Value, config: &Config) -> Decision {
+        let ns = |labels: Value| json!({"metadata": {"name": "team-a", "labels": labels}});
+        let mut raw = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "team-a", "operation": "UPDATE", "object": ns(new), "oldObject": ns(old),
+            "userInfo": user});
+        if !sub.is_empty() {
+            raw["subResource"] = json!(sub);
+        }
+        let req = Request::from_value(&raw).unwrap();
+        check(&req, config)
+    }
+
+    #[test]
+    fn guarded_keys_are_the_pool_label_the_listed_ones_and_the_rollout_selectors() {
+        let config = Config::parse(CONFIG, "t").unwrap();
+        assert_eq!(
+            config.guarded_labels(),
+            [
+                "agentpool",
+                "poolguard.example.com/enabled",
+                "tier",
+                "risk",
+                "example.com/stage"
+            ]
+        );
+        assert_eq!(Config::default().guarded_labels(), ["agentpool"]);
+    }
+
+    #[test]
+    fn every_guarded_key_through_every_subresource() {
+        let config = Config::parse(CONFIG, "t").unwrap();
+        let editor =
+            json!({"username": "alice", "groups": ["system:authenticated", "team-a-editors"]});
+        let admin = json!({"username": "bob", "groups": ["platform-admins"]});
+        let base = json!({"team": "a", "agentpool": "pool1", "poolguard.example.com/enabled": "true",
+            "tier": "gold", "risk": "high", "example.com/stage": "prod"});
+        let keys = [
+            "agentpool",
+            "poolguard.example.com/enabled",
+            "tier",
+            "risk",
+            "example.com/stage",
+        ];
+        for sub in ["", "status", "finalize"] {
+            for key in keys {
+                let mut changed = base.clone();
+                changed[key] = json!("other");
+                let mut removed = base.clone();
+                removed.as_object_mut().unwrap().remove(key);
+                let cases = [
+                    ("change", base.clone(), changed),
+                    ("remove", base.clone(), removed.clone()),
+                    ("set", removed, base.clone()),
+                ];
+                for (what, old, new) in cases {
+                    let ctx = format!("{what} {key} via {sub:?}");
+                    let d = decide(sub, old.clone(), new.clone(), &editor, &config);
+                    assert!(!d.allowed, "{ctx}: {d:?}");
+                    assert_eq!(d.code, 403, "{ctx}");
+                    assert!(
+                        d.message.contains(key) && d.message.contains("poolAuthority"),
+                        "{ctx}: {}",
+                        d.message
+                    );
+                    if !sub.is_empty() {
+                        assert!(d.message.contains(sub), "{ctx}: {}", d.message);
+                    }
+                    assert!(decide(sub, old, new, &admin, &config).allowed, "{ctx}");
+                }
+            }
+            // Labels poolguard does not trust stay the editor's.
+            let mut other = base.clone();
+            other["team"] = json!("b");
+            other["new-label"] = json!("x");
+            assert!(
+                decide(sub, base.clone(), other, &editor, &config).allowed,
+                "{sub:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_subresource_is_decided_as_the_main_resource() {
+        let config = Config::default();
+        let editor = json!({"username": "alice", "groups": ["system:authenticated"]});
+        let masters = json!({"username": "root", "groups": ["system:masters"]});
+        let labelled = |pool: &str| json!({"agentpool": pool});
+        let cases = [
+            (labelled("pool1"), labelled("gpu")),
+            (json!({}), labelled("gpu")),
+            (labelled("pool1"), json!({})),
+            (labelled("pool1"), json!({"agentpool": "pool1", "x": "y"})),
+            (json!(null), json!(null)),
+        ];
+        for (old, new) in cases {
+            for user in [&editor, &masters] {
+                let main = decide("", old.clone(), new.clone(), user, &config);
+                for sub in ["status", "finalize"] {
+                    let d = decide(sub, old.clone(), new.clone(), user, &config);
+                    assert_eq!(d.allowed, main.allowed, "{sub}: {old} -> {new}: {d:?}");
+                    assert_eq!(d.code, main.code, "{sub}: {old} -> {new}");
+                }
+            }
+        }
     }
 }

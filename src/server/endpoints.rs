@@ -163,7 +163,7 @@ async fn handle(
         operation: req.operation.as_str(),
     };
     let decision = match slot {
-        Some(Err(why)) if webhook == Webhook::Validate => {
+        Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(&req) => {
             on_error(&rules, &busy(why, app.deadline))
         }
         slot => match lookup(&app, &subject.namespace).await {
@@ -188,7 +188,7 @@ async fn handle(
                 // (see `decide_review`).
                 Some(Ok(slot)) => {
                     let (task_rules, budget) = (rules.clone(), app.deadline);
-                    let pools = app.pools.facts(&rules.config.node_selector_key);
+                    let pools = app.pools.facts(&rules.config);
                     let (task_review, task_labels) = (review.clone(), labels.clone());
                     let task = tokio::task::spawn_blocking(move || {
                         let _held = (slot, reservation);
@@ -383,6 +383,12 @@ fn unevaluated(
     what: &str,
 ) -> Decision {
     match webhook {
+        // Who may change a namespace's guarded labels runs no policy: it is decided in
+        // microseconds, never left to `evaluation.onError` (which may allow).
+        Webhook::Validate if is_namespace(req) => {
+            let scope = Scope { labels, pools: None };
+            decide(webhook, req, scope, &rules.config, &rules.policies, &rules.placement)
+        }
         Webhook::Validate => on_error(rules, what),
         Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
             503,
@@ -393,6 +399,12 @@ fn unevaluated(
             decide(webhook, req, scope, &rules.config, &rules.policies, &rules.placement)
         }
     }
+}
+
+/// A Namespace request (main resource or subresource): the pool authority's, which needs no
+/// evaluation slot.
+fn is_namespace(req: &Request) -> bool {
+    req.group.is_empty() && req.kind == "Namespace"
 }
 
 /// `evaluation.onError` for a request that could not be decided because of `what`.

@@ -422,23 +422,23 @@ async fn namespace_source(opts: &Options) -> Result<(Namespaces, Option<kube::Cl
 /// The pools placement policies choose among: from a nodes file; else from the cluster's nodes
 /// (a watch cache) when the namespaces come from a cluster; else none (no pool can be chosen).
 fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerState>) -> Result<()> {
-    let key = || app.rules.load().config.node_selector_key.clone();
+    let rules = || app.rules.load_full();
     match (&opts.nodes_file, client) {
         (Some(path), _) => {
             let nodes = sources::load_node_facts(path)?;
             tracing::info!(source = %path.display(), nodes = nodes.len(), "pools from a nodes file");
-            app.pools.publish(nodes, &key());
+            app.pools.publish(nodes, &rules().config);
         }
         (None, Some(client)) => {
             let weak = Arc::downgrade(app);
             let key: node_cache::PoolKey = Arc::new(move || {
                 weak.upgrade()
-                    .map(|app| app.rules.load().config.node_selector_key.clone())
+                    .map(|app| app.rules.load_full())
                     .unwrap_or_default()
             });
             node_cache::start(client, key, app.pools.clone());
         }
-        (None, None) => app.pools.publish(Vec::new(), &key()),
+        (None, None) => app.pools.publish(Vec::new(), &rules().config),
     }
     Ok(())
 }

@@ -139,6 +139,45 @@ or nothing.
 {{- with .Values.config.placement }}{{ if eq (toString .unlabelledNamespaces) "choose" }}true{{ end }}{{ end }}
 {{- end }}
 
+{{/*
+The namespace label keys only config.poolAuthority may set, change or remove, as a JSON list, each
+once: config.namespaceLabel first, then config.poolAuthority.guardedLabels, the keys of
+webhook.namespaceMatchLabels (removing one would take a namespace out of both webhooks and the
+audit) and every key a rollout group's namespaceSelector reads (changing one would move a
+namespace out of an enforcing group). The pool-authority webhooks are registered per key, and
+poolguard's config gets all but the first as config.poolAuthority.guardedLabels
+(poolguard.config).
+*/}}
+{{- define "poolguard.guardedLabels" -}}
+{{- $keys := list .Values.config.namespaceLabel }}
+{{- with .Values.config.poolAuthority }}
+{{- range .guardedLabels }}{{ $keys = append $keys . }}{{ end }}
+{{- end }}
+{{- range $key, $_ := .Values.webhook.namespaceMatchLabels }}{{ $keys = append $keys $key }}{{ end }}
+{{- range $name, $policy := .Values.config.policies }}
+{{- with $policy }}{{ with .rollout }}{{ range .groups }}{{ with .namespaceSelector }}
+{{- range $key, $_ := .matchLabels }}{{ $keys = append $keys $key }}{{ end }}
+{{- range .matchExpressions }}{{ $keys = append $keys .key }}{{ end }}
+{{- end }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- toJson (uniq $keys) }}
+{{- end }}
+
+{{/*
+poolguard's config file: config, with config.poolAuthority.guardedLabels completed to every key of
+poolguard.guardedLabels but the pool label (which poolguard always guards).
+*/}}
+{{- define "poolguard.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- $guarded := rest (include "poolguard.guardedLabels" . | fromJsonArray) }}
+{{- if $guarded }}
+{{- $authority := default (dict) $config.poolAuthority }}
+{{- $_ := set $authority "guardedLabels" $guarded }}
+{{- $_ = set $config "poolAuthority" $authority }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
 {{/* Annotations of both webhook configurations. */}}
 {{- define "poolguard.webhookAnnotations" -}}
 {{- if eq .Values.certificates.mode "certManager" }}

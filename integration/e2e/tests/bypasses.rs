@@ -292,3 +292,147 @@ async fn unreadable_pods_get_no_foreign_ephemeral_containers() {
     })
     .await;
 }
+
+/// The opt-in label of these tests: integration/e2e/manifests/poolguard-config.yaml lists it in
+/// `poolAuthority.guardedLabels` and integration/e2e.sh renders the pool-authority webhooks with
+/// it, as the chart does for the keys of `webhook.namespaceMatchLabels`.
+const OPT_IN: &str = "e2e.poolguard.io/opted-in";
+
+/// Runs `body` with a Client impersonating a fresh user who may `verbs` `resources` (core group,
+/// cluster-wide: more than a namespace editor usually gets); the role is deleted afterwards.
+async fn as_namespace_editor<F, Fut>(env: &poolguard_e2e::Env, rules: Value, body: F) -> Result<()>
+where
+    F: FnOnce(String, Client) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let user = format!("editor-{}", random_suffix());
+    let role_name = format!("poolguard-e2e-{user}");
+    let roles: Api<ClusterRole> = Api::all(env.client.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    roles
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": role_name}, "rules": rules}))?,
+        )
+        .await?;
+    bindings
+        .create(&PostParams::default(), &from_json(json!({
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]
+        }))?)
+        .await?;
+    let outcome = async {
+        let client = client_as(&user, &["system:authenticated"]).await?;
+        body(user.clone(), client).await
+    }
+    .await;
+    let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+    let _ = roles.delete(&role_name, &DeleteParams::default()).await;
+    outcome
+}
+
+/// The labels of `ns` as the admin reads them.
+async fn labels_of(
+    env: &poolguard_e2e::Env,
+    ns: &str,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let namespace = env.namespaces_api().get(ns).await?;
+    Ok(namespace.metadata.labels.unwrap_or_default())
+}
+
+/// A Namespace's labels can also be written through its `status` and `finalize` subresources:
+/// poolguard must see those requests (the chart registers `namespaces/*`) and refuse them as it
+/// refuses the same change through the main resource.
+#[tokio::test]
+async fn the_pool_cannot_be_relabelled_through_subresources() {
+    run("the_pool_cannot_be_relabelled_through_subresources", |env| async move {
+        let (pool1, pool2) = (env.pool1(), env.pool2());
+        let ns = env.namespace("authority-sub", Some(pool1)).await?;
+        let rules = json!([
+            {"apiGroups": [""], "resources": ["namespaces", "namespaces/status", "namespaces/finalize"],
+             "verbs": ["get", "patch", "update"]}
+        ]);
+        as_namespace_editor(&env, rules, |user, client| {
+            let (env, ns) = (env.clone(), ns.clone());
+            async move {
+                let editor: Api<Namespace> = Api::all(client);
+                env.say(format!("check: {user} cannot move {ns} to {pool2} through namespaces/status"));
+                let patch = Patch::Merge(json!({"metadata": {"labels": {&env.label: pool2}}}));
+                let result = editor.patch_status(&ns, &PatchParams::default(), &patch).await;
+                expect_refused("relabel through status", result, 403, &["poolAuthority", "status"])?;
+                env.say("check: nor remove its pool through namespaces/status");
+                let remove = Patch::Merge(json!({"metadata": {"labels": {&env.label: null}}}));
+                let result = editor.patch_status(&ns, &PatchParams::default(), &remove).await;
+                expect_refused("unlabel through status", result, 403, &["poolAuthority", "status"])?;
+                env.say("check: nor move it through namespaces/finalize");
+                let mut object = editor.get(&ns).await?;
+                object.metadata.labels.get_or_insert_with(Default::default).insert(env.label.clone(), pool2.to_string());
+                let result = editor.replace_subresource("finalize", &ns, &PostParams::default(), &object).await;
+                expect_refused("relabel through finalize", result, 403, &["poolAuthority", "finalize"])?;
+                let labels = labels_of(&env, &ns).await?;
+                ensure!(
+                    labels.get(&env.label).map(String::as_str) == Some(pool1),
+                    "{ns} still has pool {pool1}: {labels:?}"
+                );
+                env.say("check: the editor can still write the status subresource without touching guarded labels");
+                editor
+                    .patch_status(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})))
+                    .await
+                    .context("an unrelated label through status")?;
+                Ok(())
+            }
+        })
+        .await
+    })
+    .await;
+}
+
+/// The opt-in label decides whether poolguard's webhooks and audit see a namespace at all, so a
+/// namespace editor may not remove (or change, or set) it; the cluster admin may.
+#[tokio::test]
+async fn the_opt_in_label_cannot_be_removed_by_an_editor() {
+    run("the_opt_in_label_cannot_be_removed_by_an_editor", |env| async move {
+        let ns = env.namespace("opt-in", Some(env.pool1())).await?;
+        env.namespaces_api()
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {OPT_IN: "true"}}})))
+            .await
+            .context("the admin opts the namespace in")?;
+        let rules = json!([
+            {"apiGroups": [""], "resources": ["namespaces", "namespaces/status"], "verbs": ["get", "patch", "update"]}
+        ]);
+        as_namespace_editor(&env, rules, |user, client| {
+            let (env, ns) = (env.clone(), ns.clone());
+            async move {
+                let editor: Api<Namespace> = Api::all(client);
+                let remove = Patch::Merge(json!({"metadata": {"labels": {OPT_IN: null}}}));
+                env.say(format!("check: {user} cannot remove {OPT_IN} from {ns}"));
+                let result = editor.patch(&ns, &PatchParams::default(), &remove).await;
+                expect_refused("remove the opt-in label", result, 403, &["poolAuthority", OPT_IN])?;
+                env.say("check: nor through namespaces/status");
+                let result = editor.patch_status(&ns, &PatchParams::default(), &remove).await;
+                expect_refused("remove the opt-in label through status", result, 403, &["poolAuthority", OPT_IN])?;
+                env.say("check: nor change its value");
+                let change = Patch::Merge(json!({"metadata": {"labels": {OPT_IN: "false"}}}));
+                let result = editor.patch(&ns, &PatchParams::default(), &change).await;
+                expect_refused("change the opt-in label", result, 403, &["poolAuthority", OPT_IN])?;
+                let labels = labels_of(&env, &ns).await?;
+                ensure!(labels.get(OPT_IN).map(String::as_str) == Some("true"), "{ns} is still opted in: {labels:?}");
+                env.say("check: the editor can still change other labels");
+                editor
+                    .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})))
+                    .await
+                    .context("an unrelated label")?;
+                Ok(())
+            }
+        })
+        .await?;
+        env.say("check: the cluster admin (system:masters) can remove it");
+        env.namespaces_api()
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {OPT_IN: null}}})))
+            .await
+            .context("the admin opts the namespace out")?;
+        Ok(())
+    })
+    .await;
+}

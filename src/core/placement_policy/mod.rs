@@ -46,10 +46,12 @@
 //!   policy's name) as the reasons; an error or an unknown target in a policy's answer is a
 //!   reason too (fail closed: `evaluation.onError: allow` cannot say which pool to use). Else
 //!   the candidates are the pools all policies accept, in `placement.preference` order, then
-//!   the other pools by name; the first wins. None accepted by all: refused, naming what each
+//!   the other pools by name; the first wins. Only the pools `placement.pools` lists are ever
+//!   candidates or shown to the policies ([`PoolSet::listed`]): a kubelet may label its own
+//!   Node with any pool name, so nodes alone never make a pool. None accepted by all: refused, naming what each
 //!   accepted. No policies: the first pool in that order.
 //! - **Config** ([`crate::config::PlacementSettings`]): off unless `placement` is present;
-//!   then it must set `chooseValue` or `unlabelledNamespaces: choose`. Errors name the path;
+//!   then it must set `chooseValue` or `unlabelledNamespaces: choose`, and list `pools`. Errors name the path;
 //!   [`PlacementSet::check_config`] checks policy names and declared inputs.
 //! - Shipped policies (`policies/placement/`, Rego tests beside them, run by this crate's
 //!   tests and by `poolguard policy test --policies-dir policies/placement`):
@@ -377,6 +379,37 @@ impl PoolSet {
     pub fn facts(&self) -> &[PoolFacts] {
         &self.facts
     }
+
+    /// The pools of `facts` that placement may choose: with a `placement` section, only those
+    /// `placement.pools` lists (a node names its pool by its own label, which its kubelet may
+    /// set, so a pool no config lists could otherwise appear and be chosen); without one, all.
+    pub fn listed(facts: Vec<PoolFacts>, config: &Config) -> PoolSet {
+        match &config.placement {
+            Some(placement) => PoolSet::new(
+                facts
+                    .into_iter()
+                    .filter(|p| placement.pools.contains(&p.name))
+                    .collect(),
+            ),
+            None => PoolSet::new(facts),
+        }
+    }
+
+    /// This set less the pools `config` does not list ([`PoolSet::listed`]); borrowed when
+    /// there are none, as when the shell built it with [`PoolSet::listed`].
+    fn restricted<'a>(&'a self, config: &Config) -> std::borrow::Cow<'a, PoolSet> {
+        let unlisted = |p: &PoolFacts| {
+            config
+                .placement
+                .as_ref()
+                .is_some_and(|placement| !placement.pools.contains(&p.name))
+        };
+        if self.facts.iter().any(unlisted) {
+            std::borrow::Cow::Owned(PoolSet::listed(self.facts.clone(), config))
+        } else {
+            std::borrow::Cow::Borrowed(self)
+        }
+    }
 }
 
 impl Default for PoolSet {
@@ -436,10 +469,16 @@ pub fn candidates(
     config: &Config,
     review: Option<&serde_json::Value>,
 ) -> Result<Vec<String>, Vec<String>> {
+    // Only the pools the config lists are candidates, and only they are shown to the policies:
+    // a node that names an unlisted pool is never chosen, nor can it make a policy refuse.
+    let set = &*set.restricted(config);
     let pools = set.facts();
     if pools.is_empty() {
+        let listed = config.placement.as_ref().map_or(String::new(), |p| {
+            format!(" with a value in placement.pools ({})", p.pools.join(", "))
+        });
         return Err(vec![format!(
-            "no pool to choose from: no node carries the label {}",
+            "no pool to choose from: no node carries the label {}{listed}",
             config.node_selector_key
         )]);
     }

@@ -35,7 +35,7 @@ fn config(text: &str) -> Config {
     Config::parse(text, "t").unwrap()
 }
 
-const AUTO: &str = "placement:\n  chooseValue: auto\n";
+const AUTO: &str = "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n";
 
 /// `count` nodes of `pool`, each with `allocatable`, Ready.
 fn nodes(pool: &str, count: usize, allocatable: Json, extra_labels: Json) -> Vec<NodeFacts> {
@@ -107,7 +107,7 @@ fn choose_table() {
     let all = cluster();
     let no_gpu = only(&all, &["general", "large"]);
     let small_pools = only(&all, &["general", "gpu"]);
-    let two_accelerators = "placement:\n  chooseValue: auto\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu, amd.com/gpu]}\n";
+    let two_accelerators = "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  policies:\n    gpuonly:\n      parameters: {resources: [nvidia.com/gpu, amd.com/gpu]}\n";
     // (case, pools, pod, config, chosen pool or reasons)
     type Case<'a> = (
         &'a str,
@@ -128,21 +128,21 @@ fn choose_table() {
             "small pod: preference reorders",
             &all[..],
             pod(json!({"cpu": "500m", "memory": "1Gi"})),
-            "placement:\n  chooseValue: auto\n  preference: [large, general]\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  preference: [large, general]\n",
             Ok("large"),
         ),
         (
             "small pod: a preferred pool without nodes is skipped",
             &all[..],
             pod(json!({"cpu": "500m"})),
-            "placement:\n  chooseValue: auto\n  preference: [gone, large]\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  preference: [gone, large]\n",
             Ok("large"),
         ),
         (
             "small pod: a preferred GPU pool is still refused to it",
             &all[..],
             pod(json!({"cpu": "500m"})),
-            "placement:\n  chooseValue: auto\n  preference: [gpu]\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  preference: [gpu]\n",
             Ok("general"),
         ),
         (
@@ -156,7 +156,7 @@ fn choose_table() {
             "GPU pod: the GPU pool",
             &all[..],
             pod(json!({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"})),
-            "placement:\n  chooseValue: auto\n  preference: [large, general]\n",
+            "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  preference: [large, general]\n",
             Ok("gpu"),
         ),
         (
@@ -212,7 +212,7 @@ fn choose_table() {
             &[],
             pod(json!({})),
             AUTO,
-            Err(strings(&["no pool to choose from: no node carries the label agentpool"])),
+            Err(strings(&["no pool to choose from: no node carries the label agentpool with a value in placement.pools (general, large, gpu, gone)"])),
         ),
         (
             "an unreadable request names the field",
@@ -241,7 +241,7 @@ fn without_policies_the_first_pool_in_order_wins() {
         choose(&pools, &big, &none, &config(AUTO), None),
         Ok("general".into())
     );
-    let preferred = config("placement:\n  chooseValue: auto\n  preference: [gpu]\n");
+    let preferred = config("placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  preference: [gpu]\n");
     assert_eq!(
         choose(&pools, &big, &none, &preferred, None),
         Ok("gpu".into())
@@ -337,7 +337,7 @@ fn a_policy_past_its_time_limit_refuses() {
         "package spin\nimport rego.v1\nsolutions := {\"fulfilled\": true, \"targets\": [\"general\"]} if {\n  input.infrastructure_targets\n  some x in numbers.range(1, 3000)\n  some y in numbers.range(1, 3000)\n  x * y < 0\n}\n",
     )])
     .unwrap();
-    let config = config("evaluation: {timeoutMillis: 20}\nplacement: {chooseValue: auto}\n");
+    let config = config("evaluation: {timeoutMillis: 20}\nplacement: {chooseValue: auto, pools: [general, large, gpu, gone]}\n");
     let got = choose(&cluster(), &pod(json!({})), &spin, &config, None).unwrap_err();
     assert_eq!(got.len(), 1);
     assert!(
@@ -367,7 +367,7 @@ fn parameters_and_review_reach_the_policies() {
     assert!(policies.get("byreview").unwrap().reads_review);
     assert!(!policies.get("blind").unwrap().reads_review);
     let config = config(
-        "placement:\n  chooseValue: auto\n  policies:\n    named: {parameters: {pool: large}}\n",
+        "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  policies:\n    named: {parameters: {pool: large}}\n",
     );
     let review = json!({"object": {"metadata": {"labels": {"avoid": "general"}}}});
     assert_eq!(
@@ -436,33 +436,33 @@ fn which_namespaces_get_a_pool_chosen() {
         (AUTO, Some(&other), false),
         (AUTO, None, false),
         (
-            "placement: {unlabelledNamespaces: choose}\n",
+            "placement: {unlabelledNamespaces: choose, pools: [general]}\n",
             Some(&auto),
             false,
         ),
         (
-            "placement: {unlabelledNamespaces: choose}\n",
+            "placement: {unlabelledNamespaces: choose, pools: [general]}\n",
             Some(&other),
             true,
         ),
         (
-            "placement: {unlabelledNamespaces: choose}\n",
+            "placement: {unlabelledNamespaces: choose, pools: [general]}\n",
             Some(&empty),
             true,
         ),
-        ("placement: {unlabelledNamespaces: choose}\n", None, true),
+        ("placement: {unlabelledNamespaces: choose, pools: [general]}\n", None, true),
         (
-            "placement: {chooseValue: auto, unlabelledNamespaces: choose}\n",
+            "placement: {chooseValue: auto, pools: [general, large, gpu, gone], unlabelledNamespaces: choose}\n",
             Some(&auto),
             true,
         ),
         (
-            "placement: {chooseValue: auto, unlabelledNamespaces: choose}\n",
+            "placement: {chooseValue: auto, pools: [general, large, gpu, gone], unlabelledNamespaces: choose}\n",
             Some(&pool1),
             false,
         ),
         (
-            "namespaceLabel: pool\nplacement: {chooseValue: auto}\n",
+            "namespaceLabel: pool\nplacement: {chooseValue: auto, pools: [general, large, gpu, gone]}\n",
             Some(&auto),
             false,
         ),
@@ -618,7 +618,7 @@ fn stackl_hasparams_loads_and_runs_unchanged() {
     let pools = cluster();
     let with = |params: &str| {
         config(&format!(
-            "placement:\n  chooseValue: auto\n  policies:\n    hasparams: {{parameters: {{params: {params}}}}}\n"
+            "placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  policies:\n    hasparams: {{parameters: {{params: {params}}}}}\n"
         ))
     };
     let pod = pod(json!({"cpu": "100m"}));
@@ -661,7 +661,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
 
     let pools = PoolSet::new(cluster());
     let rules = crate::ruleset::RuleSet::new(
-        config("placement:\n  chooseValue: auto\n  unlabelledNamespaces: choose\n"),
+        config("placement:\n  chooseValue: auto\n  pools: [general, large, gpu, gone]\n  unlabelledNamespaces: choose\n"),
         Default::default(),
         shipped(),
         "t",
@@ -858,4 +858,92 @@ fn solutions_are_remembered_per_pod_shape_and_pool_facts() {
     let cold = shipped();
     assert_eq!(ask(&cold, &all, &replica("fffff", "2")).unwrap(), first);
     assert_eq!(cold.memo_stats(), ((0, 0), 0));
+}
+
+/// A kubelet may label its own Node with any unprefixed label and report any allocatable, so a
+/// node can name a pool no one configured. Such a pool is never chosen nor shown to the
+/// policies, however attractive (first by name, room for anything, preferred by the pod's own
+/// selector), whether the shell left it out ([`PoolSet::listed`]) or not.
+#[test]
+fn a_node_naming_an_unlisted_pool_is_never_chosen() {
+    let mut nodes_of_cluster = nodes(
+        "general",
+        1,
+        json!({"cpu": "3860m", "memory": "16Gi", "pods": "110"}),
+        json!({}),
+    );
+    // "aaa" sorts first and holds anything; it even carries an accelerator.
+    nodes_of_cluster.extend(nodes(
+        "aaa",
+        1,
+        json!({"cpu": "1000", "memory": "4Ti", "nvidia.com/gpu": "8", "pods": "110"}),
+        json!({"accelerator": "nvidia"}),
+    ));
+    let facts = PoolFacts::gather(&nodes_of_cluster, "agentpool");
+    assert_eq!(facts.len(), 2);
+    let listed_config = config("placement:\n  chooseValue: auto\n  pools: [general, gpu]\n");
+    let unfiltered = PoolSet::new(facts.clone());
+    let filtered = PoolSet::listed(facts, &listed_config);
+    assert_eq!(filtered.facts().len(), 1);
+    assert_eq!(filtered.facts()[0].name, "general");
+    let small = pod(json!({"cpu": "500m", "memory": "1Gi"}));
+    let huge = pod(json!({"cpu": "64", "memory": "1Ti"}));
+    let mut gpu = pod(json!({"cpu": "1", "nvidia.com/gpu": "1"}));
+    gpu["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "1"});
+    let mut selects_it = small.clone();
+    selects_it["spec"]["nodeSelector"] = json!({"agentpool": "aaa"});
+    for (what, set) in [("unfiltered", &unfiltered), ("listed", &filtered)] {
+        for (policies, name) in [(shipped(), "shipped"), (PlacementSet::default(), "none")] {
+            let ctx = format!("{what} pools, {name} policies");
+            // The listed pool is chosen for a pod it can hold.
+            assert_eq!(
+                candidates(set, &small, &policies, &listed_config, None),
+                Ok(strings(&["general"])),
+                "{ctx}"
+            );
+            let chosen = select(
+                Some(set),
+                &small,
+                &["spec"],
+                "team-a",
+                &policies,
+                &listed_config,
+                None,
+            );
+            assert!(
+                matches!(&chosen, Chosen::Pool(pool, _) if pool == "general"),
+                "{ctx}: {chosen:?}"
+            );
+            // A pod selecting the unlisted pool itself is refused.
+            let chosen = select(
+                Some(set),
+                &selects_it,
+                &["spec"],
+                "team-a",
+                &policies,
+                &listed_config,
+                None,
+            );
+            assert!(matches!(chosen, Chosen::Refused(_)), "{ctx}: {chosen:?}");
+        }
+        // Only the unlisted pool could hold these: refused, never sent there.
+        for pod in [&huge, &gpu] {
+            let result = candidates(set, pod, &shipped(), &listed_config, None);
+            let reasons = result.expect_err(what);
+            assert!(
+                reasons.iter().all(|r| !r.contains("aaa")),
+                "{what}: {reasons:?}"
+            );
+        }
+    }
+    // No listed pool has nodes: nothing to choose, and the reason names the list.
+    let only_rogue = PoolSet::new(only(
+        &PoolFacts::gather(&nodes_of_cluster, "agentpool"),
+        &["aaa"],
+    ));
+    let reasons = candidates(&only_rogue, &small, &shipped(), &listed_config, None).unwrap_err();
+    assert!(
+        reasons[0].contains("placement.pools (general, gpu)"),
+        "{reasons:?}"
+    );
 }

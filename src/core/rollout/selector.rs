@@ -64,6 +64,17 @@ impl LabelSelector {
             && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 
+    /// Every label key the selector reads, in order, each once.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.match_labels.keys().map(String::as_str).collect();
+        for requirement in &self.match_expressions {
+            if !keys.contains(&requirement.key.as_str()) {
+                keys.push(&requirement.key);
+            }
+        }
+        keys
+    }
+
     /// Whether the selector has no requirement at all (and so selects every namespace).
     pub fn is_empty(&self) -> bool {
         self.match_labels.is_empty() && self.match_expressions.is_empty()
