@@ -1082,7 +1082,11 @@ fn a_missing_default_policies_dir_is_a_warning_and_a_missing_given_one_an_error(
     );
     // With the placement section on, the placement policies' default directory too.
     let config = elsewhere.path().join("config.yaml");
-    std::fs::write(&config, "placement:\n  chooseValue: auto\n").unwrap();
+    std::fs::write(
+        &config,
+        "placement:\n  pools: [general]\n  chooseValue: auto\n",
+    )
+    .unwrap();
     std::fs::create_dir(elsewhere.path().join("policies")).unwrap();
     let config_flag = format!("--config={}", config.display());
     let out = poolguard_in(

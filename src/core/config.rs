@@ -1132,7 +1132,10 @@ policies:
             c.pool_authority.guarded_labels,
             ["poolguard", "example.com/tier", "a.b-c.io/x_y.z"]
         );
-        assert_eq!(c.pool_authority.groups, ["system:masters"]);
+        assert_eq!(
+            c.pool_authority.groups,
+            ["system:masters", "kubeadm:cluster-admins"]
+        );
         assert!(Config::default().pool_authority.guarded_labels.is_empty());
         let cases = [
             ("poolAuthority: {guardedLabels: [a, 'a b']}\n", "at `poolAuthority.guardedLabels[1]`: \"a b\" is not a label key"),
