@@ -5,18 +5,11 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn poolguard(args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
+    poolguard_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        args,
+        stdin,
+    )
 }
 
 fn text(b: &[u8]) -> String {

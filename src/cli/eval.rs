@@ -61,12 +61,7 @@ fn check_decided(webhook: Webhook, object: &Value) -> Result<()> {
     if !object.is_object() {
         bail!("expected a manifest (an object with apiVersion and kind)");
     }
-    let kind = object["kind"]
-        .as_str()
-        .context("the manifest has no `kind`")?;
-    let api_version = object["apiVersion"]
-        .as_str()
-        .context("the manifest has no `apiVersion`")?;
+    let (kind, api_version) = kind_and_api_version(object)?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let namespace = webhook == Webhook::Validate && group.is_empty() && kind == "Namespace";
     if admission::pod_spec_path(group, kind).is_none() && !namespace {
@@ -103,12 +98,7 @@ fn manifest_mode(
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
-    let kind = object["kind"]
-        .as_str()
-        .context("the manifest has no `kind`")?;
-    let api_version = object["apiVersion"]
-        .as_str()
-        .context("the manifest has no `apiVersion`")?;
+    let (kind, api_version) = kind_and_api_version(object)?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let namespace = namespace
         .or_else(|| object["metadata"]["namespace"].as_str())
@@ -189,4 +179,15 @@ fn decide(
         &rules.policies,
         &rules.placement,
     )
+}
+
+/// A manifest's `kind` and `apiVersion`.
+fn kind_and_api_version(object: &Value) -> Result<(&str, &str)> {
+    let kind = object["kind"]
+        .as_str()
+        .context("the manifest has no `kind`")?;
+    let api_version = object["apiVersion"]
+        .as_str()
+        .context("the manifest has no `apiVersion`")?;
+    Ok((kind, api_version))
 }
