@@ -126,10 +126,51 @@ log "build: $(since "${t_build}")s"
 
 # --- 2. control plane and nodes ----------------------------------------------------
 t_cluster="$(now)"
+# mTLS from the API server: kube-apiserver presents a client certificate to every webhook
+# (AdmissionConfiguration -> kubeconfig, user "*"), signed by a client CA that poolguard alone
+# trusts (--client-ca-file): a client that is not the API server is refused at the handshake.
+mkdir -p "${work}/client-ca"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 -sha256 \
+    -subj "/CN=poolguard-e2e-client-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "${work}/client-ca/ca.key" -out "${work}/client-ca/ca.crt" 2>/dev/null ||
+    die "openssl could not make the client CA"
+openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -subj "/CN=kube-apiserver-webhook-client" -keyout "${work}/client-ca/apiserver.key" \
+    -out "${work}/client-ca/apiserver.csr" 2>/dev/null || die "openssl could not make the API server's client key"
+openssl x509 -req -in "${work}/client-ca/apiserver.csr" -CA "${work}/client-ca/ca.crt" \
+    -CAkey "${work}/client-ca/ca.key" -CAcreateserial -days 7 -sha256 \
+    -extfile <(printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n') \
+    -out "${work}/client-ca/apiserver.crt" 2>/dev/null || die "openssl could not sign the API server's client certificate"
+cat > "${work}/client-ca/webhook-kubeconfig.yaml" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: ${work}/client-ca/apiserver.crt
+      client-key: ${work}/client-ca/apiserver.key
+KUBECONFIG
+cat > "${work}/client-ca/admission.yaml" <<ADMISSION
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: ${work}/client-ca/webhook-kubeconfig.yaml
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: ${work}/client-ca/webhook-kubeconfig.yaml
+ADMISSION
 # No kubelet heartbeats: without the node lifecycle controller the fake nodes stay Ready and
 # untainted.
 POOLGUARD_CP_BIN="${cp_bin}" POOLGUARD_CP_CONTROLLERS=1 \
     POOLGUARD_CP_CONTROLLER_MANAGER_ARGS='--controllers=*,-node-lifecycle-controller' \
+    POOLGUARD_CP_APISERVER_ARGS="${POOLGUARD_CP_APISERVER_ARGS:-} --admission-control-config-file=${work}/client-ca/admission.yaml" \
     integration/controlplane/start.sh "${cp_state}" >/dev/null
 cp_started=1
 export KUBECONFIG="${cp_state}/kubeconfig"
@@ -187,6 +228,7 @@ pick_port metrics_port
     printf 'PG_CONFIG=%q\n' "${work}/config/$(basename "${config}")"
     printf 'PG_POLICIES_DIR=%q\n' "${work}/policies"
     printf 'PG_KUBECONFIG=%q\n' "${KUBECONFIG}"
+    printf 'PG_CLIENT_CA=%q\n' "${work}/client-ca/ca.crt"
 } > "${work}/poolguard.env"
 pg_env_written=1
 "${ctl}" start "${work}"
@@ -197,6 +239,27 @@ integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt
     --set 'config.poolAuthority.guardedLabels={e2e.poolguard.io/opted-in}' \
     > "${work}/webhooks.yaml" || die "rendering the webhook configurations from charts/poolguard failed"
 kubectl apply -f "${work}/webhooks.yaml"
+# A direct client (anything that reaches poolguard without being the API server) is refused at
+# the TLS handshake; one with the API server's client certificate is answered. (Every admission
+# of the suites below goes through the API server, so they show its certificate is accepted.)
+review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"direct","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"default","operation":"CREATE","object":{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.10"}]}}}}'
+if direct="$(curl -sS --max-time 5 --cacert "${work}/certs/ca.crt" -H 'Content-Type: application/json' \
+    --data "${review}" "https://127.0.0.1:${pg_port}/validate" 2>&1)"; then
+    die "mTLS: a client without a certificate was answered: ${direct}"
+fi
+log "mTLS: a direct client without a client certificate is refused at the handshake (curl: ${direct##*curl: })"
+if direct="$(curl -sS --max-time 5 --cacert "${work}/certs/ca.crt" -H 'Content-Type: application/json' \
+    --cert "${work}/certs/tls.crt" --key "${work}/certs/tls.key" \
+    --data "${review}" "https://127.0.0.1:${pg_port}/validate" 2>&1)"; then
+    die "mTLS: a client certificate from another CA was answered: ${direct}"
+fi
+log "mTLS: a client certificate not from the API server's client CA is refused (curl: ${direct##*curl: })"
+direct="$(curl -sS --max-time 5 --cacert "${work}/certs/ca.crt" -H 'Content-Type: application/json' \
+    --cert "${work}/client-ca/apiserver.crt" --key "${work}/client-ca/apiserver.key" \
+    --data "${review}" "https://127.0.0.1:${pg_port}/validate" 2>&1)" ||
+    die "mTLS: the API server's client certificate was refused: ${direct}"
+grep -q '"uid":"direct"' <<<"${direct}" || die "mTLS: no AdmissionReview answer with the API server's certificate: ${direct}"
+log "mTLS: the API server's client certificate is answered"
 
 KUBECTL="${cp_bin}/kubectl" integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 30 >&2 ||
     die "poolguard's webhooks did not become active"
