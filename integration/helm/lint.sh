@@ -66,6 +66,8 @@ cases=(
     "default|"
     # The webhooks rendered by the chart instead of registered by poolguard: the same webhooks.
     "chart-registration|--set webhook.registration=chart"
+    # mTLS: only the API server's client certificate (signed by clientCA) is answered.
+    "mtls|--set-file clientCA=${out}/ca.pem"
     "certmanager|--set certificates.mode=certManager"
     "provided|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-string certificates.caBundle=$(printf '%s' "$ca_pem" | base64 -w0)"
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
@@ -157,6 +159,7 @@ refuse "bad failurePolicy" "/validating/failurePolicy" --set validating.failureP
 refuse "skipUnchangedUpdates not a boolean" "/webhook/skipUnchangedUpdates" --set-string webhook.skipUnchangedUpdates=yes
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
+refuse "clientCA not a PEM certificate" "/clientCA" --set clientCA=not-a-certificate
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
 refuse "placement without a way to choose" "/config/placement" --set config.placement.preference={a}
 refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
@@ -419,6 +422,17 @@ for name in names:
         volumes = {v["name"]: v for v in pod["volumes"]}
         check(placement_cms and volumes.get("placement-policies", {}).get("configMap", {}).get("name")
               == placement_cms[0]["metadata"]["name"], "the placement-policies volume is the placement policies ConfigMap")
+        # mTLS only with clientCA: --client-ca-file, the CA's ConfigMap mounted read-only.
+        client_ca = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-client-ca")]
+        if name == "mtls":
+            check(args[args.index("--client-ca-file") + 1:][:1] == ["/client-ca/ca.crt"]
+                  if "--client-ca-file" in args else False, "--client-ca-file /client-ca/ca.crt")
+            check(client_ca and client_ca[0]["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
+                  and mounts.get("client-ca", {}).get("mountPath") == "/client-ca" and mounts["client-ca"].get("readOnly"),
+                  "the client CA ConfigMap mounted read-only at /client-ca")
+        else:
+            check("/client-ca/ca.crt" not in args and not client_ca and "client-ca" not in mounts,
+                  "no client CA ConfigMap without clientCA")
         # poolguard registers the webhooks from the mounted ConfigMap, or the chart renders them.
         if registered:
             check(args[args.index("--register-webhooks") + 1:][:1] == ["/webhooks/webhooks.yaml"]
