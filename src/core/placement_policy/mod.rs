@@ -624,7 +624,28 @@ pub fn select(
             )])
         }
         Some(own) => own,
-        None => candidates[0].as_str(),
+        // Chosen for the pod: the first accepted pool that has a node taking new pods (Ready,
+        // not cordoned). A pool whose nodes are all down or cordoned would leave the pod
+        // Pending for as long as that lasts, so it is never chosen; a pod may still name it.
+        None => match candidates
+            .iter()
+            .find(|c| pools.facts().iter().any(|f| &f.name == *c && f.ready_nodes > 0))
+        {
+            Some(pool) => pool.as_str(),
+            None => {
+                return Chosen::Refused(vec![format!(
+                    "no pool the placement policies accept ({}) has a Ready node that is not cordoned, so none is chosen",
+                    candidates
+                        .iter()
+                        .map(|c| {
+                            let nodes = pools.facts().iter().find(|f| &f.name == c).map_or(0, |f| f.nodes);
+                            format!("{c}: {nodes} nodes, 0 ready")
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )])
+            }
+        },
     };
     match placement::place(spec, path, namespace, pool, &config.placement_rules()) {
         Placement::Conflict(message) => Chosen::Refused(vec![message]),

@@ -947,3 +947,73 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
         "{reasons:?}"
     );
 }
+
+/// A pool whose nodes are all NotReady or cordoned is never chosen for a pod (it would stay
+/// Pending); the next accepted pool is, and with none left the pod is refused. A pod that names
+/// such a pool itself keeps its choice.
+#[test]
+fn a_pool_without_a_node_taking_pods_is_never_chosen() {
+    let config = config(AUTO);
+    let node = |pool: &str, i: usize, ready: &str, cordoned: bool| {
+        NodeFacts::from_node(&json!({
+            "metadata": {"name": format!("{pool}-{i}"), "labels": {"agentpool": pool}},
+            "spec": {"unschedulable": cordoned},
+            "status": {
+                "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": ready}],
+            },
+        }))
+        .unwrap()
+    };
+    // `general` sorts first but takes no pods: one node down, one cordoned.
+    let down = vec![
+        node("general", 0, "False", false),
+        node("general", 1, "True", true),
+    ];
+    let mut both = down.clone();
+    both.push(node("large", 0, "True", false));
+    let small = pod(json!({"cpu": "1"}));
+    let choose = |nodes: &[NodeFacts], pod: &Json| {
+        let set = PoolSet::new(PoolFacts::gather(nodes, "agentpool"));
+        select(
+            Some(&set),
+            pod,
+            &["spec"],
+            "team-a",
+            &shipped(),
+            &config,
+            None,
+        )
+    };
+    for (policies, name) in [(shipped(), "shipped"), (PlacementSet::default(), "none")] {
+        let set = PoolSet::new(PoolFacts::gather(&both, "agentpool"));
+        let chosen = select(
+            Some(&set),
+            &small,
+            &["spec"],
+            "team-a",
+            &policies,
+            &config,
+            None,
+        );
+        assert!(
+            matches!(&chosen, Chosen::Pool(pool, _) if pool == "large"),
+            "{name} policies: {chosen:?}"
+        );
+    }
+    match choose(&down, &small) {
+        Chosen::Refused(reasons) => assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("general: 2 nodes, 0 ready")),
+            "{reasons:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let mut names_it = small.clone();
+    names_it["spec"]["nodeSelector"] = json!({"agentpool": "general"});
+    assert!(
+        matches!(choose(&both, &names_it), Chosen::Pool(pool, _) if pool == "general"),
+        "a pod's own choice of an accepted pool stands"
+    );
+}
