@@ -1,10 +1,10 @@
-//! The HTTPS server. In process (the router called without sockets): the request/response
-//! rules, the evaluation slots, the metric labels and the rollout counts. On loopback, with certificates made by
-//! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
-//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
-//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection
-//! cap, idle connections, HTTP/2 settings and reset floods), SIGTERM with a request in flight,
-//! and HTTP/1.1 connections during the shutdown.
+//! The HTTPS server. In process (the router called without sockets): the request/response rules,
+//! the evaluation slots, the metric labels and the rollout counts. On loopback, with certificates
+//! made by poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation
+//! by symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
+//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection cap,
+//! idle connections, HTTP/2 settings and reset floods), SIGTERM with a request in flight, and
+//! HTTP/1.1 connections during the shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
