@@ -1,10 +1,10 @@
-//! The HTTPS server. In process (the router called without sockets): the request/response
-//! rules, the evaluation slots and the metric labels. On loopback, with certificates made by
-//! poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation by
-//! symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
-//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection
-//! cap, idle connections, HTTP/2 settings and reset floods), SIGTERM with a request in flight,
-//! and HTTP/1.1 connections during the shutdown.
+//! The HTTPS server. In process (the router called without sockets): the request/response rules,
+//! the evaluation slots, the metric labels and the rollout counts. On loopback, with certificates
+//! made by poolguard's own `certs` code: round trips over HTTP/1.1 and HTTP/2, certificate rotation
+//! by symlink swap, broken policy pushes, mTLS, the deadline (which also stops the work), the
+//! transport limits (body budget, trickled bodies, bodies left unread over HTTP/2, connection cap,
+//! idle connections, HTTP/2 settings and reset floods), SIGTERM with a request in flight, and
+//! HTTP/1.1 connections during the shutdown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -422,6 +422,97 @@ async fn an_update_of_an_unreadable_pod_is_judged_on_its_own() {
         .as_str()
         .unwrap()
         .contains("evil.io/tools"));
+}
+
+/// What admission counts for a rollout comes only from requests for namespaces that exist, and
+/// only for what would refuse the request: anyone can post reviews naming made-up namespaces,
+/// or UPDATEs of objects that already had the finding.
+#[tokio::test]
+async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
+    use poolguard_core::config::Enforcement;
+    use poolguard_core::rollout::machine::{GroupState, GroupStatus, RolloutState};
+    use poolguard_core::rollout::view::{PolicyRollout, RolloutView};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "policies:\n  allowedrepositories:\n    enforcement: deny\n    parameters: {repositories: [\"registry.example.com/\"]}\n    rollout:\n      groups: [{name: all}]\n      minSuccessTime: 10m\n      progressDeadline: 2h\n",
+    )
+    .unwrap();
+    let sources = Sources {
+        config: Some(config),
+        policies_dir: Some("policies".into()),
+        placement_dir: None,
+    };
+    let app = state(sources, Duration::from_secs(4), Limits::default());
+    let version = app
+        .rules
+        .load()
+        .policies
+        .version("allowedrepositories")
+        .to_string();
+    let group = GroupState {
+        name: "all".into(),
+        status: GroupStatus::Progressing,
+        since: 0,
+        within_since: None,
+        approved: false,
+        objects: 0,
+        failures: 0,
+        reason: String::new(),
+    };
+    let rollout = PolicyRollout {
+        state: RolloutState {
+            version,
+            previous_version: None,
+            previous_enforcement: None,
+            final_enforcement: Enforcement::Deny,
+            paused_since: None,
+            groups: vec![group],
+        },
+        current: None,
+        previous: None,
+    };
+    let view = RolloutView {
+        policies: [("allowedrepositories".to_string(), rollout)].into(),
+    };
+    poolguard::rollout::sync::install(&app, Arc::new(view));
+
+    let base: Value = serde_json::from_slice(&review("pod-create-unmapped.json")).unwrap();
+    let post = |namespace: &str, old_image: Option<&str>| {
+        let mut doc = base.clone();
+        doc["request"]["namespace"] = namespace.into();
+        doc["request"]["object"]["spec"]["containers"][0]["image"] = "evil.io/x:1".into();
+        if let Some(old) = old_image {
+            doc["request"]["operation"] = "UPDATE".into();
+            doc["request"]["oldObject"] = doc["request"]["object"].clone();
+            doc["request"]["oldObject"]["spec"]["containers"][0]["image"] = old.into();
+        }
+        let app = app.clone();
+        async move {
+            let body = serde_json::to_vec(&doc).unwrap();
+            let answer = call(&app, request("POST", "/validate", body)).await;
+            let response = answer.json()["response"].clone();
+            // The Progressing group warns: allowed.
+            assert_eq!(response["allowed"], true, "{response}");
+        }
+    };
+    let would_deny = || {
+        let now = poolguard::rollout::sync::unix_now();
+        app.rollout_counts
+            .snapshot(now)
+            .map(|s| s["allowedrepositories"].values().next().unwrap()["all"].would_deny)
+    };
+    // A namespace that does not exist: nothing counted.
+    post("made-up", None).await;
+    assert_eq!(would_deny(), None);
+    // An UPDATE of a pod that already had the foreign image: nothing new to refuse.
+    post("unmapped", Some("evil.io/x:1")).await;
+    assert_eq!(would_deny(), None);
+    // A new foreign image in a namespace that exists: counted.
+    post("unmapped", Some("registry.example.com/web:1.0")).await;
+    assert_eq!(would_deny(), Some(1));
 }
 
 #[tokio::test]

@@ -449,8 +449,9 @@ struct LimitArgs {
     #[arg(long, value_name = "N")]
     max_queued_evaluations: Option<usize>,
     /// Open HTTPS connections; at the cap a new one closes an idle connection of the client
-    /// holding the most (one that never completed a request first, else the idlest), or waits
-    /// while every connection has a request in flight [default: 64]
+    /// address holding more than every other address (one that never completed a request
+    /// first, else the idlest), or waits while there is none or all of its connections have a
+    /// request in flight [default: 64]
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Seconds a connection with no request in flight stays open; keep it above the API

@@ -67,6 +67,8 @@ struct Findings {
     evaluations: Vec<PolicyResult>,
     /// The pool the object was checked against: its namespace's, or the one chosen for it.
     pool: Option<String>,
+    /// Every policy infringement found, whatever the enforcement: (policy, message).
+    infringements: Vec<(String, String)>,
 }
 
 /// Decides one validating request.
@@ -110,6 +112,7 @@ pub fn validate(
         if let Some(old) = req.old_object {
             let before = findings(req, old, path, is_pod, scope, rules);
             let same_spec = value_at(old, path) == value_at(object, path);
+            only_new_infringements_deny(&mut found, &before);
             found.denials = new_denials(found.denials, before.denials, same_spec);
             if let (true, Some(pool)) = (is_pod, &found.pool) {
                 found
@@ -156,6 +159,21 @@ fn new_denials(new: Vec<Denial>, old: Vec<Denial>, same_spec: bool) -> Vec<Denia
             Kind::Failed => true,
         })
         .collect()
+}
+
+/// On UPDATE, a policy's result `denies` only for an infringement the old object, read, did
+/// not have (as [`new_denials`] keeps a policy's denials); an error still does.
+fn only_new_infringements_deny(new: &mut Findings, old: &Findings) {
+    let known: HashSet<&(String, String)> = old.infringements.iter().collect();
+    let fresh: HashSet<&str> = new
+        .infringements
+        .iter()
+        .filter(|finding| !known.contains(finding))
+        .map(|(policy, _)| policy.as_str())
+        .collect();
+    for result in new.evaluations.iter_mut().filter(|r| !r.error) {
+        result.denies = fresh.contains(result.policy.as_str());
+    }
 }
 
 /// The reasons, one per line, at most `max` of them and a count of the rest.
@@ -407,6 +425,7 @@ fn findings(
                     error: false,
                     pending: Some(pending.unmet.to_string()),
                     rollout: outcome.rollout,
+                    denies: false,
                 });
                 continue;
             }
@@ -418,7 +437,16 @@ fn findings(
             error: result.is_err(),
             pending: None,
             rollout: outcome.rollout.clone(),
+            denies: match &result {
+                Ok(messages) => !messages.is_empty(),
+                Err(_) => config.evaluation.on_error == OnError::Deny,
+            },
         });
+        if let Ok(messages) = &result {
+            found
+                .infringements
+                .extend(messages.iter().map(|m| (name.clone(), m.clone())));
+        }
         let result = result.map_err(|e| one_line(&e));
         match (result, outcome.enforcement) {
             (Ok(messages), Enforcement::Deny) => {
@@ -705,6 +733,33 @@ mod tests {
             let d = decide(sub, &new, &old);
             assert_eq!((d.allowed, d.code), want, "{what}: {d:?}");
         }
+
+        // What a policy result says of the request (rollout counts read it): it would refuse
+        // for a new infringement or an error, not for one the old object already had.
+        let denies = |old: &Value, new: &Value| {
+            let d = decide("", new, old);
+            let results: Vec<_> = d
+                .policy_results
+                .iter()
+                .map(|r| (r.infringements, r.denies))
+                .collect();
+            results
+        };
+        let cases = [
+            (pod(&[evil], &[]), pod(&[evil, ok], &[]), (1, false)),
+            (
+                pod(&[evil], &[]),
+                pod(&[evil, "evil.io/y:1"], &[]),
+                (2, true),
+            ),
+            (pod(&[&id], &[]), pod(&[evil], &[]), (1, true)),
+            (pod(&[ok], &[]), pod(&[ok, ok], &[]), (0, false)),
+        ];
+        for (old, new, want) in cases {
+            assert_eq!(denies(&old, &new), [want], "{old} -> {new}");
+        }
+        let boom = pod(&["registry.example.com/boom"], &[]);
+        assert!(decide("", &boom, &boom).policy_results[0].denies);
     }
 
     #[test]

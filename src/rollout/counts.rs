@@ -53,31 +53,39 @@ pub struct RolloutCounts {
 }
 
 impl RolloutCounts {
-    /// Counts one request's policy results; `now` in Unix seconds.
-    pub fn record(&self, results: &[PolicyResult], now: i64) {
+    /// Counts one request's policy results; `allowed`: the decision; `now` in Unix seconds.
+    ///
+    /// Only results that would refuse the request count ([`PolicyResult::denies`]: on UPDATE,
+    /// infringements the old object already had do not), and a denial only when the request
+    /// was refused: a request the decision allowed never trips the safety valve. The caller
+    /// counts only requests for namespaces that exist.
+    pub fn record(&self, results: &[PolicyResult], allowed: bool, now: i64) {
         let mut seen = std::collections::BTreeSet::new();
         for r in results {
             let Some(mark) = &r.rollout else { continue };
-            if r.infringements == 0 && !r.error {
+            if !r.denies {
                 continue;
             }
-            // An UPDATE runs the old object too: one request counts once per policy.
+            // One request counts once per policy.
             if !seen.insert(r.policy.as_str()) {
+                continue;
+            }
+            let progressing = mark.status == Some(GroupStatus::Progressing);
+            let denied = !allowed && r.enforcement == Enforcement::Deny;
+            if !progressing && !denied {
                 continue;
             }
             let id = (r.policy.clone(), mark.version.clone(), mark.group.clone());
             let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
             let key = keys.entry(id).or_default();
-            match (mark.status, r.enforcement) {
-                (Some(GroupStatus::Progressing), _) => key.would_deny += 1,
-                (_, Enforcement::Deny) => {
-                    let slot = &mut key.denials[(now.rem_euclid(WINDOW as i64)) as usize];
-                    if slot.0 != now {
-                        *slot = (now, 0);
-                    }
-                    slot.1 += 1;
+            if progressing {
+                key.would_deny += 1;
+            } else {
+                let slot = &mut key.denials[(now.rem_euclid(WINDOW as i64)) as usize];
+                if slot.0 != now {
+                    *slot = (now, 0);
                 }
-                _ => {}
+                slot.1 += 1;
             }
         }
     }
@@ -129,6 +137,7 @@ mod tests {
             infringements,
             error: false,
             pending: None,
+            denies: infringements > 0,
             rollout: Some(RolloutMark {
                 group: "g".into(),
                 status: Some(status),
@@ -143,14 +152,17 @@ mod tests {
         assert!(c.snapshot(0).is_none());
         c.record(
             &[result(GroupStatus::Progressing, Enforcement::Warn, 2)],
+            true,
             100,
         );
         c.record(
             &[result(GroupStatus::Progressing, Enforcement::Warn, 0)],
+            true,
             100,
         );
-        c.record(&[result(GroupStatus::Succeeded, Enforcement::Deny, 1)], 100);
-        c.record(&[result(GroupStatus::Succeeded, Enforcement::Deny, 1)], 130);
+        let deny = [result(GroupStatus::Succeeded, Enforcement::Deny, 1)];
+        c.record(&deny, false, 100);
+        c.record(&deny, false, 130);
         let at = |snap: &ReplicaCounts| snap["p"]["v"]["g"];
         let snap = c.snapshot(130).unwrap();
         assert_eq!(
@@ -166,5 +178,39 @@ mod tests {
         let snap = c.snapshot(200).unwrap();
         assert_eq!(at(&snap).denied_last_minute, 0);
         assert!(c.snapshot(300).is_none());
+    }
+
+    /// On UPDATE, infringements the old object already had neither refuse the request nor
+    /// count: not as a denial, not as a request the Progressing group's version would have
+    /// denied. A request that was allowed counts no denial, whatever its results say.
+    #[test]
+    fn only_what_refuses_the_request_counts() {
+        let c = RolloutCounts::default();
+        let known = |status| PolicyResult {
+            denies: false,
+            ..result(status, Enforcement::Deny, 1)
+        };
+        c.record(&[known(GroupStatus::Succeeded)], true, 100);
+        c.record(&[known(GroupStatus::Progressing)], true, 100);
+        // Another policy (or placement) refused the request: this one's old findings still
+        // do not count.
+        c.record(&[known(GroupStatus::Succeeded)], false, 100);
+        // Results that would refuse, in a decision that allowed: the decision is what counts.
+        c.record(
+            &[result(GroupStatus::Succeeded, Enforcement::Deny, 1)],
+            true,
+            100,
+        );
+        assert!(c.snapshot(100).is_none(), "nothing counted");
+
+        c.record(
+            &[result(GroupStatus::Succeeded, Enforcement::Deny, 1)],
+            false,
+            100,
+        );
+        assert_eq!(
+            c.snapshot(100).unwrap()["p"]["v"]["g"].denied_last_minute,
+            1
+        );
     }
 }

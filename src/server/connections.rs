@@ -1,4 +1,4 @@
-//! Accepting connections: a cap on how many are open (the idlest one closed to make room),
+//! Accepting connections: a cap on how many are open (an idle one closed to make room),
 //! TLS handshakes with the current certificate, HTTP/1.1 and HTTP/2 with their limits, idle connections closed, graceful
 //! shutdown, closed connections lingering until the client has closed too.
 
@@ -72,8 +72,9 @@ const LINGER: Duration = Duration::from_secs(2);
 /// so the client's next connection goes to another replica.
 ///
 /// At the cap a new connection makes room by closing an idle one (see [`super::idle_eviction`]:
-/// the client holding the most connections gives one up; counted in `evicted`); when every open connection has a request
-/// in flight it waits for one to close, and the kernel keeps the connections after it in the
+/// the client address holding more connections than every other gives one up; counted in
+/// `evicted`); when no address holds more than every other, or that one's connections all have
+/// a request in flight, it waits for one to close, and the kernel keeps the connections after it in the
 /// listen backlog, so a short burst costs the API server latency instead of failed calls.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve_tls(

@@ -162,6 +162,9 @@ async fn handle(
         kind_label: kind_label(req.group, req.kind),
         operation: req.operation.as_str(),
     };
+    // Whether the request's namespace was found: rollout counts are kept only for namespaces
+    // that exist, so that no one can post reviews for made-up ones to move a rollout.
+    let mut namespace_found = false;
     let decision = match slot {
         Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(&req) => {
             on_error(&rules, &busy(why, app.deadline))
@@ -174,64 +177,71 @@ async fn handle(
                     subject.namespace
                 ),
             ),
-            Ok(labels) => match slot {
-                Some(Err(why)) => unevaluated(
-                    webhook,
-                    &req,
-                    labels.as_ref(),
-                    &rules,
-                    &busy(why, app.deadline),
-                ),
-                // Policies run on the blocking pool, so that a slow one holds up no other
-                // request and the deadline can answer for it. The evaluation keeps its slot and
-                // the body's reservation until its work stops, which the deadline also bounds
-                // (see `decide_review`).
-                Some(Ok(slot)) => {
-                    let (task_rules, budget) = (rules.clone(), app.deadline);
-                    let pools = app.pools.facts(&rules.config);
-                    let (task_review, task_labels) = (review.clone(), labels.clone());
-                    let task = tokio::task::spawn_blocking(move || {
-                        let _held = (slot, reservation);
-                        let scope = Scope {
-                            labels: task_labels.as_ref(),
-                            pools: pools.as_deref(),
-                        };
-                        decide_review(
-                            webhook,
-                            &task_review,
-                            scope,
-                            &task_rules,
-                            deadline.into_std(),
-                            budget,
-                        )
-                    });
-                    match tokio::time::timeout_at(deadline, task).await {
-                        Ok(Ok(decision)) => decision,
-                        Ok(Err(e)) => {
-                            Decision::deny(500, format!("internal error while deciding: {e}"))
-                        }
-                        Err(_) => {
-                            unevaluated(webhook, &req, labels.as_ref(), &rules, &late(app.deadline))
+            Ok(labels) => {
+                namespace_found = labels.is_some();
+                match slot {
+                    Some(Err(why)) => unevaluated(
+                        webhook,
+                        &req,
+                        labels.as_ref(),
+                        &rules,
+                        &busy(why, app.deadline),
+                    ),
+                    // Policies run on the blocking pool, so that a slow one holds up no other
+                    // request and the deadline can answer for it. The evaluation keeps its slot and
+                    // the body's reservation until its work stops, which the deadline also bounds
+                    // (see `decide_review`).
+                    Some(Ok(slot)) => {
+                        let (task_rules, budget) = (rules.clone(), app.deadline);
+                        let pools = app.pools.facts(&rules.config);
+                        let (task_review, task_labels) = (review.clone(), labels.clone());
+                        let task = tokio::task::spawn_blocking(move || {
+                            let _held = (slot, reservation);
+                            let scope = Scope {
+                                labels: task_labels.as_ref(),
+                                pools: pools.as_deref(),
+                            };
+                            decide_review(
+                                webhook,
+                                &task_review,
+                                scope,
+                                &task_rules,
+                                deadline.into_std(),
+                                budget,
+                            )
+                        });
+                        match tokio::time::timeout_at(deadline, task).await {
+                            Ok(Ok(decision)) => decision,
+                            Ok(Err(e)) => {
+                                Decision::deny(500, format!("internal error while deciding: {e}"))
+                            }
+                            Err(_) => unevaluated(
+                                webhook,
+                                &req,
+                                labels.as_ref(),
+                                &rules,
+                                &late(app.deadline),
+                            ),
                         }
                     }
+                    // Placement alone is decided right here; a thread hand-off would cost more
+                    // than it.
+                    _ => decide(
+                        webhook,
+                        &req,
+                        Scope {
+                            labels: labels.as_ref(),
+                            pools: None,
+                        },
+                        &rules.config,
+                        &rules.policies,
+                        &rules.placement,
+                    ),
                 }
-                // Placement alone is decided right here; a thread hand-off would cost more
-                // than it.
-                _ => decide(
-                    webhook,
-                    &req,
-                    Scope {
-                        labels: labels.as_ref(),
-                        pools: None,
-                    },
-                    &rules.config,
-                    &rules.policies,
-                    &rules.placement,
-                ),
-            },
+            }
         },
     };
-    record(&app, webhook, &subject, &decision, started);
+    record(&app, webhook, &subject, &decision, namespace_found, started);
     Json(admission::respond(&subject.uid, &decision)).into_response()
 }
 
@@ -435,8 +445,16 @@ fn count(metrics: &Metrics, webhook: Webhook, operation: &str, kind: &str, decis
         .inc();
 }
 
-/// Metrics and one log line per denial, warning, dry-run finding or Pending policy.
-fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, started: Instant) {
+/// Metrics and one log line per denial, warning, dry-run finding or Pending policy; rollout
+/// counts when the namespace was found.
+fn record(
+    app: &ServerState,
+    webhook: Webhook,
+    s: &Subject,
+    d: &Decision,
+    namespace_found: bool,
+    started: Instant,
+) {
     let outcome = match (d.allowed, &d.patch, d.warnings.is_empty()) {
         (false, _, _) => "denied",
         (true, Some(_), _) => "patched",
@@ -450,9 +468,9 @@ fn record(app: &ServerState, webhook: Webhook, s: &Subject, d: &Decision, starte
             webhook: webhook.as_str().to_string(),
         })
         .observe(started.elapsed().as_secs_f64());
-    if d.policy_results.iter().any(|r| r.rollout.is_some()) {
-        app.rollout_counts
-            .record(&d.policy_results, crate::rollout::sync::unix_now());
+    if namespace_found && d.policy_results.iter().any(|r| r.rollout.is_some()) {
+        let now = crate::rollout::sync::unix_now();
+        app.rollout_counts.record(&d.policy_results, d.allowed, now);
     }
     for r in &d.policy_results {
         let result = match (&r.pending, r.error, r.infringements) {

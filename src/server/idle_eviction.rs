@@ -4,14 +4,26 @@
 //! hold every slot, and the API server's next connection waits in the listen backlog until one
 //! of them times out: anyone who can reach the Service could stall admission.
 //!
-//! Which connection goes: only one of the client address holding the most connections (a client
-//! that opens thousands of connections only ever competes with itself; the API server holds a
-//! few), and never one with a request in flight (a request whose body has stalled does not
-//! count: see `connection_activity`). Of those, first the one that has never completed a
-//! request (the oldest: a TLS handshake or a request head that does not come), then the one idle
-//! the longest. When that client has nothing to give up, the new connection waits. Go's HTTP client reuses
-//! its most recently used idle connection first, so the API server's idlest connection is also
-//! the one it is least likely to pick at that moment.
+//! Which connection goes: only one of the client address holding strictly more connections than
+//! every other address (a unique maximum), and never one with a request in flight (a request
+//! whose body has stalled does not count: see `connection_activity`). Of those, first the one
+//! that has never completed a request (the oldest: a TLS handshake or a request head that does
+//! not come), then the one idle the longest. When no address holds more than every other, or
+//! that address has nothing to give up, the new connection waits.
+//!
+//! So an address only ever loses connections down to the count of the next largest holder:
+//! a client that opens thousands of connections from one address only competes with itself,
+//! and clients spread over many addresses (pods holding one connection each) can never close a
+//! connection of an address that holds as many as each of them — the API server keeps at least
+//! as many connections as any other single address, and at least one. Breaking a tie by
+//! idleness across addresses would let ~60 pods with a connection each close the API server's
+//! idle HTTP/2 connection, which races with the next request it writes there (not sent again).
+//! The price: such spread-out clients, holding every slot, make new connections wait until one
+//! of theirs closes (`--idle-timeout-seconds` when they stay idle); the API server's open
+//! connections keep serving meanwhile; with `--client-ca-file` (mTLS) they are not served, and
+//! hold a slot only while their TLS handshake may last. Within the one address, Go's HTTP client reuses its most recently used idle
+//! connection first, so the API server's idlest connection is also the one it is least likely
+//! to pick at that moment.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -64,19 +76,32 @@ impl<T: Evictable> Table<T> {
         }
     }
 
-    /// Tells one connection to close (see the module's text for which); false when the clients
-    /// holding the most connections have a request in flight on each.
+    /// Tells one connection to close (see the module's text for which); false when no address
+    /// holds more connections than every other, or the one that does has a request in flight
+    /// on each.
     pub fn evict_one(&self) -> bool {
         let open = self.lock();
         let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
         for connection in open.values().filter(|c| !c.evicted()) {
             *per_peer.entry(connection.peer()).or_default() += 1;
         }
-        let most = per_peer.values().copied().max().unwrap_or(0);
+        // The address holding the most, unless another holds as many.
+        let mut most: Option<(usize, IpAddr)> = None;
+        let mut tied = false;
+        for (&peer, &n) in &per_peer {
+            match most {
+                Some((m, _)) if n < m => {}
+                Some((m, _)) if n == m => tied = true,
+                _ => (most, tied) = (Some((n, peer)), false),
+            }
+        }
+        let Some((_, peer)) = most.filter(|_| !tied) else {
+            return false;
+        };
         // Never served before served, then the oldest activity.
         let chosen = open
             .values()
-            .filter(|c| !c.evicted() && per_peer[&c.peer()] == most)
+            .filter(|c| !c.evicted() && c.peer() == peer)
             .filter_map(|c| Some(((c.served(), c.idle_since()?), c)))
             .min_by_key(|(rank, _)| *rank);
         match chosen {
@@ -138,10 +163,10 @@ mod tests {
 
     /// A connection: its peer, whether it has been served, and since which second it has been
     /// idle (`None`: a request in flight).
-    type Connection = (&'static str, bool, Option<u64>);
+    type Connection<'a> = (&'a str, bool, Option<u64>);
 
     /// Evicts until nothing is left to evict; the order, by index into `fakes`.
-    fn order(fakes: &[Connection]) -> Vec<usize> {
+    fn order(fakes: &[Connection<'_>]) -> Vec<usize> {
         let t0 = Instant::now();
         let table = Table::new();
         let fakes: Vec<Arc<Fake>> = fakes
@@ -190,8 +215,7 @@ mod tests {
                 vec![3, 1, 4, 0],
             ),
             // The client with the most connections gives one up, even a recently used one
-            // before another client's idlest: 3 against 2, then 2 against 2 (a tie: the idlest
-            // of both), and so on.
+            // before another client's idlest: 3 against 2; then 2 against 2, a tie: nothing.
             (
                 vec![
                     (OTHER, true, Some(9)),
@@ -200,7 +224,7 @@ mod tests {
                     (API, true, Some(1)),
                     (OTHER, false, Some(7)),
                 ],
-                vec![4, 1, 2, 3, 0],
+                vec![4],
             ),
             // Only busy connections: nothing.
             (vec![(API, true, None), (OTHER, false, None)], vec![]),
@@ -217,5 +241,30 @@ mod tests {
         for (fakes, expected) in cases {
             assert_eq!(order(&fakes), expected, "{fakes:?}");
         }
+    }
+
+    /// Clients spread over many addresses, one connection each, never close the API server's
+    /// connection, however long it has been idle; with two, it gives up one (down to the count
+    /// of the next largest holder), and an address with many gives up its own down to that.
+    #[test]
+    fn spread_clients_never_take_the_api_servers_last_connection() {
+        const API: &str = "10.0.0.1";
+        let pods: Vec<String> = (0..60).map(|i| format!("10.1.0.{i}")).collect();
+        let spread = |api: &[Connection<'static>]| -> Vec<Connection<'_>> {
+            let pods = pods.iter().map(|p| (p.as_str(), true, Some(100)));
+            api.iter().copied().chain(pods).collect()
+        };
+        assert_eq!(order(&spread(&[(API, true, Some(0))])), Vec::<usize>::new());
+        assert_eq!(
+            order(&spread(&[(API, true, Some(5)), (API, true, Some(0))])),
+            [1]
+        );
+        let mut flood = spread(&[(API, true, Some(0))]);
+        flood.extend([
+            ("10.2.0.1", false, Some(200)),
+            ("10.2.0.1", false, Some(201)),
+            ("10.2.0.1", false, Some(202)),
+        ]);
+        assert_eq!(order(&flood), [61, 62]);
     }
 }

@@ -34,9 +34,10 @@ pub struct Limits {
     /// while waiting, `evaluation.onError` decides.
     pub max_queued_evaluations: usize,
     /// Open HTTPS connections (TLS handshakes included). At the cap a new connection closes an
-    /// idle one: of the client address holding the most connections, one that never completed
-    /// a request, else the idlest (`server::idle_eviction`). When all have a request in flight
-    /// it waits (and the ones after it in the listen backlog) until one is idle.
+    /// idle one: of the client address holding more connections than every other address, one
+    /// that never completed a request, else the idlest (`server::idle_eviction`). When no
+    /// address holds more than every other, or that one's connections all have a request in
+    /// flight, it waits (and the ones after it in the listen backlog) until one closes.
     pub max_connections: usize,
     /// A connection with no request in flight for this long is closed (HTTP/2: GOAWAY). Longer
     /// than the 90 seconds kube-apiserver keeps an idle connection to a webhook, so that the API
