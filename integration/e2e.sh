@@ -341,9 +341,11 @@ fi
 log "API server down: poolguard must keep answering from its namespace cache, and fail closed on the unknown"
 kubectl create namespace pg-e2e-cached >/dev/null
 kubectl label namespace pg-e2e-cached "${label}=${pools[0]}" >/dev/null
-review() { # namespace -> AdmissionReview response from poolguard's /mutate
+review() { # namespace -> AdmissionReview response from poolguard's /mutate (as the API server: mTLS)
     jq --arg ns "$1" '.request.namespace = $ns' testdata/reviews/pod-create-mapped.json |
-        curl -sS --max-time 10 --cacert "${work}/certs/ca.crt" --data-binary @- "https://127.0.0.1:${pg_port}/mutate"
+        curl -sS --max-time 10 --cacert "${work}/certs/ca.crt" --data-binary @- \
+            --cert "${work}/client-ca/apiserver.crt" --key "${work}/client-ca/apiserver.key" \
+            "https://127.0.0.1:${pg_port}/mutate"
 }
 patched_pool() { # response -> the pool in its nodeSelector patch, if any
     jq -r '.response.patch // empty' | base64 -d 2>/dev/null |
