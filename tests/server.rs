@@ -238,6 +238,45 @@ impl Answer {
     }
 }
 
+/// A server with one evaluation slot and no queue, that slot taken by a slow evaluation (the
+/// request that holds it is returned, to be awaited).
+async fn one_slot_taken(
+    sources: &Sources,
+    namespaces: poolguard_core::namespaces::NamespaceLabels,
+) -> (Arc<ServerState>, tokio::task::JoinHandle<Answer>) {
+    let limits = Limits {
+        max_evaluations: 1,
+        max_queued_evaluations: 0,
+        ..Limits::default()
+    };
+    let app = Arc::new(ServerState::new(
+        sources.load().unwrap(),
+        Namespaces::fixed(namespaces),
+        Arc::new(Metrics::new()),
+        Duration::from_millis(1500),
+        limits,
+    ));
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                request("POST", "/validate", review("pod-create-placed.json")),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while app.gates.evaluations_running() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the slow evaluation did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (app, slow)
+}
+
 async fn call(app: &Arc<ServerState>, request: axum::http::Request<Body>) -> Answer {
     let response = endpoints::router(app.clone())
         .oneshot(request)
@@ -613,36 +652,7 @@ async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_
         "ml".into(),
         [("agentpool".to_string(), "auto".to_string())].into(),
     );
-    let limits = Limits {
-        max_evaluations: 1,
-        max_queued_evaluations: 0,
-        ..Limits::default()
-    };
-    let app = Arc::new(ServerState::new(
-        sources.load().unwrap(),
-        Namespaces::fixed(namespaces),
-        Arc::new(Metrics::new()),
-        Duration::from_millis(1500),
-        limits,
-    ));
-    let slow = tokio::spawn({
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                request("POST", "/validate", review("pod-create-placed.json")),
-            )
-            .await
-        }
-    });
-    let started = Instant::now();
-    while app.gates.evaluations_running() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the slow evaluation did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (app, slow) = one_slot_taken(&sources, namespaces).await;
     let named = call(
         &app,
         request("POST", "/mutate", review("pod-create-mapped.json")),
@@ -680,36 +690,11 @@ async fn a_busy_mutating_webhook_still_places_pods_and_never_admits_an_unchosen_
 async fn a_busy_validating_webhook_still_guards_namespace_labels() {
     let dir = tempfile::tempdir().unwrap();
     let sources = slow_rules(dir.path(), "allow");
-    let limits = Limits {
-        max_evaluations: 1,
-        max_queued_evaluations: 0,
-        ..Limits::default()
-    };
-    let app = Arc::new(ServerState::new(
-        sources.load().unwrap(),
-        Namespaces::fixed(sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap()),
-        Arc::new(Metrics::new()),
-        Duration::from_millis(1500),
-        limits,
-    ));
-    let slow = tokio::spawn({
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                request("POST", "/validate", review("pod-create-placed.json")),
-            )
-            .await
-        }
-    });
-    let started = Instant::now();
-    while app.gates.evaluations_running() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the slow evaluation did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (app, slow) = one_slot_taken(
+        &sources,
+        sources::load_namespaces(Path::new("testdata/namespaces.yaml")).unwrap(),
+    )
+    .await;
     let relabel = |sub: &str, groups: Value| {
         let ns = |pool: &str| {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
