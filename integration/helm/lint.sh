@@ -365,6 +365,13 @@ for name in names:
     # One entry per guarded key (one objectSelector cannot OR keys), the pool label's first.
     check(authority_keys == [label] + guarded,
           f"pool-authority webhooks select {authority_keys}, want one per guarded label {[label] + guarded}")
+    # The helm test pod (poolguard config check) must not be selected as one of poolguard's pods.
+    for dep in kinds.get("Deployment", []):
+        selector = dep["spec"]["selector"]["matchLabels"]
+        for pod in kinds.get("Pod", []):
+            labels = pod["metadata"].get("labels") or {}
+            check(any(labels.get(k) != v for k, v in selector.items()),
+                  f"Pod {pod['metadata']['name']} carries the Deployment's selector labels")
     for dep in kinds.get("Deployment", []):
         c = dep["spec"]["template"]["spec"]["containers"][0]
         check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")
