@@ -10,6 +10,7 @@ use base64::Engine as _;
 use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::config::Config;
 use poolguard_core::namespaces::{self, NamespaceLabels};
+use poolguard_core::placement_policy::PlacementSet;
 use poolguard_core::policy::template;
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
@@ -64,6 +65,16 @@ pub fn shipped() -> &'static Shipped {
             })
             .collect();
         let policies = PolicySet::compile(&templates).expect("the shipped policies compile");
+        // The shipped placement policies too: a test config may give them parameters.
+        let placement_templates: Vec<_> = files("policies/placement", ".yaml")
+            .into_iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(&path).expect("a placement policy file");
+                template::from_yaml(&text, path).expect("a shipped placement policy template")
+            })
+            .collect();
+        let placement = PlacementSet::compile(&placement_templates)
+            .expect("the shipped placement policies compile");
         let mut configs = files("testdata/config", ".yaml");
         configs.sort_by_key(|p| !p.ends_with("example.yaml"));
         let rules = configs
@@ -72,7 +83,7 @@ pub fn shipped() -> &'static Shipped {
                 let name = path.file_name().unwrap().to_string_lossy().into_owned();
                 let text = std::fs::read_to_string(&path).expect("a config file");
                 let config = Config::parse(&text, &name).expect("a test config");
-                let rules = RuleSet::new(config, policies.clone(), Default::default(), &name)
+                let rules = RuleSet::new(config, policies.clone(), placement.clone(), &name)
                     .expect("a test config fits the shipped policies");
                 (name, rules)
             })
