@@ -256,6 +256,12 @@ async fn one_slot_taken(
         Duration::from_millis(1500),
         limits,
     ));
+    let slow = take_the_slot(&app).await;
+    (app, slow)
+}
+
+/// Starts a slow validation and waits until it holds an evaluation slot; returns its request.
+async fn take_the_slot(app: &Arc<ServerState>) -> tokio::task::JoinHandle<Answer> {
     let slow = tokio::spawn({
         let app = app.clone();
         async move {
@@ -274,7 +280,7 @@ async fn one_slot_taken(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    (app, slow)
+    slow
 }
 
 async fn call(app: &Arc<ServerState>, request: axum::http::Request<Body>) -> Answer {
@@ -586,24 +592,7 @@ async fn without_a_free_evaluation_slot_the_failure_behaviour_applies() {
             Duration::from_millis(1500),
             limits.clone(),
         );
-        let slow = tokio::spawn({
-            let app = app.clone();
-            async move {
-                call(
-                    &app,
-                    request("POST", "/validate", review("pod-create-placed.json")),
-                )
-                .await
-            }
-        });
-        let started = Instant::now();
-        while app.gates.evaluations_running() == 0 {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "the slow evaluation did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let slow = take_the_slot(&app).await;
         let busy = call(
             &app,
             request("POST", "/validate", review("pod-create-placed.json")),
