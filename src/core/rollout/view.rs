@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::machine::{enforcement_for, GroupStatus, RolloutState, Which};
 use crate::config::{Config, Enforcement, PolicySettings, PoolSettings};
-use crate::placement::Labels;
+use crate::labels::Labels;
 use crate::policy::template::Template;
 use crate::policy::Policy;
 
