@@ -4,11 +4,14 @@
 //! client, logger or CLI parser, so the compiler keeps it that way; the `poolguard` crate holds
 //! the shells (HTTPS server, cluster watches, certificates, command line) around it.
 
+#![forbid(unsafe_code)]
+
 pub mod admission;
 pub mod audit;
 pub mod config;
 pub mod documents;
 pub mod image;
+pub mod labels;
 pub mod mutate;
 pub mod namespaces;
 pub mod placement;
@@ -19,5 +22,6 @@ pub mod pool_authority;
 pub mod report;
 pub mod rollout;
 pub mod ruleset;
+pub mod scope;
 pub mod validate;
 pub mod webhook;
