@@ -119,7 +119,7 @@ fn audit_page(
             labels: Some(labels),
             pools,
         };
-        results.extend(audit::audit(&object, scope, Some(nodes), &rules));
+        results.extend(audit::audit(&object, scope, Some(nodes), rules));
     }
     results
 }

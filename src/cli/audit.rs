@@ -173,7 +173,7 @@ fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<A
         labels: inputs.namespaces.get(namespace),
         pools: inputs.pools,
     };
-    audit::audit(&object, scope, inputs.nodes, &rules)
+    audit::audit(&object, scope, inputs.nodes, rules)
 }
 
 /// The result for a document that cannot be audited, named after where it is.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
-use poolguard_core::placement;
+use poolguard_core::node_selector;
 use poolguard_core::placement_policy::{self, PoolSet};
 use poolguard_core::ruleset::Budget;
 use poolguard_core::ruleset::RuleSet;
@@ -130,7 +130,7 @@ fn manifest_mode(
             _ => "no pool can be chosen by the placement policies".to_string(),
         }
     } else {
-        let pool = placement::pool_of(labels, &rules.config.namespace_label);
+        let pool = node_selector::pool_of(labels, &rules.config.namespace_label);
         pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"))
     };
     let verdict = match (&decision.allowed, &decision.patch) {

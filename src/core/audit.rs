@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use crate::admission::pod_spec_path;
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
-use crate::placement::Placement;
+use crate::node_selector::Placement;
 use crate::policy::Evaluation;
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;

@@ -14,7 +14,7 @@ pub mod image;
 pub mod labels;
 pub mod mutate;
 pub mod namespaces;
-pub mod placement;
+pub mod node_selector;
 pub mod placement_policy;
 pub mod pod_images;
 pub mod policy;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::admission::{value_at, Decision, Operation, Request};
-use crate::placement::{self, Placement};
+use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen};
 use crate::ruleset::RuleSet;
 use crate::scope::Scope;
@@ -25,7 +25,7 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
     }
     let pod = req.object.unwrap_or(&serde_json::Value::Null);
     let placed_somewhere = placement_policy::chooses(scope.labels, config)
-        || placement::pool_of(scope.labels, &config.namespace_label).is_some();
+        || node_selector::pool_of(scope.labels, &config.namespace_label).is_some();
     // The patch adds to the spec, so there must be one (the API server always sends it).
     if placed_somewhere && !value_at(pod, &["spec"]).is_some_and(serde_json::Value::is_object) {
         return Decision::deny(400, "spec must be an object");
@@ -55,11 +55,11 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
             Chosen::Unknown(message) => Decision::deny(503, message),
         };
     }
-    let Some(pool) = placement::pool_of(scope.labels, &config.namespace_label) else {
+    let Some(pool) = node_selector::pool_of(scope.labels, &config.namespace_label) else {
         return Decision::allow();
     };
     let spec = value_at(pod, &["spec"]);
-    let placed = placement::place(
+    let placed = node_selector::place(
         spec,
         &["spec"],
         req.namespace,
@@ -78,7 +78,7 @@ fn with_annotation(pod: &serde_json::Value, pool: &str, placed: Placement) -> De
         Placement::Conflict(message) => return Decision::deny(403, message),
         Placement::Invalid(message) => return Decision::deny(400, message),
     };
-    patch.0.extend(placement::annotate(pod, pool));
+    patch.0.extend(node_selector::annotate(pod, pool));
     Decision {
         patch: Some(patch).filter(|p| !p.0.is_empty()),
         ..Decision::allow()

@@ -12,7 +12,7 @@ use crate::admission::{
 };
 use crate::config::{Config, Enforcement, OnError};
 use crate::labels::Labels;
-use crate::placement::{self, Placement};
+use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen, PlacementSet};
 use crate::pod_images;
 use crate::policy::dependencies::State;
@@ -207,7 +207,7 @@ fn rescheduling(
             Kind::Failed,
         ))
     };
-    match placement::place(
+    match node_selector::place(
         new.get("spec"),
         &["spec"],
         req.namespace,
@@ -257,8 +257,8 @@ pub fn check(
 ) -> Checks {
     let (config, policies) = (&rules.config, &rules.policies);
     let spec = value_at(object, path);
-    let placement =
-        pool.map(|pool| placement::place(spec, path, namespace, pool, &config.placement_rules()));
+    let placement = pool
+        .map(|pool| node_selector::place(spec, path, namespace, pool, &config.placement_rules()));
     let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
         Ok(images) => images,
         Err(reason) => {
@@ -306,7 +306,9 @@ pub fn pool_for(
     limit: Duration,
 ) -> Result<Option<String>, (u16, Vec<String>)> {
     if !placement_policy::chooses(scope.labels, config) {
-        return Ok(placement::pool_of(scope.labels, &config.namespace_label).map(str::to_string));
+        return Ok(
+            node_selector::pool_of(scope.labels, &config.namespace_label).map(str::to_string),
+        );
     }
     let chosen = placement_policy::select(
         scope.pools,
@@ -405,7 +407,7 @@ fn findings(
             Placement::Conflict(_)
                 if is_pod
                     && req.operation == Operation::Create
-                    && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
+                    && node_selector::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push(Denial::new(
                 403,
                 message.clone(),

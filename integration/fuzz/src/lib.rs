@@ -13,9 +13,8 @@ use poolguard_core::namespaces::{self, NamespaceLabels};
 use poolguard_core::placement_policy::PlacementSet;
 use poolguard_core::policy::template;
 use poolguard_core::policy::PolicySet;
-use poolguard_core::ruleset::RuleSet;
+use poolguard_core::ruleset::{Budget, RuleSet};
 use poolguard_core::scope::Scope;
-use poolguard_core::ruleset::Budget;
 use poolguard_core::webhook::Webhook;
 use serde_json::Value;
 

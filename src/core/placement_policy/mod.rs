@@ -16,9 +16,9 @@ use regorus::{Engine, Value};
 
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::labels::Labels;
-use crate::placement::{self, pool_of, Placement};
-use crate::policy::engine::{declares, eval_within, load, reads_review};
-use crate::policy::memo::{self, Memo, Weigh};
+use crate::node_selector::{self, pool_of, Placement};
+use crate::policy::engine::{compile, compile_sorted, eval_within, TemplateKind};
+use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
 
@@ -58,32 +58,16 @@ impl PlacementPolicy {
     /// Compiles a SAT template. Errors name the file and, for Rego errors, the line; a SIT
     /// template is refused with a message saying so.
     pub fn compile(template: &Template) -> Result<PlacementPolicy> {
-        let (mut engine, path) = load(template)?;
-        let name = &template.name;
-        if !declares(&engine, &path, "solutions")? {
-            let hint = if declares(&engine, &path, "infringement")? {
-                ": it defines `infringement`, so it is a SIT policy, loaded with the policies"
-            } else {
-                ""
-            };
-            bail!("{path}: placement policy `{name}` declares no `solutions` rule{hint}");
-        }
-        let rule = format!("data.{name}.solutions");
-        // Evaluating once prepares the engine, so every clone starts prepared; unknown
-        // functions and similar mistakes surface here.
-        engine.set_input(Value::new_object());
-        engine
-            .eval_rule(rule.clone())
-            .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
+        let compiled = compile(template, TemplateKind::Sat)?;
         Ok(PlacementPolicy {
-            name: name.clone(),
+            name: template.name.clone(),
             inputs: template.inputs.clone(),
             path: template.path.clone(),
-            engine,
-            rule,
-            reads_review: reads_review(&template.rego),
-            memoizable: !reads_review(&template.rego) && memo::deterministic(&template.rego),
-            id: memo::next_policy_id(),
+            engine: compiled.engine,
+            rule: compiled.rule,
+            reads_review: compiled.reads_review,
+            memoizable: compiled.memoizable,
+            id: compiled.id,
         })
     }
 
@@ -152,11 +136,7 @@ pub struct PlacementSet {
 impl PlacementSet {
     /// Compiles the templates; two of the same name are an error.
     pub fn compile(templates: &[Template]) -> Result<PlacementSet> {
-        let mut policies = templates
-            .iter()
-            .map(PlacementPolicy::compile)
-            .collect::<Result<Vec<_>>>()?;
-        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        let policies = compile_sorted(templates, PlacementPolicy::compile, |p| &p.name)?;
         if let Some(pair) = policies.windows(2).find(|w| w[0].name == w[1].name) {
             bail!(
                 "{}: placement policy `{}` is already defined by {}",
@@ -510,7 +490,7 @@ pub enum Chosen {
 /// Chooses the pool for the pod spec at `path` inside `object` (a Pod, or a workload whose
 /// template is chosen for as its pods will be): the candidates all placement policies accept
 /// ([`candidates`]); the pool the spec's nodeSelector names if it is one of them (refused if
-/// not), else the first, checked with [`placement::place`] as a named pool is. The mutating webhook patches with it; the
+/// not), else the first, checked with [`node_selector::place`] as a named pool is. The mutating webhook patches with it; the
 /// validating webhook and the audit check with it (a pod that selects a pool itself must select
 /// one the policies accept). `pools` is `None` while the node facts are unknown. Each policy
 /// evaluation takes at most `limit`.
@@ -579,7 +559,7 @@ pub fn select(
             }
         },
     };
-    match placement::place(spec, path, namespace, pool, &config.placement_rules()) {
+    match node_selector::place(spec, path, namespace, pool, &config.placement_rules()) {
         Placement::Conflict(message) => Chosen::Refused(vec![message]),
         Placement::Invalid(message) => Chosen::Invalid(message),
         placed => Chosen::Pool(pool.to_string(), placed),

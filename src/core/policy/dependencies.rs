@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use crate::config::dependencies::{cycle_error, order};
 use crate::config::dependencies::{Compliance, PLACEMENT};
 use crate::config::Config;
-use crate::placement::Placement;
+use crate::node_selector::Placement;
 
 /// What a policy, or placement, was for one object, as the policies depending on it see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -186,38 +186,94 @@ pub(crate) fn eval_within(
         .map_err(|e| format!("{e:#}"))
 }
 
+/// A template compiled for the entry rule of its kind, SIT or SAT: the one compile path of
+/// both kinds of policy.
+pub(crate) struct Compiled {
+    /// Prepared: evaluated once, so every clone starts prepared.
+    pub engine: Engine,
+    /// The entry rule's path (`data.<name>.infringement` or `data.<name>.solutions`).
+    pub rule: String,
+    /// The entry rule's value on an empty input.
+    pub first: Value,
+    pub reads_review: bool,
+    pub memoizable: bool,
+    pub id: u64,
+}
+
+/// Compiles `template` as a policy of `kind`. Errors name the file and, for Rego errors, the
+/// line; a template of the other kind is refused with a message saying what it is.
+pub(crate) fn compile(template: &Template, kind: TemplateKind) -> Result<Compiled> {
+    let (mut engine, path) = load(template)?;
+    let name = &template.name;
+    let (entry, other, what, hint) = match kind {
+        TemplateKind::Sit => (
+            "infringement",
+            "solutions",
+            "policy",
+            ": it defines `solutions`, so it is a placement (SAT) policy, loaded with the placement policies",
+        ),
+        TemplateKind::Sat => (
+            "solutions",
+            "infringement",
+            "placement policy",
+            ": it defines `infringement`, so it is a SIT policy, loaded with the policies",
+        ),
+    };
+    if !declares(&engine, &path, entry)? {
+        let hint = if declares(&engine, &path, other)? {
+            hint
+        } else {
+            ""
+        };
+        bail!("{path}: {what} `{name}` declares no `{entry}` rule{hint}");
+    }
+    let rule = format!("data.{name}.{entry}");
+    // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
+    // starts prepared; unknown functions and similar mistakes also surface only here.
+    engine.set_input(Value::new_object());
+    let first = engine
+        .eval_rule(rule.clone())
+        .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
+    let reads_review = reads_review(&template.rego);
+    Ok(Compiled {
+        engine,
+        rule,
+        first,
+        reads_review,
+        memoizable: !reads_review && memo::deterministic(&template.rego),
+        id: memo::next_policy_id(),
+    })
+}
+
+/// Compiles every template with `compile_one`, sorted by `name`.
+pub(crate) fn compile_sorted<P>(
+    templates: &[Template],
+    compile_one: impl Fn(&Template) -> Result<P>,
+    name: impl Fn(&P) -> &str,
+) -> Result<Vec<P>> {
+    let mut compiled = templates
+        .iter()
+        .map(compile_one)
+        .collect::<Result<Vec<_>>>()?;
+    compiled.sort_by(|a, b| name(a).cmp(name(b)));
+    Ok(compiled)
+}
+
 impl Policy {
-    /// Compiles a template. Errors name the file and, for Rego errors, the line.
+    /// Compiles a SIT template. Errors name the file and, for Rego errors, the line.
     pub fn compile(template: &Template) -> Result<Policy> {
-        let (mut engine, path) = load(template)?;
-        if !declares(&engine, &path, "infringement")? {
-            let hint = if declares(&engine, &path, "solutions")? {
-                ": it defines `solutions`, so it is a placement (SAT) policy, loaded with the placement policies"
-            } else {
-                ""
-            };
-            bail!(
-                "{path}: policy `{}` declares no `infringement` rule{hint}",
-                template.name
-            );
-        }
-        let rule = format!("data.{}.infringement", template.name);
-        // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
-        // starts prepared; unknown functions and similar mistakes also surface only here.
-        engine.set_input(Value::new_object());
-        let first = engine.eval_rule(rule.clone()).map_err(|e| {
-            anyhow::anyhow!("{path}: policy `{}` does not compile: {e}", template.name)
-        })?;
-        messages(&first).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        let compiled = compile(template, TemplateKind::Sit)?;
+        let path = template.path.display();
+        messages(&compiled.first).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
         Ok(Policy {
             name: template.name.clone(),
             inputs: template.inputs.clone(),
             path: template.path.clone(),
-            rule,
-            engine,
-            reads_review: reads_review(&template.rego),
-            memoizable: !reads_review(&template.rego) && memo::deterministic(&template.rego),
-            id: memo::next_policy_id(),
+            rule: compiled.rule,
+            engine: compiled.engine,
+            reads_review: compiled.reads_review,
+            memoizable: compiled.memoizable,
+            id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
         })
     }

@@ -8,7 +8,7 @@ use anyhow::Result;
 use regorus::Value;
 
 use super::dependencies::{self, Plan, State, Unmet};
-use super::engine::Policy;
+use super::engine::{compile_sorted, Policy};
 use super::memo::Memo;
 use super::template::Template;
 use crate::config::{Config, Enforcement};
@@ -67,11 +67,7 @@ impl Evaluation {
 
 impl PolicySet {
     pub fn compile(templates: &[Template]) -> Result<PolicySet> {
-        let mut policies = templates
-            .iter()
-            .map(Policy::compile)
-            .collect::<Result<Vec<_>>>()?;
-        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        let policies = compile_sorted(templates, Policy::compile, |p| &p.name)?;
         Ok(PolicySet {
             plan: Plan::unordered(policies.len()),
             policies,

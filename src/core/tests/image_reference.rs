@@ -17,7 +17,7 @@
 
 use poolguard_core::image::{self, ErrorKind, ImageRef};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------
 // Test data

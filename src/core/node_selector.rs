@@ -1,5 +1,5 @@
-//! Pool placement: a namespace's pool and a pod spec's nodeSelector -> patch, pass or conflict.
-//! Pure: no I/O, every rule is a row in the table tests below.
+//! The node selector check: a namespace's pool and a pod spec's nodeSelector -> patch, pass or
+//! conflict. Pure: no I/O, every rule is a row in the table tests below.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
