@@ -44,7 +44,7 @@ pub struct Dependency {
 /// (`edges[i]`: the nodes `i` depends on), nodes that are free to go earliest first — so
 /// without edges the order is `0, 1, 2, …`. On a cycle, the nodes of one cycle, starting and
 /// ending with its smallest node.
-pub fn order(edges: &[Vec<usize>]) -> std::result::Result<Vec<usize>, Vec<usize>> {
+pub(crate) fn order(edges: &[Vec<usize>]) -> std::result::Result<Vec<usize>, Vec<usize>> {
     let n = edges.len();
     let mut waiting_on: Vec<usize> = edges
         .iter()
@@ -97,7 +97,7 @@ pub fn order(edges: &[Vec<usize>]) -> std::result::Result<Vec<usize>, Vec<usize>
 }
 
 /// The load error for a dependency cycle (its names, the first repeated at the end).
-pub fn cycle_error(cycle: &[&str]) -> anyhow::Error {
+pub(crate) fn cycle_error(cycle: &[&str]) -> anyhow::Error {
     if cycle.len() == 2 {
         return anyhow::anyhow!(
             "at `policies.{0}.dependencies`: policy `{0}` depends on itself",
