@@ -22,10 +22,12 @@ use std::time::Instant;
 use poolguard::sources::{load_namespaces, load_placement_policies, load_policies};
 use poolguard_core::admission::{self, Request};
 use poolguard_core::config::Config;
-use poolguard_core::placement::Labels;
+use poolguard_core::labels::Labels;
 use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
+use poolguard_core::ruleset::Budget;
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Scope, Webhook};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
 use serde_json::json;
 
 /// As the poolguard binary's (src/main.rs).
@@ -168,14 +170,7 @@ fn main() {
                     labels: namespaces.get(req.namespace),
                     pools: None,
                 };
-                let d = decide(
-                    webhook,
-                    &req,
-                    scope,
-                    &rules.config,
-                    &rules.policies,
-                    &rules.placement,
-                );
+                let d = rules.decide(webhook, &req, scope, Budget::FULL);
                 assert!(d.allowed, "{d:?}");
                 serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
             };
@@ -305,14 +300,7 @@ fn placement(iterations: u32) {
                         labels: Some(&labels),
                         pools: Some(&pools),
                     };
-                    let d = decide(
-                        webhook,
-                        &req,
-                        scope,
-                        &rules.config,
-                        &rules.policies,
-                        &rules.placement,
-                    );
+                    let d = rules.decide(webhook, &req, scope, Budget::FULL);
                     assert!(d.allowed, "{d:?}");
                     if webhook == Webhook::Mutate {
                         assert!(d.patch.is_some(), "a pool is chosen");

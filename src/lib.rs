@@ -12,3 +12,4 @@ pub mod pools;
 pub mod rollout;
 pub mod server;
 pub mod sources;
+pub mod wall_clock;

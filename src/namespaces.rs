@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio::time::Instant;
 
+use poolguard_core::labels::Labels;
 use poolguard_core::namespaces::NamespaceLabels;
-use poolguard_core::placement::Labels;
 
 /// A source of namespace labels. `Ok(None)`: no such namespace.
 pub trait Source: Send + Sync {

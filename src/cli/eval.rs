@@ -9,11 +9,13 @@ use serde_json::{json, Value};
 use poolguard_core::admission::{self, Decision, Request};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
-use poolguard_core::placement;
+use poolguard_core::node_selector;
 use poolguard_core::placement_policy::{self, PoolSet};
+use poolguard_core::ruleset::Budget;
 use poolguard_core::ruleset::RuleSet;
+use poolguard_core::scope::Scope;
 use poolguard_core::validate;
-use poolguard_core::webhook::{self, Scope, Webhook};
+use poolguard_core::webhook::Webhook;
 
 /// The namespaces' labels, and the pools when a nodes file was given.
 pub type Cluster<'a> = (&'a NamespaceLabels, Option<&'a PoolSet>);
@@ -120,12 +122,15 @@ fn manifest_mode(
         };
         let path = admission::pod_spec_path(group, kind).unwrap_or(&["spec"]);
         let (config, placement) = (&rules.config, &rules.placement);
-        match validate::pool_for(object, path, namespace, scope, None, config, placement) {
+        let limit = Budget::FULL.limit(config);
+        match validate::pool_for(
+            object, path, namespace, scope, None, config, placement, limit,
+        ) {
             Ok(Some(pool)) => format!("pool {pool}, chosen by the placement policies"),
             _ => "no pool can be chosen by the placement policies".to_string(),
         }
     } else {
-        let pool = placement::pool_of(labels, &rules.config.namespace_label);
+        let pool = node_selector::pool_of(labels, &rules.config.namespace_label);
         pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"))
     };
     let verdict = match (&decision.allowed, &decision.patch) {
@@ -171,14 +176,7 @@ fn decide(
         labels: namespaces.get(req.namespace),
         pools,
     };
-    webhook::decide(
-        webhook,
-        req,
-        scope,
-        &rules.config,
-        &rules.policies,
-        &rules.placement,
-    )
+    rules.decide(webhook, req, scope, Budget::FULL)
 }
 
 /// A manifest's `kind` and `apiVersion`.

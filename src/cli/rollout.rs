@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use kube::Client;
 
 use crate::rollout::store::{self, Change, Location, Queued, COMMANDS};
-use crate::rollout::sync::unix_now;
+use crate::wall_clock::unix_now;
 use poolguard_core::rollout::{Command, RolloutState};
 
 /// Prints every policy's rollout: a table, or the stored states as JSON.

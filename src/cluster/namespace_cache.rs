@@ -12,7 +12,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 
 use crate::namespaces::Source;
-use poolguard_core::placement::Labels;
+use poolguard_core::labels::Labels;
 
 pub struct ClusterNamespaces {
     api: Api<PartialObjectMeta<Namespace>>,

@@ -410,6 +410,17 @@ fn status_reason(code: u16) -> &'static str {
     }
 }
 
+/// `reasons`, one per line, at most `max` of them and a count of the rest.
+pub fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
+    let mut lines: Vec<&str> = reasons.iter().take(max).map(AsRef::as_ref).collect();
+    let more = reasons.len().saturating_sub(max);
+    let tail = format!("... and {more} more");
+    if more > 0 {
+        lines.push(&tail);
+    }
+    lines.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,7 +557,11 @@ mod tests {
         let mut req = pod_request();
         req["operation"] = json!("DELETE");
         req.as_object_mut().unwrap().remove("object");
-        parse_review(&review(req)).unwrap();
+        let parsed = parse_review(&review(req)).unwrap();
+        let req = Request::from_value(&parsed["request"]).unwrap();
+        assert_eq!(req.operation, Operation::Delete);
+        assert_eq!((req.object, req.old_object), (None, None));
+        assert_eq!(req.kind, "Pod");
     }
 
     #[test]

@@ -26,11 +26,11 @@ use serde_json::{json, Value};
 use crate::admission::pod_spec_path;
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
-use crate::placement::Placement;
-use crate::placement_policy::PlacementSet;
-use crate::policy::{Evaluation, PolicySet};
+use crate::node_selector::Placement;
+use crate::policy::Evaluation;
+use crate::ruleset::{Budget, RuleSet};
+use crate::scope::Scope;
 use crate::validate::{self, one_line};
-use crate::webhook::Scope;
 
 /// The policy (and rule) name of the placement result.
 pub const PLACEMENT: &str = "placement";
@@ -248,10 +248,10 @@ pub fn audit(
     object: &Value,
     scope: Scope,
     nodes: Option<&NodeLabels>,
-    config: &Config,
-    policies: &PolicySet,
-    placement: &PlacementSet,
+    rules: &RuleSet,
 ) -> Vec<AuditResult> {
+    let (config, policies, placement) = (&rules.config, &rules.policies, &rules.placement);
+    let limit = Budget::FULL.limit(config);
     let labels = scope.labels;
     let resource = Resource::of(object);
     let (group, version) = resource
@@ -284,6 +284,7 @@ pub fn audit(
         Some(&review),
         config,
         placement,
+        limit,
     );
     let (pool, refusal) = match &chosen {
         Ok(pool) => (pool.as_deref(), None),
@@ -296,8 +297,8 @@ pub fn audit(
         pool,
         labels,
         Some(&review),
-        config,
-        policies,
+        rules,
+        limit,
     );
     let mut base = BTreeMap::new();
     if let Some(pool) = pool {
@@ -527,8 +528,9 @@ mod tests {
     }
 
     use super::*;
-    use crate::placement::Labels;
+    use crate::labels::Labels;
     use crate::policy::template;
+    use crate::policy::PolicySet;
 
     const REPOS: &str = r#"package repos
 infringement[{"msg": msg}] {
@@ -544,6 +546,14 @@ infringement[{"msg": msg}] {
   msg := 1 / 0
 }
 "#;
+
+    fn rules_of(config: &Config, policies: &PolicySet) -> RuleSet {
+        RuleSet {
+            config: config.clone(),
+            policies: policies.clone(),
+            ..RuleSet::default()
+        }
+    }
 
     fn policies() -> PolicySet {
         PolicySet::compile(&[
@@ -887,9 +897,7 @@ pools:
                 &object,
                 scope(labels.as_ref()),
                 nodes.as_ref(),
-                &config,
-                &policies,
-                &PlacementSet::default(),
+                &rules_of(&config, &policies),
             );
             let summary: Vec<_> = got
                 .iter()
@@ -1032,14 +1040,7 @@ policies:
             ),
         ];
         for (name, object, labels, want) in cases {
-            let got = audit(
-                &object,
-                scope(labels.as_ref()),
-                None,
-                &rules.config,
-                &rules.policies,
-                &rules.placement,
-            );
+            let got = audit(&object, scope(labels.as_ref()), None, &rules);
             let summary: Vec<_> = got
                 .iter()
                 .map(|r| (r.policy.as_str(), r.result, r.message.as_str()))
@@ -1077,9 +1078,7 @@ policies:
                     &object,
                     Scope::default(),
                     None,
-                    &config,
-                    &policies,
-                    &PlacementSet::default()
+                    &rules_of(&config, &policies)
                 )
                 .is_empty(),
                 "{object}"
@@ -1108,9 +1107,7 @@ policies:
             &object,
             scope(Some(&labels("gpu"))),
             None,
-            &config,
-            &policies,
-            &PlacementSet::default(),
+            &rules_of(&config, &policies),
         );
         assert_eq!(got[0].severity, Severity::High);
         assert_eq!(got[1].severity, Severity::Medium, "warn in pool gpu");

@@ -4,14 +4,17 @@
 //! client, logger or CLI parser, so the compiler keeps it that way; the `poolguard` crate holds
 //! the shells (HTTPS server, cluster watches, certificates, command line) around it.
 
+#![forbid(unsafe_code)]
+
 pub mod admission;
 pub mod audit;
 pub mod config;
 pub mod documents;
 pub mod image;
+pub mod labels;
 pub mod mutate;
 pub mod namespaces;
-pub mod placement;
+pub mod node_selector;
 pub mod placement_policy;
 pub mod pod_images;
 pub mod policy;
@@ -19,5 +22,6 @@ pub mod pool_authority;
 pub mod report;
 pub mod rollout;
 pub mod ruleset;
+pub mod scope;
 pub mod validate;
 pub mod webhook;

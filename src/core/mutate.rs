@@ -1,17 +1,21 @@
 //! The mutating webhook: give a new Pod its namespace's pool as a nodeSelector, and record the
 //! pool in the pod's `poolguard.io/pool` annotation.
 
+use std::time::Duration;
+
 use crate::admission::{value_at, Decision, Operation, Request};
-use crate::config::Config;
-use crate::placement::{self, Placement};
-use crate::placement_policy::{self, Chosen, PlacementSet};
-use crate::webhook::Scope;
+use crate::node_selector::{self, Placement};
+use crate::placement_policy::{self, Chosen};
+use crate::ruleset::RuleSet;
+use crate::scope::Scope;
 
 /// Decides one mutating request. Only Pod CREATE (no subresource) in a namespace with a pool is
 /// touched: a pod's nodeSelector is immutable after creation, so nothing else needs a patch. In
 /// a namespace whose pods get their pool chosen, the placement policies choose it
-/// ([`placement_policy::select`]) and the patch is the one a named pool gets.
-pub fn mutate(req: &Request, scope: Scope, config: &Config, placement: &PlacementSet) -> Decision {
+/// ([`placement_policy::select`], each policy within `limit`) and the patch is the one a named
+/// pool gets.
+pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> Decision {
+    let (config, placement) = (&rules.config, &rules.placement);
     let is_pod_create = req.group.is_empty()
         && req.kind == "Pod"
         && req.operation == Operation::Create
@@ -21,7 +25,7 @@ pub fn mutate(req: &Request, scope: Scope, config: &Config, placement: &Placemen
     }
     let pod = req.object.unwrap_or(&serde_json::Value::Null);
     let placed_somewhere = placement_policy::chooses(scope.labels, config)
-        || placement::pool_of(scope.labels, &config.namespace_label).is_some();
+        || node_selector::pool_of(scope.labels, &config.namespace_label).is_some();
     // The patch adds to the spec, so there must be one (the API server always sends it).
     if placed_somewhere && !value_at(pod, &["spec"]).is_some_and(serde_json::Value::is_object) {
         return Decision::deny(400, "spec must be an object");
@@ -35,6 +39,7 @@ pub fn mutate(req: &Request, scope: Scope, config: &Config, placement: &Placemen
             placement,
             config,
             Some(req.raw),
+            limit,
         );
         return match chosen {
             Chosen::Pool(pool, placed) => with_annotation(pod, &pool, placed),
@@ -43,18 +48,18 @@ pub fn mutate(req: &Request, scope: Scope, config: &Config, placement: &Placemen
                 format!(
                     "no pool can take this pod (the placement policies choose the pools of namespace {:?}):\n{}",
                     req.namespace,
-                    crate::validate::summary_of(&reasons, config.limits.max_denial_reasons)
+                    crate::admission::summary_of(&reasons, config.limits.max_denial_reasons)
                 ),
             ),
             Chosen::Invalid(message) => Decision::deny(400, message),
             Chosen::Unknown(message) => Decision::deny(503, message),
         };
     }
-    let Some(pool) = placement::pool_of(scope.labels, &config.namespace_label) else {
+    let Some(pool) = node_selector::pool_of(scope.labels, &config.namespace_label) else {
         return Decision::allow();
     };
     let spec = value_at(pod, &["spec"]);
-    let placed = placement::place(
+    let placed = node_selector::place(
         spec,
         &["spec"],
         req.namespace,
@@ -73,7 +78,7 @@ fn with_annotation(pod: &serde_json::Value, pool: &str, placed: Placement) -> De
         Placement::Conflict(message) => return Decision::deny(403, message),
         Placement::Invalid(message) => return Decision::deny(400, message),
     };
-    patch.0.extend(placement::annotate(pod, pool));
+    patch.0.extend(node_selector::annotate(pod, pool));
     Decision {
         patch: Some(patch).filter(|p| !p.0.is_empty()),
         ..Decision::allow()
@@ -83,6 +88,8 @@ fn with_annotation(pod: &serde_json::Value, pool: &str, placed: Placement) -> De
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::ruleset::Budget;
     use serde_json::json;
 
     #[test]
@@ -90,7 +97,7 @@ mod tests {
         // Found by fuzzing (admission_review): the nodeSelector patch went to /spec/nodeSelector
         // of a pod with no spec, and no JSON Patch can add there.
         for pool in ["pool1", "auto"] {
-            let labels = crate::placement::Labels::from([("agentpool".into(), pool.into())]);
+            let labels = crate::labels::Labels::from([("agentpool".into(), pool.into())]);
             let config =
                 Config::parse("placement: {chooseValue: auto, pools: [pool1, gpu]}\n", "t")
                     .unwrap();
@@ -107,7 +114,11 @@ mod tests {
                     labels: Some(&labels),
                     pools: None,
                 };
-                let d = mutate(&req, scope, &config, &PlacementSet::default());
+                let rules = RuleSet {
+                    config: config.clone(),
+                    ..RuleSet::default()
+                };
+                let d = mutate(&req, scope, &rules, Budget::FULL.limit(&config));
                 assert_eq!(
                     (d.allowed, d.code, d.patch),
                     (false, 400, None),

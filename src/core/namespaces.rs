@@ -9,7 +9,7 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::placement::Labels;
+use crate::labels::Labels;
 
 /// Labels by namespace name.
 pub type NamespaceLabels = BTreeMap<String, Labels>;

@@ -1,26 +1,60 @@
-//! The config and the policies together, checked against each other.
+//! The decision context: the config, the policies and what is known of their rollouts, checked
+//! against each other once per load. [`RuleSet::decide`] (in [`crate::webhook`]) answers a
+//! request with it.
+
+use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::config::Config;
 use crate::placement_policy::PlacementSet;
 use crate::policy::PolicySet;
+use crate::rollout::view::SharedView;
 
-/// Everything a decision needs besides the request and the namespace labels.
+/// Everything a decision needs besides the request, its scope and its time budget.
 #[derive(Clone, Default)]
 pub struct RuleSet {
     pub config: Config,
     pub policies: PolicySet,
     /// The placement (SAT) policies, which choose pools ([`crate::placement_policy`]).
     pub placement: PlacementSet,
+    /// What the replicas know of the policies' rollouts: which version, at which enforcement,
+    /// each namespace group gets ([`crate::rollout::view`]).
+    pub rollouts: SharedView,
+}
+
+/// How long each policy evaluation of one decision may take: the config's
+/// `evaluation.timeoutMillis`, or less when the request's deadline leaves less.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    per_policy: Option<Duration>,
+}
+
+impl Budget {
+    /// The configured limit, uncut.
+    pub const FULL: Budget = Budget { per_policy: None };
+
+    /// At most `limit` per policy evaluation.
+    pub fn per_policy(limit: Duration) -> Budget {
+        Budget {
+            per_policy: Some(limit),
+        }
+    }
+
+    /// The time limit of one policy evaluation under `config`.
+    pub fn limit(self, config: &Config) -> Duration {
+        let configured = Duration::from_millis(config.evaluation.timeout_millis);
+        self.per_policy
+            .map_or(configured, |cut| cut.min(configured))
+    }
 }
 
 impl RuleSet {
     /// Pairs a config with the policies; a config naming a policy that is not loaded, leaving
     /// out an input a policy declares, or whose dependencies name an unknown policy or form a
     /// cycle, or whose `placement` section does not fit the placement policies, is an error
-    /// prefixed with `origin` (the config's file). The policies' evaluation order is fixed
-    /// here, once per load.
+    /// prefixed with `origin` (the config's file). The policies' evaluation order, versions and
+    /// parameters are fixed here, once per load. No rollout is known yet.
     pub fn new(
         config: Config,
         mut policies: PolicySet,
@@ -40,6 +74,7 @@ impl RuleSet {
             config,
             policies,
             placement,
+            rollouts: SharedView::default(),
         })
     }
 }

@@ -3,17 +3,22 @@
 //! templates at apply time.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::admission::{pod_spec_path, value_at, Decision, Operation, PolicyResult, Request};
+use crate::admission::{
+    pod_spec_path, summary_of, value_at, Decision, Operation, PolicyResult, Request,
+};
 use crate::config::{Config, Enforcement, OnError};
-use crate::placement::{self, Labels, Placement};
+use crate::labels::Labels;
+use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen, PlacementSet};
 use crate::pod_images;
 use crate::policy::dependencies::State;
-use crate::policy::{input, Evaluation, Outcome, PolicySet};
-use crate::webhook::Scope;
+use crate::policy::{input, Evaluation, Outcome};
+use crate::ruleset::RuleSet;
+use crate::scope::Scope;
 
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
 const MAX_ERROR_CHARS: usize = 300;
@@ -87,13 +92,8 @@ struct Findings {
 /// placement policies choose for it ([`placement_policy::select`], run again here: the
 /// `poolguard.io/pool` annotation and the selector are the client's to write): a pod must
 /// select a pool they accept, and a workload template that no pool can take is refused.
-pub fn validate(
-    req: &Request,
-    scope: Scope,
-    config: &Config,
-    policies: &PolicySet,
-    placement: &PlacementSet,
-) -> Decision {
+pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> Decision {
+    let config = &rules.config;
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::allow();
     }
@@ -106,11 +106,10 @@ pub fn validate(
     let Some(object) = req.object.filter(|_| checked_subresource) else {
         return Decision::allow();
     };
-    let rules = (config, policies, placement);
-    let mut found = findings(req, object, path, is_pod, scope, rules);
+    let mut found = findings(req, object, path, is_pod, scope, (rules, limit));
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
-            let before = findings(req, old, path, is_pod, scope, rules);
+            let before = findings(req, old, path, is_pod, scope, (rules, limit));
             let same_spec = value_at(old, path) == value_at(object, path);
             only_new_infringements_deny(&mut found, &before);
             found.denials = new_denials(found.denials, before.denials, same_spec);
@@ -182,17 +181,6 @@ fn summary(denials: &[Denial], max: usize) -> String {
     summary_of(&reasons, max)
 }
 
-/// `reasons`, one per line, at most `max` of them and a count of the rest.
-pub fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
-    let mut lines: Vec<&str> = reasons.iter().take(max).map(AsRef::as_ref).collect();
-    let more = reasons.len().saturating_sub(max);
-    let tail = format!("... and {more} more");
-    if more > 0 {
-        lines.push(&tail);
-    }
-    lines.join("\n")
-}
-
 /// A pod not yet bound to a node whose nodeSelector, affinity or scheduling gates changed must
 /// select its namespace's pool exactly, as at creation: otherwise a pod created before its
 /// namespace had a pool (or with a selector the old rules allowed) could pick any node.
@@ -219,7 +207,7 @@ fn rescheduling(
             Kind::Failed,
         ))
     };
-    match placement::place(
+    match node_selector::place(
         new.get("spec"),
         &["spec"],
         req.namespace,
@@ -255,6 +243,7 @@ pub struct Checks {
 /// whose pool is `pool` and labels `labels` (policies under a rollout depend on its group).
 /// Policies that depend on `placement` see this placement result ([`State::of_placement`]).
 /// `review` is what policies that read `input.review` get (the AdmissionRequest at admission).
+/// Each policy evaluation takes at most `limit`.
 #[allow(clippy::too_many_arguments)]
 pub fn check(
     object: &Value,
@@ -263,12 +252,13 @@ pub fn check(
     pool: Option<&str>,
     labels: Option<&Labels>,
     review: Option<&Value>,
-    config: &Config,
-    policies: &PolicySet,
+    rules: &RuleSet,
+    limit: Duration,
 ) -> Checks {
+    let (config, policies) = (&rules.config, &rules.policies);
     let spec = value_at(object, path);
-    let placement =
-        pool.map(|pool| placement::place(spec, path, namespace, pool, &config.placement_rules()));
+    let placement = pool
+        .map(|pool| node_selector::place(spec, path, namespace, pool, &config.placement_rules()));
     let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
         Ok(images) => images,
         Err(reason) => {
@@ -287,14 +277,23 @@ pub fn check(
     let document = input::document(object, &images, pool);
     let placed = State::of_placement(placement.as_ref(), path.len() == 1);
     Checks {
-        policies: Ok(policies.evaluate(&document, review, pool, labels, placed, config)),
+        policies: Ok(policies.evaluate(
+            &document,
+            review,
+            pool,
+            labels,
+            placed,
+            config,
+            &rules.rollouts,
+            limit,
+        )),
         placement,
     }
 }
 
 /// The pool a pod spec is checked against: its namespace's; or, where the placement policies
 /// choose pools, the one they choose for it (`Err`: the denial when they cannot). `review` is
-/// what placement policies that read `input.review` get.
+/// what placement policies that read `input.review` get; each takes at most `limit`.
 #[allow(clippy::too_many_arguments)]
 pub fn pool_for(
     object: &Value,
@@ -304,12 +303,24 @@ pub fn pool_for(
     review: Option<&Value>,
     config: &Config,
     placement: &PlacementSet,
+    limit: Duration,
 ) -> Result<Option<String>, (u16, Vec<String>)> {
     if !placement_policy::chooses(scope.labels, config) {
-        return Ok(placement::pool_of(scope.labels, &config.namespace_label).map(str::to_string));
+        return Ok(
+            node_selector::pool_of(scope.labels, &config.namespace_label).map(str::to_string),
+        );
     }
-    match placement_policy::select(scope.pools, object, path, namespace, placement, config, review)
-    {
+    let chosen = placement_policy::select(
+        scope.pools,
+        object,
+        path,
+        namespace,
+        placement,
+        config,
+        review,
+        limit,
+    );
+    match chosen {
         Chosen::Pool(pool, _) => Ok(Some(pool)),
         Chosen::Refused(reasons) => Err((
             403,
@@ -329,8 +340,9 @@ fn findings(
     path: &[&str],
     is_pod: bool,
     scope: Scope,
-    (config, policies, placement): (&Config, &PolicySet, &PlacementSet),
+    (rules, limit): (&RuleSet, Duration),
 ) -> Findings {
+    let (config, placement) = (&rules.config, &rules.placement);
     let mut found = Findings::default();
     let labels = scope.labels;
     let chosen = placement_policy::chooses(labels, config);
@@ -342,6 +354,7 @@ fn findings(
         Some(req.raw),
         config,
         placement,
+        limit,
     ) {
         Ok(pool) => found.pool = pool,
         Err((code, reasons)) => found.denials.extend(reasons.into_iter().map(|r| {
@@ -365,8 +378,8 @@ fn findings(
         pool,
         labels,
         Some(req.raw),
-        config,
-        policies,
+        rules,
+        limit,
     );
     if let (Some(pool), Some(placement)) = (pool, checks.placement) {
         match placement {
@@ -394,7 +407,7 @@ fn findings(
             Placement::Conflict(_)
                 if is_pod
                     && req.operation == Operation::Create
-                    && placement::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
+                    && node_selector::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push(Denial::new(
                 403,
                 message.clone(),
@@ -498,6 +511,7 @@ pub fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::PolicySet;
 
     #[test]
     fn summary_caps_the_reasons() {
@@ -549,9 +563,8 @@ mod tests {
             validate(
                 &req,
                 Scope::default(),
-                &rules.config,
-                &rules.policies,
-                &rules.placement,
+                &rules,
+                crate::ruleset::Budget::FULL.limit(&rules.config),
             )
         };
         let pending = |d: &Decision| -> Vec<(String, Option<String>)> {
@@ -639,9 +652,8 @@ mod tests {
             validate(
                 &req,
                 Scope::default(),
-                &rules.config,
-                &rules.policies,
-                &rules.placement,
+                &rules,
+                crate::ruleset::Budget::FULL.limit(&rules.config),
             )
         };
         let ok = "registry.example.com/app:1";

@@ -1,11 +1,8 @@
 //! The two webhooks as one entry point: which decision a request gets.
 
 use crate::admission::{Decision, Request};
-use crate::config::Config;
-use crate::placement::Labels;
-use crate::placement_policy::{PlacementSet, PoolSet};
-use crate::policy::PolicySet;
-use crate::ruleset::RuleSet;
+use crate::ruleset::{Budget, RuleSet};
+use crate::scope::Scope;
 use crate::{mutate, pool_authority, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,30 +38,22 @@ impl Webhook {
     }
 }
 
-/// What the shell knows of the cluster around one request.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Scope<'a> {
-    /// The labels of the request's namespace (`None`: no namespace, or not found).
-    pub labels: Option<&'a Labels>,
-    /// The pools and what their nodes can do; `None` while the nodes are unknown.
-    pub pools: Option<&'a PoolSet>,
-}
-
-/// Decides `req` for `webhook` in `scope`. `config` is the rules' config, or a copy whose
-/// policy time limit is cut to the request's deadline.
-pub fn decide(
-    webhook: Webhook,
-    req: &Request,
-    scope: Scope,
-    config: &Config,
-    policies: &PolicySet,
-    placement: &PlacementSet,
-) -> Decision {
-    match webhook {
-        Webhook::Mutate => mutate::mutate(req, scope, config, placement),
-        Webhook::Validate if req.group.is_empty() && req.kind == "Namespace" => {
-            pool_authority::check(req, config)
+impl RuleSet {
+    /// Decides `req` for `webhook` in `scope`, each policy evaluation within `budget`.
+    pub fn decide(
+        &self,
+        webhook: Webhook,
+        req: &Request,
+        scope: Scope,
+        budget: Budget,
+    ) -> Decision {
+        let limit = budget.limit(&self.config);
+        match webhook {
+            Webhook::Mutate => mutate::mutate(req, scope, self, limit),
+            Webhook::Validate if req.group.is_empty() && req.kind == "Namespace" => {
+                pool_authority::check(req, &self.config)
+            }
+            Webhook::Validate => validate::validate(req, scope, self, limit),
         }
-        Webhook::Validate => validate::validate(req, scope, config, policies, placement),
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -12,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::counts::{RolloutCounts, PUBLISH_EVERY};
 use super::store::{self, Contents, CountsDoc, Location, COUNTS, CURRENT, PREVIOUS};
-use crate::server::endpoints::ServerState;
+use crate::server::state::ServerState;
+use crate::wall_clock::unix_now;
 use poolguard_core::rollout::view::{CompiledVersion, PolicyRollout, RolloutView, StoredVersion};
 
 /// Compiled stored versions, by policy and version: those the last contents named.
@@ -74,7 +74,7 @@ fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
 pub fn install(app: &ServerState, view: Arc<RolloutView>) {
     app.rules.rcu(|rules| {
         let mut rules = (**rules).clone();
-        rules.policies.set_rollouts(view.clone());
+        rules.rollouts = view.clone();
         rules
     });
 }
@@ -156,10 +156,4 @@ fn sanitize(identity: &str) -> String {
             }
         })
         .collect()
-}
-
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use axum::body::BodyDataStream;
 use axum::extract::{Request as HttpRequest, State};
 use axum::http::{header, HeaderValue, StatusCode, Version};
@@ -14,54 +13,18 @@ use axum::{Json, Router};
 
 use poolguard_core::admission::{self, Decision, Operation, Request};
 use poolguard_core::config::{Config, OnError};
-use poolguard_core::placement::Labels;
+use poolguard_core::labels::Labels;
 use poolguard_core::placement_policy;
-use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Scope, Webhook};
+use poolguard_core::ruleset::{Budget, RuleSet};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
 
 use super::body::{self, Refusal};
-use super::limits::{Gates, Limits, NoSlot};
+use super::limits::NoSlot;
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
-use crate::namespaces::Namespaces;
-use crate::pools::Pools;
-
-/// What the request handlers share.
-pub struct ServerState {
-    /// Replaced whole on a config or policy reload.
-    pub rules: ArcSwap<RuleSet>,
-    pub namespaces: Namespaces,
-    /// The pools placement policies choose among (unknown until set).
-    pub pools: Pools,
-    pub metrics: Arc<Metrics>,
-    /// Per-request deadline; past it, `evaluation.onError` decides.
-    pub deadline: Duration,
-    /// The limits and their counters.
-    pub gates: Gates,
-    /// What admission counted for policies under a rollout.
-    pub rollout_counts: Arc<crate::rollout::counts::RolloutCounts>,
-}
-
-impl ServerState {
-    pub fn new(
-        rules: RuleSet,
-        namespaces: Namespaces,
-        metrics: Arc<Metrics>,
-        deadline: Duration,
-        limits: Limits,
-    ) -> ServerState {
-        ServerState {
-            rules: ArcSwap::from_pointee(rules),
-            namespaces,
-            pools: Pools::unknown(),
-            metrics,
-            deadline,
-            gates: Gates::new(limits),
-            rollout_counts: Arc::default(),
-        }
-    }
-}
+use super::state::ServerState;
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()
@@ -226,16 +189,14 @@ async fn handle(
                     }
                     // Placement alone is decided right here; a thread hand-off would cost more
                     // than it.
-                    _ => decide(
+                    _ => rules.decide(
                         webhook,
                         &req,
                         Scope {
                             labels: labels.as_ref(),
                             pools: None,
                         },
-                        &rules.config,
-                        &rules.policies,
-                        &rules.placement,
+                        Budget::FULL,
                     ),
                 }
             }
@@ -319,22 +280,14 @@ fn decide_review(
     }
     let runs = webhook.policy_count(rules);
     let cut = within_deadline(&rules.config, runs, req.operation, deadline);
-    let config = cut.as_ref().unwrap_or(&rules.config);
-    let decision = decide(
-        webhook,
-        &req,
-        scope,
-        config,
-        &rules.policies,
-        &rules.placement,
-    );
+    let decision = rules.decide(webhook, &req, scope, cut.unwrap_or(Budget::FULL));
     if cut.is_some() && Instant::now() >= deadline {
         return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
     }
     decision
 }
 
-/// The config with `evaluation.timeoutMillis` lowered to what each policy evaluation may take
+/// The budget that lowers `evaluation.timeoutMillis` to what each policy evaluation may take
 /// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
 /// object and on the old object); `None` when the configured limit is already within that.
 fn within_deadline(
@@ -342,7 +295,7 @@ fn within_deadline(
     policies: usize,
     operation: Operation,
     deadline: Instant,
-) -> Option<Config> {
+) -> Option<Budget> {
     let per_object = if operation == Operation::Update { 2 } else { 1 };
     let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
     let share = deadline.saturating_duration_since(Instant::now()) / runs;
@@ -350,11 +303,8 @@ fn within_deadline(
     let share_ms = u64::try_from(share.as_micros().div_ceil(1000))
         .unwrap_or(u64::MAX)
         .max(1);
-    (share_ms < config.evaluation.timeout_millis).then(|| {
-        let mut cut = config.clone();
-        cut.evaluation.timeout_millis = share_ms;
-        cut
-    })
+    (share_ms < config.evaluation.timeout_millis)
+        .then(|| Budget::per_policy(Duration::from_millis(share_ms)))
 }
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
@@ -397,7 +347,7 @@ fn unevaluated(
         // microseconds, never left to `evaluation.onError` (which may allow).
         Webhook::Validate if is_namespace(req) => {
             let scope = Scope { labels, pools: None };
-            decide(webhook, req, scope, &rules.config, &rules.policies, &rules.placement)
+            rules.decide(webhook, req, scope, Budget::FULL)
         }
         Webhook::Validate => on_error(rules, what),
         Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
@@ -406,7 +356,7 @@ fn unevaluated(
         ),
         Webhook::Mutate => {
             let scope = Scope { labels, pools: None };
-            decide(webhook, req, scope, &rules.config, &rules.policies, &rules.placement)
+            rules.decide(webhook, req, scope, Budget::FULL)
         }
     }
 }
@@ -469,7 +419,7 @@ fn record(
         })
         .observe(started.elapsed().as_secs_f64());
     if namespace_found && d.policy_results.iter().any(|r| r.rollout.is_some()) {
-        let now = crate::rollout::sync::unix_now();
+        let now = crate::wall_clock::unix_now();
         app.rollout_counts.record(&d.policy_results, d.allowed, now);
     }
     for r in &d.policy_results {

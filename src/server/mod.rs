@@ -21,10 +21,10 @@ use crate::cluster::node_cache;
 use crate::cluster::webhook_registration::Registrar;
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
-use endpoints::ServerState;
 pub use limits::Limits;
 use metrics::Metrics;
 use poolguard_core::namespaces::parse_file_text;
+use state::ServerState;
 use tls::TlsFiles;
 
 pub mod body;
@@ -36,6 +36,7 @@ pub mod limits;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
+pub mod state;
 pub mod tls;
 
 /// The namespaces used by `--dev` when no cluster is configured: the ones in testdata/.
@@ -510,7 +511,7 @@ fn reload_targets(
                 // compare-and-swap, so a state arriving meanwhile is not lost).
                 app.rules.rcu(|old| {
                     let mut rules = loaded.clone();
-                    rules.policies.set_rollouts(old.policies.rollouts_shared());
+                    rules.rollouts = old.rollouts.clone();
                     rules
                 });
                 Ok(())

@@ -8,8 +8,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use super::endpoints::ServerState;
 use super::metrics::MemoLabels;
+use super::state::ServerState;
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()

@@ -63,6 +63,7 @@ pub fn watch(targets: Vec<Target>, metrics: Arc<Metrics>) -> Result<notify::Reco
             watched.push(dir.clone());
         }
     }
+    let targets = Arc::new(targets);
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
             tokio::time::sleep(DEBOUNCE).await;
@@ -70,7 +71,7 @@ pub fn watch(targets: Vec<Target>, metrics: Arc<Metrics>) -> Result<notify::Reco
             while let Ok(path) = rx.try_recv() {
                 changed.push(path);
             }
-            for target in &targets {
+            for (i, target) in targets.iter().enumerate() {
                 let touched = changed.iter().any(|p| {
                     target
                         .dirs
@@ -80,7 +81,11 @@ pub fn watch(targets: Vec<Target>, metrics: Arc<Metrics>) -> Result<notify::Reco
                 if !touched {
                     continue;
                 }
-                match (target.reload)() {
+                // Reading files and compiling Rego block: on the blocking pool, not a worker
+                // that serves requests. One reload at a time, in order.
+                let all = targets.clone();
+                let done = tokio::task::spawn_blocking(move || (all[i].reload)()).await;
+                match done.unwrap_or_else(|e| Err(anyhow::anyhow!("the reload stopped: {e}"))) {
                     Ok(()) => {
                         metrics.reload(target.what, true);
                         tracing::info!(what = target.what, "reloaded");

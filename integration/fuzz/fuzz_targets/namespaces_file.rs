@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
 use poolguard_core::documents;
+use poolguard_core::labels::Labels;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text};
-use poolguard_core::placement::Labels;
 use serde_json::{json, Value};
 
 type Parse = fn(&str, &str) -> anyhow::Result<BTreeMap<String, Labels>>;

@@ -13,8 +13,9 @@ use poolguard_core::namespaces::{self, NamespaceLabels};
 use poolguard_core::placement_policy::PlacementSet;
 use poolguard_core::policy::template;
 use poolguard_core::policy::PolicySet;
-use poolguard_core::ruleset::RuleSet;
-use poolguard_core::webhook::{decide, Scope, Webhook};
+use poolguard_core::ruleset::{Budget, RuleSet};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
 use serde_json::Value;
 
 /// A path inside the repository.
@@ -133,14 +134,7 @@ pub fn decide_and_check(review: &Value, rules: &RuleSet, namespaces: &NamespaceL
         pools: None,
     };
     for webhook in [Webhook::Mutate, Webhook::Validate] {
-        let decision = decide(
-            webhook,
-            &req,
-            scope,
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
-        );
+        let decision = rules.decide(webhook, &req, scope, Budget::FULL);
         check_response(&req, &decision);
         let Some(patch) = &decision.patch else {
             continue;
@@ -158,14 +152,7 @@ pub fn decide_and_check(review: &Value, rules: &RuleSet, namespaces: &NamespaceL
         let mut again = req.raw.clone();
         again["object"] = object;
         let again_req = Request::from_value(&again).expect("the patched request reads");
-        let second = decide(
-            webhook,
-            &again_req,
-            scope,
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
-        );
+        let second = rules.decide(webhook, &again_req, scope, Budget::FULL);
         assert!(
             second.allowed && second.patch.is_none(),
             "the patched object is patched or refused again: {second:?}\nfirst patch: {patch:?}"

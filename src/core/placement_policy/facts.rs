@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::quantity;
-use crate::placement::Labels;
+use crate::labels::Labels;
 
 /// Amounts by resource name (`cpu`, `memory`, `ephemeral-storage`, `pods`, `nvidia.com/gpu`,
 /// …).

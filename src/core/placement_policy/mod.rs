@@ -1,81 +1,7 @@
-//! Choosing a pool for a pod with placement (SAT) policies — issue 16, pure core part.
-//!
-//! # What this is
-//!
-//! Today a pod's pool is its namespace's pool label. With a `placement` section in the config,
-//! a namespace labelled with `placement.chooseValue` (say `agentpool=auto`), or one without a
-//! pool label when `placement.unlabelledNamespaces: choose`, gets a pool chosen per pod
-//! ([`chooses`]): every placement policy names the pools it accepts for the pod, and the first
-//! pool all of them accept wins ([`choose`]).
-//!
-//! Placement policies are StackL SAT policy templates (`name`, `inputs`, `policy`; the same
-//! file format as SIT policies, see [`crate::policy::template`]) whose entry rule is
-//! `solutions`, evaluating to `{"fulfilled": true, "targets": [pool, ...]}` or
-//! `{"fulfilled": false, "msg": "why"}`. A template is SAT when it declares `solutions`, SIT
-//! when it declares `infringement` ([`crate::policy::kind_of`]); the two are separate sets
-//! ([`PlacementSet`] here, [`crate::policy::PolicySet`] for SIT), from separate directories:
-//! the shipped placement policies live in `policies/placement/`, which the SIT loader
-//! (`src/sources.rs`, top-level files only) never reads, and a SAT template given to the SIT
-//! compiler is refused with a message saying what it is.
-//!
-//! # Design
-//!
-//! - **Input, in StackL's shape** ([`input_document`]), so StackL's own SAT templates run
-//!   unchanged (`hasparams`, in `testdata/stackl/`, is tested as is):
-//!   - `infrastructure_targets`: one entry per pool, keyed by pool name ([`PoolFacts::target`]):
-//!     `labels` (those all its nodes share; also under StackL's `params`), `nodes`,
-//!     `ready_nodes`, `resources` (per resource, the largest allocatable of one node),
-//!     `node_shapes` (the distinct allocatable combinations and their node counts, so a policy
-//!     can ask whether one node holds everything) and `taints` (those all its nodes share).
-//!   - `services`: the pod as one service, keyed by its name ([`PodRequirements::service`]):
-//!     `resource_requirements` (what the scheduler reserves for it: containers and sidecars,
-//!     or the largest init phase, pod-level `resources`, `overhead`) and `containers` with
-//!     their `type`, `requests` and `limits`.
-//!   - `parameters`: the policy's `placement.policies.<name>.parameters` (`{}` when unset).
-//!   - `review`: the AdmissionRequest, only for policies whose text can read it (as for SIT
-//!     policies, [`crate::policy::reads_review`]).
-//!
-//!   Amounts are integers: cpu in millicores, memory and storage in bytes, the rest in units
-//!   ([`quantity`], which reads the API's quantity grammar and rounds up as the scheduler
-//!   does).
-//! - **Facts from nodes** are computed by pure functions from Node objects: [`NodeFacts`] per
-//!   node (what a node cache keeps, not whole Nodes) and [`PoolFacts::gather`] per pool (nodes
-//!   grouped by the config's `nodeSelectorKey` label).
-//! - **Decision** ([`choose`]): every placement policy is evaluated, in name order. Any
-//!   unfulfilled one refuses the pod, with every unfulfilled policy's `msg` (prefixed with the
-//!   policy's name) as the reasons; an error or an unknown target in a policy's answer is a
-//!   reason too (fail closed: `evaluation.onError: allow` cannot say which pool to use). Else
-//!   the candidates are the pools all policies accept, in `placement.preference` order, then
-//!   the other pools by name; the first wins. Only the pools `placement.pools` lists are ever
-//!   candidates or shown to the policies ([`PoolSet::listed`]): a kubelet may label its own
-//!   Node with any pool name, so nodes alone never make a pool. None accepted by all: refused, naming what each
-//!   accepted. No policies: the first pool in that order.
-//! - **Config** ([`crate::config::PlacementSettings`]): off unless `placement` is present;
-//!   then it must set `chooseValue` or `unlabelledNamespaces: choose`, and list `pools`. Errors name the path;
-//!   [`PlacementSet::check_config`] checks policy names and declared inputs.
-//! - Shipped policies (`policies/placement/`, Rego tests beside them, run by this crate's
-//!   tests and by `poolguard policy test --policies-dir policies/placement`):
-//!   `fitsresources` (some node of the pool can hold the pod's requests) and `gpuonly` (pods
-//!   requesting an accelerator — `parameters.resources`, default `[nvidia.com/gpu]` — only on
-//!   pools that have it, others only on pools that do not).
-//!
-//! # Where it runs
-//!
-//! [`select`] is the one entry point of the webhooks and the audit: the mutating webhook
-//! patches with its pool ([`crate::mutate`]); the validating webhook and the audit call it again
-//! through [`crate::validate::pool_for`], so a pod must select a pool the policies accept and a
-//! workload template no pool can take is refused at apply time. The shells keep the pools as a
-//! [`PoolSet`] (facts, and the policies' `infrastructure_targets` input converted once per node
-//! change): a node watch cache in `serve`, `--nodes-file` offline, one listing per audit pass.
-//!
-//! # Known limits
-//!
-//! - A pool scaled to zero has no nodes, so no facts, and is never chosen (the cluster
-//!   autoscaler's node templates would be needed).
-//! - Taints are facts only: no shipped policy checks the pod's tolerations.
-//! - The per-policy time limit is `evaluation.timeoutMillis`, cut to the request's deadline by
-//!   the server as for SIT policies.
-//! - DaemonSet pods in a choosing namespace get one pool like any other pod.
+//! Choosing a pool for a pod with placement (SAT) policies: the policies' compilation and
+//! evaluation ([`PlacementSet`], [`candidates`]), the pools' facts ([`facts`], [`quantity`]) and
+//! the one entry point of the webhooks and the audit ([`select`]). Design: the architecture page
+//! of the manual (docs/architecture.md, "Placement policies").
 
 pub mod facts;
 pub mod quantity;
@@ -89,10 +15,11 @@ use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
 use crate::config::{Config, UnlabelledNamespaces};
-use crate::placement::{self, pool_of, Labels, Placement};
-use crate::policy::memo::{self, Memo, Weigh};
+use crate::labels::Labels;
+use crate::node_selector::{self, pool_of, Placement};
+use crate::policy::engine::{compile, compile_sorted, eval_within, TemplateKind};
+use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
-use crate::policy::{declares, eval_within, load, reads_review};
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
 
 /// One loaded placement policy: a prepared engine, cloned for each evaluation.
@@ -131,32 +58,16 @@ impl PlacementPolicy {
     /// Compiles a SAT template. Errors name the file and, for Rego errors, the line; a SIT
     /// template is refused with a message saying so.
     pub fn compile(template: &Template) -> Result<PlacementPolicy> {
-        let (mut engine, path) = load(template)?;
-        let name = &template.name;
-        if !declares(&engine, &path, "solutions")? {
-            let hint = if declares(&engine, &path, "infringement")? {
-                ": it defines `infringement`, so it is a SIT policy, loaded with the policies"
-            } else {
-                ""
-            };
-            bail!("{path}: placement policy `{name}` declares no `solutions` rule{hint}");
-        }
-        let rule = format!("data.{name}.solutions");
-        // Evaluating once prepares the engine, so every clone starts prepared; unknown
-        // functions and similar mistakes surface here.
-        engine.set_input(Value::new_object());
-        engine
-            .eval_rule(rule.clone())
-            .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
+        let compiled = compile(template, TemplateKind::Sat)?;
         Ok(PlacementPolicy {
-            name: name.clone(),
+            name: template.name.clone(),
             inputs: template.inputs.clone(),
             path: template.path.clone(),
-            engine,
-            rule,
-            reads_review: reads_review(&template.rego),
-            memoizable: !reads_review(&template.rego) && memo::deterministic(&template.rego),
-            id: memo::next_policy_id(),
+            engine: compiled.engine,
+            rule: compiled.rule,
+            reads_review: compiled.reads_review,
+            memoizable: compiled.memoizable,
+            id: compiled.id,
         })
     }
 
@@ -225,11 +136,7 @@ pub struct PlacementSet {
 impl PlacementSet {
     /// Compiles the templates; two of the same name are an error.
     pub fn compile(templates: &[Template]) -> Result<PlacementSet> {
-        let mut policies = templates
-            .iter()
-            .map(PlacementPolicy::compile)
-            .collect::<Result<Vec<_>>>()?;
-        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        let policies = compile_sorted(templates, PlacementPolicy::compile, |p| &p.name)?;
         if let Some(pair) = policies.windows(2).find(|w| w[0].name == w[1].name) {
             bail!(
                 "{}: placement policy `{}` is already defined by {}",
@@ -444,7 +351,7 @@ fn record<'a>(
 }
 
 /// Chooses the pool for `pod` (an object with `metadata` and `spec`) among `pools`: the first
-/// of [`candidates`].
+/// of [`candidates`], each policy within the configured `evaluation.timeoutMillis`.
 pub fn choose(
     pools: &[PoolFacts],
     pod: &serde_json::Value,
@@ -453,7 +360,8 @@ pub fn choose(
     review: Option<&serde_json::Value>,
 ) -> Result<String, Vec<String>> {
     let pools = PoolSet::new(pools.to_vec());
-    let candidates = candidates(&pools, pod, policies, config, review)?;
+    let limit = Duration::from_millis(config.evaluation.timeout_millis);
+    let candidates = candidates(&pools, pod, policies, config, review, limit)?;
     Ok(candidates.into_iter().next().unwrap_or_default())
 }
 
@@ -461,13 +369,15 @@ pub fn choose(
 /// in [`pool_order`]; never empty. Otherwise the reasons, each prefixed with the policy it
 /// comes from: every unfulfilled policy's `msg`, every policy that could not be evaluated, or,
 /// when each policy accepts some pool but no pool is accepted by all, what each accepted.
-/// `review`, the AdmissionRequest, reaches the policies that read it.
+/// `review`, the AdmissionRequest, reaches the policies that read it; each policy evaluation
+/// takes at most `limit`.
 pub fn candidates(
     set: &PoolSet,
     pod: &serde_json::Value,
     policies: &PlacementSet,
     config: &Config,
     review: Option<&serde_json::Value>,
+    limit: Duration,
 ) -> Result<Vec<String>, Vec<String>> {
     // Only the pools the config lists are candidates, and only they are shown to the policies:
     // a node that names an unlisted pool is never chosen, nor can it make a policy refuse.
@@ -487,7 +397,6 @@ pub fn candidates(
         crate::policy::input::service_name(pod): requirements.service()
     });
     let placement = config.placement.as_ref();
-    let limit = Duration::from_millis(config.evaluation.timeout_millis);
     let known: BTreeSet<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     let services_text = services.to_string();
     // The document of `input_document`, with the targets converted once per pool set; regorus
@@ -581,9 +490,11 @@ pub enum Chosen {
 /// Chooses the pool for the pod spec at `path` inside `object` (a Pod, or a workload whose
 /// template is chosen for as its pods will be): the candidates all placement policies accept
 /// ([`candidates`]); the pool the spec's nodeSelector names if it is one of them (refused if
-/// not), else the first, checked with [`placement::place`] as a named pool is. The mutating webhook patches with it; the
+/// not), else the first, checked with [`node_selector::place`] as a named pool is. The mutating webhook patches with it; the
 /// validating webhook and the audit check with it (a pod that selects a pool itself must select
-/// one the policies accept). `pools` is `None` while the node facts are unknown.
+/// one the policies accept). `pools` is `None` while the node facts are unknown. Each policy
+/// evaluation takes at most `limit`.
+#[allow(clippy::too_many_arguments)]
 pub fn select(
     pools: Option<&PoolSet>,
     object: &serde_json::Value,
@@ -592,6 +503,7 @@ pub fn select(
     policies: &PlacementSet,
     config: &Config,
     review: Option<&serde_json::Value>,
+    limit: Duration,
 ) -> Chosen {
     let Some(pools) = pools else {
         return Chosen::Unknown(
@@ -606,7 +518,7 @@ pub fn select(
     if let Err(e) = PodRequirements::of(pod.get("spec"), &path.join(".")) {
         return Chosen::Invalid(e);
     }
-    let candidates = match candidates(pools, pod, policies, config, review) {
+    let candidates = match candidates(pools, pod, policies, config, review, limit) {
         Ok(candidates) => candidates,
         Err(reasons) => return Chosen::Refused(reasons),
     };
@@ -647,7 +559,7 @@ pub fn select(
             }
         },
     };
-    match placement::place(spec, path, namespace, pool, &config.placement_rules()) {
+    match node_selector::place(spec, path, namespace, pool, &config.placement_rules()) {
         Placement::Conflict(message) => Chosen::Refused(vec![message]),
         Placement::Invalid(message) => Chosen::Invalid(message),
         placed => Chosen::Pool(pool.to_string(), placed),

@@ -657,7 +657,9 @@ fn stackl_hasparams_loads_and_runs_unchanged() {
 #[test]
 fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
     use crate::admission::Request;
-    use crate::webhook::{decide, Scope, Webhook};
+    use crate::ruleset::Budget;
+    use crate::scope::Scope;
+    use crate::webhook::Webhook;
 
     let pools = PoolSet::new(cluster());
     let rules = crate::ruleset::RuleSet::new(
@@ -689,14 +691,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
             labels,
             pools: known.then_some(&pools),
         };
-        decide(
-            webhook,
-            &req,
-            scope,
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
-        )
+        rules.decide(webhook, &req, scope, Budget::FULL)
     };
     // The pool a mutating decision's patch selects, if any.
     let patched = |d: &crate::admission::Decision| -> Option<String> {
@@ -781,14 +776,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
             labels: Some(&auto),
             pools: Some(&pools),
         };
-        let results = crate::audit::audit(
-            &object,
-            scope,
-            None,
-            &rules.config,
-            &rules.policies,
-            &rules.placement,
-        );
+        let results = crate::audit::audit(&object, scope, None, &rules);
         (results[0].result, results[0].message.clone())
     };
     let stored = |selector| {
@@ -833,7 +821,7 @@ fn solutions_are_remembered_per_pod_shape_and_pool_facts() {
         })
     };
     let ask = |policies: &PlacementSet, pools: &PoolSet, pod: &Json| {
-        candidates(pools, pod, policies, &config, None)
+        candidates(pools, pod, policies, &config, None, configured(&config))
     };
     let hits = |policies: &PlacementSet| policies.memo_stats().0 .0;
     let first = ask(&policies, &all, &replica("aaaaa", "2")).unwrap();
@@ -897,7 +885,14 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
             let ctx = format!("{what} pools, {name} policies");
             // The listed pool is chosen for a pod it can hold.
             assert_eq!(
-                candidates(set, &small, &policies, &listed_config, None),
+                candidates(
+                    set,
+                    &small,
+                    &policies,
+                    &listed_config,
+                    None,
+                    configured(&listed_config)
+                ),
                 Ok(strings(&["general"])),
                 "{ctx}"
             );
@@ -909,6 +904,7 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
                 &policies,
                 &listed_config,
                 None,
+                configured(&listed_config),
             );
             assert!(
                 matches!(&chosen, Chosen::Pool(pool, _) if pool == "general"),
@@ -923,12 +919,20 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
                 &policies,
                 &listed_config,
                 None,
+                configured(&listed_config),
             );
             assert!(matches!(chosen, Chosen::Refused(_)), "{ctx}: {chosen:?}");
         }
         // Only the unlisted pool could hold these: refused, never sent there.
         for pod in [&huge, &gpu] {
-            let result = candidates(set, pod, &shipped(), &listed_config, None);
+            let result = candidates(
+                set,
+                pod,
+                &shipped(),
+                &listed_config,
+                None,
+                configured(&listed_config),
+            );
             let reasons = result.expect_err(what);
             assert!(
                 reasons.iter().all(|r| !r.contains("aaa")),
@@ -941,7 +945,15 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
         &PoolFacts::gather(&nodes_of_cluster, "agentpool"),
         &["aaa"],
     ));
-    let reasons = candidates(&only_rogue, &small, &shipped(), &listed_config, None).unwrap_err();
+    let reasons = candidates(
+        &only_rogue,
+        &small,
+        &shipped(),
+        &listed_config,
+        None,
+        configured(&listed_config),
+    )
+    .unwrap_err();
     assert!(
         reasons[0].contains("placement.pools (general, gpu)"),
         "{reasons:?}"
@@ -983,6 +995,7 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
             &shipped(),
             &config,
             None,
+            configured(&config),
         )
     };
     for (policies, name) in [(shipped(), "shipped"), (PlacementSet::default(), "none")] {
@@ -995,6 +1008,7 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
             &policies,
             &config,
             None,
+            configured(&config),
         );
         assert!(
             matches!(&chosen, Chosen::Pool(pool, _) if pool == "large"),
@@ -1016,4 +1030,9 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
         matches!(choose(&both, &names_it), Chosen::Pool(pool, _) if pool == "general"),
         "a pod's own choice of an accepted pool stands"
     );
+}
+
+/// The configured per-policy time limit, uncut.
+fn configured(config: &Config) -> std::time::Duration {
+    std::time::Duration::from_millis(config.evaluation.timeout_millis)
 }

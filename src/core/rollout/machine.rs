@@ -32,8 +32,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{secs, RolloutSpec};
+use crate::config::rollout::RolloutSpec;
 use crate::config::Enforcement;
+
+/// Seconds as the state machine counts them (Unix seconds, `i64`).
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
 
 /// Where a group stands in the rollout of the current version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -612,7 +617,7 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::Labels;
+    use crate::labels::Labels;
     use GroupStatus::*;
 
     const SPEC: &str = r#"

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::machine::GroupObservation;
-use super::RolloutSpec;
 use crate::audit::{AuditResult, Verdict, POLICY_VERSION, ROLLOUT_GROUP};
+use crate::config::rollout::RolloutSpec;
 
 /// What one replica counted at admission for one policy version and group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -15,9 +15,9 @@ use serde_json::{Map, Value};
 
 use super::machine::{enforcement_for, GroupStatus, RolloutState, Which};
 use crate::config::{Config, Enforcement, PolicySettings, PoolSettings};
-use crate::placement::Labels;
+use crate::labels::Labels;
+use crate::policy::engine::Policy;
 use crate::policy::template::Template;
-use crate::policy::Policy;
 
 /// One version of a policy as stored beside the rollout state: enough to run it anywhere.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

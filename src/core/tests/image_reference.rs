@@ -17,7 +17,7 @@
 
 use poolguard_core::image::{self, ErrorKind, ImageRef};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 // ---------------------------------------------------------------------------
 // Test data
@@ -1099,40 +1099,63 @@ fn fuzz_no_panics_and_invariants() {
     }
 }
 
+/// The CPU time this thread has used: unlike wall-clock time, it does not grow while other
+/// processes hold the cores.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// The least CPU time of three parses of `s`.
+fn fastest_parse(s: &str) -> Duration {
+    (0..3)
+        .map(|_| {
+            let start = thread_cpu_time();
+            let _ = image::parse(s);
+            thread_cpu_time().saturating_sub(start)
+        })
+        .min()
+        .expect("three runs")
+}
+
 #[test]
 fn linear_time_on_hostile_input() {
-    // 100k bytes: a quadratic scanner would need ~10^10 steps here.
-    let n = 100_000;
-    let inputs = [
-        "a-".repeat(n),
-        "a".repeat(n),
-        "a/".repeat(n),
-        format!("{}!", "a__".repeat(n)),
-        format!("example.com/{}", "a-b.".repeat(n)),
-        format!("{}/app", "a.".repeat(n)),
-        format!("[{}]/app", ":".repeat(n)),
-        format!("app:{}", "a".repeat(n)),
-        format!("app@sha256:{}", "f".repeat(n)),
-        format!("app@{}:{}", "a+".repeat(n), "f".repeat(64)),
-        ":".repeat(n),
-        "@".repeat(n),
-        "\u{e9}".repeat(n),
+    // Each hostile shape at n and at 8n units: a linear scanner takes about 8 times the CPU
+    // time on the larger, a quadratic one 64 times. The bound (24 times, plus a millisecond for
+    // inputs that parse in microseconds) compares the machine with itself, so it holds on a
+    // slow or loaded machine too.
+    let shapes: [fn(usize) -> String; 13] = [
+        |n| "a-".repeat(n),
+        |n| "a".repeat(n),
+        |n| "a/".repeat(n),
+        |n| format!("{}!", "a__".repeat(n)),
+        |n| format!("example.com/{}", "a-b.".repeat(n)),
+        |n| format!("{}/app", "a.".repeat(n)),
+        |n| format!("[{}]/app", ":".repeat(n)),
+        |n| format!("app:{}", "a".repeat(n)),
+        |n| format!("app@sha256:{}", "f".repeat(n)),
+        |n| format!("app@{}:{}", "a+".repeat(n), "f".repeat(64)),
+        |n| ":".repeat(n),
+        |n| "@".repeat(n),
+        |n| "\u{e9}".repeat(n),
     ];
-    for s in &inputs {
-        let start = Instant::now();
-        let _ = image::parse(s);
-        let took = start.elapsed();
-        // Debug build, shared 2-core machine: generous bound; a quadratic
-        // scanner would take minutes here.
+    let n = 12_500;
+    for shape in shapes {
+        let (small, large) = (shape(n), shape(8 * n));
+        let (t1, t8) = (fastest_parse(&small), fastest_parse(&large));
         eprintln!(
-            "{took:?} for {}... ({} bytes)",
-            s.chars().take(12).collect::<String>(),
-            s.len()
+            "{t1:?} for {} bytes, {t8:?} for {} bytes of {}...",
+            small.len(),
+            large.len(),
+            small.chars().take(12).collect::<String>()
         );
         assert!(
-            took < Duration::from_secs(2),
-            "{took:?} for {}...",
-            &s[..20]
+            t8 <= t1 * 24 + Duration::from_millis(1),
+            "{t8:?} for 8n against {t1:?} for n: not linear, for {}...",
+            &small[..20]
         );
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Result};
 use serde::Deserialize;
 
-use crate::placement::Labels;
+use crate::labels::Labels;
 
 /// A Kubernetes label selector. Every requirement must hold; an empty selector selects
 /// everything (the config refuses one, see [`LabelSelector::validate`]).

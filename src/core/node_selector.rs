@@ -1,19 +1,17 @@
-//! Pool placement: a namespace's pool and a pod spec's nodeSelector -> patch, pass or conflict.
-//! Pure: no I/O, every rule is a row in the table tests below.
+//! The node selector check: a namespace's pool and a pod spec's nodeSelector -> patch, pass or
+//! conflict. Pure: no I/O, every rule is a row in the table tests below.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{Map, Value};
 
 use crate::config::{Config, SelectorPolicy};
+use crate::labels::Labels;
 
 /// Pod annotation naming the pool the mutating webhook placed the pod on. The validating
 /// webhook accepts a selector for that pool even if the namespace was relabelled in the
 /// milliseconds between the two calls.
 pub const POOL_ANNOTATION: &str = "poolguard.io/pool";
-
-/// A namespace's labels.
-pub type Labels = std::collections::BTreeMap<String, String>;
 
 /// The pool a namespace is assigned to: the value of its pool label, if set and not empty.
 pub fn pool_of<'a>(labels: Option<&'a Labels>, namespace_label: &str) -> Option<&'a str> {

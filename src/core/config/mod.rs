@@ -5,8 +5,12 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::policy::dependencies::{self, Dependency, PLACEMENT};
-use crate::rollout::RolloutSpec;
+pub mod dependencies;
+pub mod rollout;
+pub mod selector;
+
+use dependencies::{Dependency, PLACEMENT};
+use rollout::RolloutSpec;
 
 /// The whole config file. Every field has a default, so an empty file is a valid config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -882,7 +886,7 @@ policies:
 
     #[test]
     fn dependencies_parse_under_cluster_wide_settings() {
-        use crate::policy::dependencies::{Compliance, Dependency};
+        use super::dependencies::{Compliance, Dependency};
         let c = Config::parse(DEPENDENCIES, "t").unwrap();
         let latest = &c.policies["latesttag"];
         assert_eq!(

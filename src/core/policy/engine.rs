@@ -1,0 +1,349 @@
+//! One SIT policy in Rego: a prepared regorus engine holding it, cloned for each evaluation,
+//! and what every policy engine shares (Rego v0, the builtins, a guard on parser depth,
+//! evaluation within a time limit).
+
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use regorus::utils::limits::ExecutionTimerConfig;
+use regorus::{Engine, Value};
+
+use super::template::Template;
+use super::{builtins, memo};
+use crate::config::Config;
+
+/// Time checks happen every this many units of interpreter work.
+const TIMER_CHECK_INTERVAL: u32 = 16;
+
+/// One loaded policy: a prepared engine holding its Rego, cloned for each evaluation.
+#[derive(Clone)]
+pub struct Policy {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub path: PathBuf,
+    pub(super) engine: Engine,
+    pub(super) rule: String,
+    /// Whether the policy may read `input.review` (see [`reads_review`]).
+    pub(super) reads_review: bool,
+    /// The Rego source, kept for [`Policy::version`].
+    pub(super) rego: Arc<str>,
+    /// Its identity in memo keys ([`memo::next_policy_id`]).
+    pub(super) id: u64,
+    /// Whether its results may be remembered: it reads no `review` and calls no builtin whose
+    /// answer changes ([`memo::deterministic`]).
+    pub(super) memoizable: bool,
+}
+
+/// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
+/// templates; `import rego.v1` opts a file into v1) and OPA's deprecated `any`/`all`.
+pub fn new_engine() -> Result<Engine> {
+    let mut engine = Engine::new();
+    engine.set_rego_v0(true);
+    builtins::register(&mut engine)?;
+    Ok(engine)
+}
+
+/// The deepest nesting of `{` and `[` accepted in Rego source. regorus (0.14) parses a bracket
+/// whose content starts with more brackets over again (as a comprehension, then as a literal),
+/// so its parse time doubles with each level: about a second at 16 levels, minutes at 24 (found
+/// by fuzzing). poolguard's own policies and tests nest 6 deep at most.
+pub const MAX_NESTING: usize = 12;
+
+/// Adds Rego source to `engine`, returning its package (`data.…`); source nested deeper than
+/// [`MAX_NESTING`] is refused before it reaches the parser.
+pub fn add_source(engine: &mut Engine, path: String, rego: String) -> Result<String> {
+    check_nesting(&path, &rego)?;
+    engine
+        .add_policy(path, rego)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Fails on the first `{` or `[` nested more than [`MAX_NESTING`] deep, outside strings and
+/// comments, naming the file and line.
+fn check_nesting(path: &str, rego: &str) -> Result<()> {
+    let mut depth = 0usize;
+    let mut line = 1;
+    let mut chars = rego.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => line += 1,
+            // A comment runs to the end of the line.
+            '#' => line += usize::from(chars.by_ref().any(|c| c == '\n')),
+            '"' => {
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        // Strings are one line: a stray quote does not hide the rest.
+                        '\n' => {
+                            line += 1;
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            '`' => {
+                for c in chars.by_ref() {
+                    match c {
+                        '`' => break,
+                        '\n' => line += 1,
+                        _ => {}
+                    }
+                }
+            }
+            '{' | '[' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    bail!(
+                        "{path}:{line}: brackets (`{{` and `[`) nested more than {MAX_NESTING} deep; the Rego parser takes time exponential in the nesting"
+                    );
+                }
+            }
+            '}' | ']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Which kind of policy a template is, by the entry rule it declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateKind {
+    /// `infringement`: a SIT policy, checking objects ([`Policy`]).
+    Sit,
+    /// `solutions`: a SAT policy, choosing pools
+    /// ([`crate::placement_policy::PlacementPolicy`]).
+    Sat,
+}
+
+/// A fresh engine holding the template's Rego, with its package checked to be named like the
+/// policy; and the path the module is known by. Errors name the file and, for Rego errors, the
+/// line.
+pub(crate) fn load(template: &Template) -> Result<(Engine, String)> {
+    let path = template.path.display().to_string();
+    let mut engine = new_engine()?;
+    let package = add_source(&mut engine, path.clone(), template.rego.clone())
+        .with_context(|| format!("policy `{}` does not compile", template.name))?;
+    if package != format!("data.{}", template.name) {
+        bail!(
+            "{path}: the package must be named like the policy: expected `package {}`, found `package {}`",
+            template.name,
+            package.trim_start_matches("data.")
+        );
+    }
+    Ok((engine, path))
+}
+
+/// Whether the module loaded from `path` declares `rule`.
+pub(crate) fn declares(engine: &Engine, path: &str, rule: &str) -> Result<bool> {
+    engine
+        .has_declared_rule_rooted_at(path, rule)
+        .map_err(|e| anyhow::anyhow!("{path}: {e}"))
+}
+
+/// Whether a template is a SIT policy (it declares `infringement`) or a SAT one (`solutions`);
+/// one declaring both or neither is an error naming the file.
+pub fn kind_of(template: &Template) -> Result<TemplateKind> {
+    let (engine, path) = load(template)?;
+    let name = &template.name;
+    match (
+        declares(&engine, &path, "infringement")?,
+        declares(&engine, &path, "solutions")?,
+    ) {
+        (true, false) => Ok(TemplateKind::Sit),
+        (false, true) => Ok(TemplateKind::Sat),
+        (true, true) => bail!(
+            "{path}: policy `{name}` declares both `infringement` (a SIT policy) and `solutions` (a placement policy); a template is one or the other"
+        ),
+        (false, false) => bail!(
+            "{path}: policy `{name}` declares neither `infringement` (a SIT policy) nor `solutions` (a placement policy)"
+        ),
+    }
+}
+
+/// Evaluates `rule` on `input` in a clone of the prepared `engine`, stopped past `limit`; an
+/// error as one string. Shared by SIT and placement policies.
+pub(crate) fn eval_within(
+    engine: &Engine,
+    rule: &str,
+    input: Value,
+    limit: Duration,
+) -> Result<Value, String> {
+    let mut engine = engine.clone();
+    engine.set_execution_timer_config(ExecutionTimerConfig {
+        limit,
+        check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
+    });
+    engine.set_input(input);
+    engine
+        .eval_rule(rule.to_string())
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// A template compiled for the entry rule of its kind, SIT or SAT: the one compile path of
+/// both kinds of policy.
+pub(crate) struct Compiled {
+    /// Prepared: evaluated once, so every clone starts prepared.
+    pub engine: Engine,
+    /// The entry rule's path (`data.<name>.infringement` or `data.<name>.solutions`).
+    pub rule: String,
+    /// The entry rule's value on an empty input.
+    pub first: Value,
+    pub reads_review: bool,
+    pub memoizable: bool,
+    pub id: u64,
+}
+
+/// Compiles `template` as a policy of `kind`. Errors name the file and, for Rego errors, the
+/// line; a template of the other kind is refused with a message saying what it is.
+pub(crate) fn compile(template: &Template, kind: TemplateKind) -> Result<Compiled> {
+    let (mut engine, path) = load(template)?;
+    let name = &template.name;
+    let (entry, other, what, hint) = match kind {
+        TemplateKind::Sit => (
+            "infringement",
+            "solutions",
+            "policy",
+            ": it defines `solutions`, so it is a placement (SAT) policy, loaded with the placement policies",
+        ),
+        TemplateKind::Sat => (
+            "solutions",
+            "infringement",
+            "placement policy",
+            ": it defines `infringement`, so it is a SIT policy, loaded with the policies",
+        ),
+    };
+    if !declares(&engine, &path, entry)? {
+        let hint = if declares(&engine, &path, other)? {
+            hint
+        } else {
+            ""
+        };
+        bail!("{path}: {what} `{name}` declares no `{entry}` rule{hint}");
+    }
+    let rule = format!("data.{name}.{entry}");
+    // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
+    // starts prepared; unknown functions and similar mistakes also surface only here.
+    engine.set_input(Value::new_object());
+    let first = engine
+        .eval_rule(rule.clone())
+        .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
+    let reads_review = reads_review(&template.rego);
+    Ok(Compiled {
+        engine,
+        rule,
+        first,
+        reads_review,
+        memoizable: !reads_review && memo::deterministic(&template.rego),
+        id: memo::next_policy_id(),
+    })
+}
+
+/// Compiles every template with `compile_one`, sorted by `name`.
+pub(crate) fn compile_sorted<P>(
+    templates: &[Template],
+    compile_one: impl Fn(&Template) -> Result<P>,
+    name: impl Fn(&P) -> &str,
+) -> Result<Vec<P>> {
+    let mut compiled = templates
+        .iter()
+        .map(compile_one)
+        .collect::<Result<Vec<_>>>()?;
+    compiled.sort_by(|a, b| name(a).cmp(name(b)));
+    Ok(compiled)
+}
+
+impl Policy {
+    /// Compiles a SIT template. Errors name the file and, for Rego errors, the line.
+    pub fn compile(template: &Template) -> Result<Policy> {
+        let compiled = compile(template, TemplateKind::Sit)?;
+        let path = template.path.display();
+        messages(&compiled.first).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        Ok(Policy {
+            name: template.name.clone(),
+            inputs: template.inputs.clone(),
+            path: template.path.clone(),
+            rule: compiled.rule,
+            engine: compiled.engine,
+            reads_review: compiled.reads_review,
+            memoizable: compiled.memoizable,
+            id: compiled.id,
+            rego: Arc::from(template.rego.as_str()),
+        })
+    }
+
+    /// The Rego source the policy was compiled from.
+    pub fn rego(&self) -> &str {
+        &self.rego
+    }
+
+    /// The policy's version under `config`, for rollouts (see
+    /// [`crate::rollout::policy_version`]).
+    pub fn version(&self, config: &Config) -> String {
+        crate::rollout::policy_version(&self.rego, config, &self.name)
+    }
+
+    /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
+    pub fn infringements(&self, input: Value, limit: Duration) -> Result<Vec<String>, String> {
+        let value = eval_within(&self.engine, &self.rule, input, limit)?;
+        messages(&value)
+    }
+}
+
+/// Whether a policy's Rego may read `input.review`. Handing every policy the whole
+/// AdmissionRequest costs a conversion per request, so it is left out for policies that cannot
+/// reach it: those that never spell `review` and use `input` only to read a named field
+/// (`input.services`). Anything else — `review` anywhere (comments and strings included),
+/// `input[...]`, `input` on its own, `import input as i` — counts as reading it.
+pub fn reads_review(rego: &str) -> bool {
+    if rego.contains("review") {
+        return true;
+    }
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    rego.match_indices("input").any(|(at, _)| {
+        let before = rego[..at].chars().next_back();
+        let after = &rego[at + "input".len()..];
+        if before.is_some_and(|c| word(c) || c == '.') || after.starts_with(word) {
+            return false; // part of another name, or a field called `input`
+        }
+        let mut rest = after.chars();
+        !(rest.next() == Some('.')
+            && rest
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_'))
+    })
+}
+
+/// The `msg` of every element of an `infringement` set (undefined means none).
+pub(crate) fn messages(value: &Value) -> Result<Vec<String>, String> {
+    let items: Vec<&Value> = match value {
+        Value::Undefined => return Ok(Vec::new()),
+        Value::Set(s) => s.iter().collect(),
+        Value::Array(a) => a.iter().collect(),
+        other => {
+            return Err(format!(
+                "`infringement` must be a set of objects with `msg`, got {other}"
+            ))
+        }
+    };
+    let msg_key = Value::from("msg");
+    let mut out: Vec<String> = items
+        .into_iter()
+        .map(
+            |item| match item.as_object().ok().and_then(|o| o.get(&msg_key)) {
+                Some(Value::String(s)) => s.to_string(),
+                Some(other) => other.to_string(),
+                None => item.to_string(),
+            },
+        )
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
