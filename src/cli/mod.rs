@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod eval;
+pub mod native;
 pub mod rollout;
 
 use std::io::{IsTerminal, Write};
@@ -75,6 +76,24 @@ enum Command {
     /// Config file tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Print the native admission objects (MutatingAdmissionPolicy, ValidatingAdmissionPolicy
+    /// and their bindings, admissionregistration.k8s.io/v1, Kubernetes 1.36+) that decide in the
+    /// API server what the config and the shipped policies decide, as YAML; then, as comments,
+    /// what stays on the webhook and why. Nothing is written to a cluster.
+    Native(NativeArgs),
+}
+
+#[derive(Args)]
+struct NativeArgs {
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Namespace the bindings never select (repeatable; the chart's excluded namespaces).
+    #[arg(long = "exclude-namespace", value_name = "NAME")]
+    excluded_namespaces: Vec<String>,
+    /// Check only namespaces that carry the pool label (the chart's
+    /// validating.requireNamespaceLabel).
+    #[arg(long)]
+    require_namespace_label: bool,
 }
 
 #[derive(Subcommand)]
@@ -853,6 +872,17 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Native(args) => {
+            let options = poolguard_core::native::Options {
+                excluded_namespaces: args.excluded_namespaces,
+                require_namespace_label: args.require_namespace_label,
+            };
+            native::print(
+                args.rules.sources(),
+                &options,
+                &mut std::io::stdout().lock(),
+            )
         }
         Command::Config(ConfigCommand::Check(rules)) => {
             let loaded = rules.sources().load()?;

@@ -11,6 +11,7 @@ pub mod documents;
 pub mod image;
 pub mod mutate;
 pub mod namespaces;
+pub mod native;
 pub mod placement;
 pub mod placement_policy;
 pub mod pod_images;
