@@ -40,7 +40,7 @@ pools:
         parameters: {repositories: [gpu.example.com/]}
 ";
 
-fn rules() -> Result<RuleSet> {
+fn rules(config: &str) -> Result<RuleSet> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
     let mut templates = Vec::new();
     for name in ["allowedrepositories", "latesttag"] {
@@ -49,7 +49,7 @@ fn rules() -> Result<RuleSet> {
         templates.push(template::from_yaml(&text, path)?);
     }
     RuleSet::new(
-        Config::parse(CONFIG, "native test config")?,
+        Config::parse(config, "native test config")?,
         PolicySet::compile(&templates)?,
         Default::default(),
         "native test config",
@@ -65,13 +65,34 @@ struct Outcome {
     warned: bool,
 }
 
-/// The webhooks' decision, in-process: mutate, apply the patch, validate.
-fn reference(rules: &RuleSet, ns: &str, labels: &Labels, pod: &Value) -> Result<Outcome> {
+/// Where an object of `kind` is created: (group, resource, API path prefix).
+fn resource_of(kind: &str) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        "Deployment" => ("apps", "deployments", "/apis/apps/v1"),
+        _ => ("", "pods", "/api/v1"),
+    }
+}
+
+/// The webhooks' decision, in-process: mutate, apply the patch, validate. `old` makes it an
+/// UPDATE.
+fn reference(
+    rules: &RuleSet,
+    ns: &str,
+    labels: &Labels,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<Outcome> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (group, resource, _) = resource_of(kind);
     let review = |object: &Value| {
-        json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": ns, "operation": "CREATE", "object": object,
-            "userInfo": {"username": "e2e"}})
+        let mut review = json!({"uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "namespace": ns, "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+            "object": object, "userInfo": {"username": "e2e"}});
+        if let Some(old) = old {
+            review["oldObject"] = old.clone();
+        }
+        review
     };
     let scope = Scope {
         labels: Some(labels),
@@ -90,64 +111,75 @@ fn reference(rules: &RuleSet, ns: &str, labels: &Labels, pod: &Value) -> Result<
             &rules.placement,
         ))
     };
-    let denied = Outcome {
+    let mutated = decide(Webhook::Mutate, object)?;
+    if !mutated.allowed {
+        return Ok(Outcome::DENIED);
+    }
+    let mut object = object.clone();
+    if let Some(patch) = &mutated.patch {
+        json_patch::patch(&mut object, patch)?;
+    }
+    let validated = decide(Webhook::Validate, &object)?;
+    if !validated.allowed {
+        return Ok(Outcome::DENIED);
+    }
+    Ok(outcome_of(&object, !validated.warnings.is_empty()))
+}
+
+impl Outcome {
+    const DENIED: Outcome = Outcome {
         allowed: false,
         node_selector: None,
         annotation: None,
         warned: false,
     };
-    let mutated = decide(Webhook::Mutate, pod)?;
-    if !mutated.allowed {
-        return Ok(denied);
-    }
-    let mut pod = pod.clone();
-    if let Some(patch) = &mutated.patch {
-        json_patch::patch(&mut pod, patch)?;
-    }
-    let validated = decide(Webhook::Validate, &pod)?;
-    if !validated.allowed {
-        return Ok(denied);
-    }
-    Ok(outcome_of(&pod, !validated.warnings.is_empty()))
 }
 
-fn outcome_of(pod: &Value, warned: bool) -> Outcome {
+fn outcome_of(object: &Value, warned: bool) -> Outcome {
+    let spec = if object["kind"] == "Deployment" {
+        &object["spec"]["template"]["spec"]
+    } else {
+        &object["spec"]
+    };
     Outcome {
         allowed: true,
         // The API server stores an empty map as none.
-        node_selector: pod["spec"]
+        node_selector: spec
             .get("nodeSelector")
             .filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
             .cloned(),
-        annotation: pod["metadata"]["annotations"]
+        annotation: object["metadata"]["annotations"]
             .get("poolguard.io/pool")
             .cloned(),
         warned,
     }
 }
 
-/// The API server's decision: a dry-run CREATE.
-async fn native_outcome(env: &Env, ns: &str, pod: &Value) -> Result<Outcome> {
-    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/pods?dryRun=All"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(pod)?)?;
+/// The API server's decision: a dry-run CREATE, or with `update` a dry-run PUT of the object.
+async fn native_outcome(env: &Env, ns: &str, object: &Value, update: bool) -> Result<Outcome> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (_, resource, prefix) = resource_of(kind);
+    let collection = format!("{prefix}/namespaces/{ns}/{resource}");
+    let req = if update {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        http::Request::put(format!("{collection}/{name}?dryRun=All"))
+    } else {
+        http::Request::post(format!("{collection}?dryRun=All"))
+    }
+    .header("content-type", "application/json")
+    .body(serde_json::to_vec(object)?)?;
     let res = env
         .client
         .send(req.map(kube::client::Body::from))
         .await
-        .context("POST pod")?;
+        .context("sending the object")?;
     let status = res.status().as_u16();
     let warned = res.headers().get_all("warning").iter().next().is_some();
     let bytes = res.into_body().collect_bytes().await?;
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     match status {
         201 | 200 => Ok(outcome_of(&body, warned)),
-        400 | 403 | 422 => Ok(Outcome {
-            allowed: false,
-            node_selector: None,
-            annotation: None,
-            warned: false,
-        }),
+        400 | 403 | 422 => Ok(Outcome::DENIED),
         _ => bail!("HTTP {status}: {body}"),
     }
 }
@@ -280,13 +312,25 @@ fn dictionary() -> Result<Vec<String>> {
         .collect())
 }
 
-fn pod(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], pools: &[&str]) -> Value {
-    let image = |rng: &mut Rng| {
-        if rng.below(3) == 0 {
-            dictionary_reference(rng, dict)
-        } else {
-            rng.pick(refs).clone()
-        }
+/// Images every config of the test allows (or exempts), so that placement and warnings are
+/// reached as often as refusals.
+const ALLOWED: [&str; 6] = [
+    "registry.example.com/app:1",
+    "registry.k8s.io/pause:3.10",
+    "nginx:1.27",
+    "docker.io/library/busybox:1.36",
+    "registry.example.com/dev/app",
+    "gpu.example.com/cuda:12",
+];
+
+/// One generated object: a Pod (half the time with allowed images only) or a Deployment, with a
+/// nodeSelector under `key` among the cases of the decision table.
+fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) -> Value {
+    let clean = rng.below(2) == 0;
+    let image = |rng: &mut Rng| match (clean, rng.below(5)) {
+        (true, _) | (false, 0 | 1) => rng.pick(&ALLOWED[..]).to_string(),
+        (false, 2) => dictionary_reference(rng, dict),
+        _ => rng.pick(refs).clone(),
     };
     let containers: Vec<Value> = (0..1 + rng.below(3))
         .map(|c| json!({"name": format!("c{c}"), "image": image(rng)}))
@@ -298,15 +342,16 @@ fn pod(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], pools: &[&str]
     if rng.below(6) == 0 {
         spec["volumes"] = json!([{"name": "model", "image": {"reference": image(rng)}}]);
     }
-    let other = *rng.pick(pools);
-    match rng.below(7) {
+    let other = *rng.pick(&["pool1", "gpu", "other"][..]);
+    match rng.below(8) {
         0 => {}
         1 => spec["nodeSelector"] = json!({}),
         2 => spec["nodeSelector"] = json!({"kubernetes.io/os": "linux"}),
-        3 => spec["nodeSelector"] = json!({"agentpool": other}),
-        4 => spec["nodeSelector"] = json!({"agentpool": other, "disk": "ssd"}),
-        5 => spec["nodeSelector"] = json!({"agentpool": "pool1"}),
-        _ => spec["nodeSelector"] = json!({"agentpool": "gpu"}),
+        3 => spec["nodeSelector"] = json!({key: other}),
+        4 => spec["nodeSelector"] = json!({key: other, "disk": "ssd"}),
+        5 => spec["nodeSelector"] = json!({key: "pool1"}),
+        6 => spec["nodeSelector"] = json!({"agentpool": "gpu"}),
+        _ => spec["nodeSelector"] = json!({key: "gpu"}),
     }
     let mut metadata = json!({"name": format!("p{i}")});
     match rng.below(4) {
@@ -315,7 +360,77 @@ fn pod(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], pools: &[&str]
         2 => metadata["annotations"] = json!({"team": "a"}),
         _ => metadata["annotations"] = json!({"poolguard.io/pool": "pool1", "team": "a"}),
     }
+    if rng.below(10) == 0 {
+        return json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+            "spec": {"selector": {"matchLabels": {"app": "w"}},
+                "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}});
+    }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+/// Changes to a stored, unscheduled (gated) pod: the scheduling directives Kubernetes still lets
+/// change, and its images.
+fn edits(key: &str) -> Vec<(&'static str, Box<dyn Fn(&mut Value)>)> {
+    let key = key.to_string();
+    let k2 = key.clone();
+    vec![
+        (
+            "add a selector key",
+            Box::new(|p: &mut Value| {
+                p["spec"]["nodeSelector"]["disk"] = json!("ssd");
+            }),
+        ),
+        (
+            "remove the gates",
+            Box::new(|p: &mut Value| {
+                p["spec"]["schedulingGates"] = json!([]);
+            }),
+        ),
+        (
+            "add an affinity",
+            Box::new(|p: &mut Value| {
+                p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}});
+            }),
+        ),
+        (
+            "change the pool key",
+            Box::new(move |p: &mut Value| {
+                p["spec"]["nodeSelector"][&key] = json!("other");
+            }),
+        ),
+        (
+            "a foreign image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("foreign.example.org/app:1");
+            }),
+        ),
+        (
+            "an invalid image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("app:1.0:evil");
+            }),
+        ),
+        (
+            "a floating image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("registry.example.com/app:latest");
+            }),
+        ),
+        (
+            "a label",
+            Box::new(|p: &mut Value| {
+                p["metadata"]["labels"] = json!({"edited": "yes"});
+            }),
+        ),
+        (
+            "the annotation",
+            Box::new(move |p: &mut Value| {
+                let _ = &k2;
+                p["metadata"]["annotations"]["poolguard.io/pool"] = json!("other");
+            }),
+        ),
+    ]
 }
 
 /// The API of one generated object's kind.
@@ -362,104 +477,48 @@ async fn remove(env: &Env, generated: &native::Native) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-#[ignore = "needs a control plane without poolguard's webhooks: integration/e2e/native.sh runs it"]
-async fn native_objects_decide_as_the_webhooks_do() {
-    run("native", |env: Arc<Env>| async move {
-        let rules = rules()?;
-        let generated = native::generate(&rules, &Options::default());
-        apply(&env, &generated).await?;
-        let result = compare(&env, &rules).await;
-        remove(&env, &generated).await?;
-        result
-    })
-    .await;
+/// A config and the nodeSelector key its pods get.
+struct Round {
+    name: &'static str,
+    config: String,
+    key: &'static str,
 }
 
-async fn compare(env: &Arc<Env>, rules: &RuleSet) -> Result<()> {
-    {
-        let namespaces = [
-            (
-                env.namespace("native-pool1", Some("pool1")).await?,
-                Some("pool1"),
+fn rounds() -> [Round; 2] {
+    [
+        Round {
+            name: "merge",
+            config: CONFIG.to_string(),
+            key: "agentpool",
+        },
+        Round {
+            name: "strict, AKS key",
+            config: format!(
+                "selectorPolicy: strict\nnodeSelectorKey: kubernetes.azure.com/agentpool\n{CONFIG}"
             ),
-            (env.namespace("native-gpu", Some("gpu")).await?, Some("gpu")),
-            (env.namespace("native-free", None).await?, None),
-        ];
-        // The API server picks policies up from a watch: wait until a pool is given.
-        let (first, _) = &namespaces[0];
-        let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
-            "spec": {"containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
-        env.wait_until(
-            "the native objects to take effect",
-            std::time::Duration::from_secs(60),
-            || {
-                let env = env.clone();
-                let probe = probe.clone();
-                let first = first.clone();
-                async move {
-                    let got = native_outcome(&env, &first, &probe).await?;
-                    Ok(if got.node_selector.is_some() {
-                        Ok(())
-                    } else {
-                        Err(format!("{got:?}"))
-                    })
-                }
-            },
-        )
-        .await?;
-        // VAPs reach the API server's policy cache separately: give them the same moment.
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            key: "kubernetes.azure.com/agentpool",
+        },
+    ]
+}
 
+#[tokio::test]
+#[ignore = "needs a control plane without poolguard's webhooks: integration/e2e.sh runs it before registering them"]
+async fn native_objects_decide_as_the_webhooks_do() {
+    run("native", |env: Arc<Env>| async move {
         let count: usize = std::env::var("POOLGUARD_E2E_NATIVE_PODS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(10_000);
-        let refs = fixed_references();
-        let dict = dictionary()?;
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let mut cases = Vec::with_capacity(count);
-        for i in 0..count {
-            let (ns, pool) = &namespaces[i % namespaces.len()];
-            let pod = pod(&mut rng, i, &refs, &dict, &["pool1", "gpu", "other"]);
-            let mut labels = Labels::new();
-            if let Some(pool) = pool {
-                labels.insert("agentpool".into(), pool.to_string());
-            }
-            let want = reference(rules, ns, &labels, &pod)?;
-            cases.push((ns.clone(), pod, want));
-        }
-        let results: Vec<Result<(Value, Outcome, Outcome)>> = stream::iter(cases)
-            .map(|(ns, pod, want)| {
-                let env = env.clone();
-                async move {
-                    let got = native_outcome(&env, &ns, &pod).await?;
-                    Ok((pod, want, got))
-                }
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        let (mut allowed, mut denied, mut warned) = (0, 0, 0);
+        let rounds = rounds();
         let mut disagreements = Vec::new();
-        for result in results {
-            let (pod, want, got) = result?;
-            if want != got {
-                disagreements.push(format!("{pod}\n  webhook {want:?}\n  native  {got:?}"));
-            }
-            match (want.allowed, want.warned) {
-                (false, _) => denied += 1,
-                (true, true) => {
-                    allowed += 1;
-                    warned += 1
-                }
-                (true, false) => allowed += 1,
-            }
+        for (i, round) in rounds.iter().enumerate() {
+            let rules = rules(&round.config)?;
+            let generated = native::generate(&rules, &Options::default());
+            apply(&env, &generated).await?;
+            let result = compare(&env, &rules, round, i, count / rounds.len()).await;
+            remove(&env, &generated).await?;
+            disagreements.extend(result?);
         }
-        env.say(format!(
-            "{count} pods: {allowed} allowed ({warned} with warnings), {denied} denied; {} disagreements",
-            disagreements.len()
-        ));
         if !disagreements.is_empty() {
             bail!(
                 "{} disagreements, the first ones:\n{}",
@@ -473,5 +532,154 @@ async fn compare(env: &Arc<Env>, rules: &RuleSet) -> Result<()> {
             );
         }
         Ok(())
+    })
+    .await;
+}
+
+/// Counts of what one round decided.
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    allowed: usize,
+    warned: usize,
+    denied: usize,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: &Outcome) {
+        self.cases += 1;
+        match (outcome.allowed, outcome.warned) {
+            (false, _) => self.denied += 1,
+            (true, warned) => {
+                self.allowed += 1;
+                self.warned += usize::from(warned);
+            }
+        }
     }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cases: {} allowed ({} with warnings), {} denied",
+            self.cases, self.allowed, self.warned, self.denied
+        )
+    }
+}
+
+/// Runs one round's corpus; returns the disagreements.
+async fn compare(
+    env: &Arc<Env>,
+    rules: &RuleSet,
+    round: &Round,
+    seed: usize,
+    count: usize,
+) -> Result<Vec<String>> {
+    let namespaces = [
+        (
+            env.namespace("native-pool1", Some("pool1")).await?,
+            Some("pool1"),
+        ),
+        (env.namespace("native-gpu", Some("gpu")).await?, Some("gpu")),
+        (env.namespace("native-free", None).await?, None),
+    ];
+    // The API server picks the objects up from a watch: wait until the round's key is given.
+    let (first, _) = &namespaces[0];
+    let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+    env.wait_until(
+        "the native objects to take effect",
+        std::time::Duration::from_secs(60),
+        || {
+            let env = env.clone();
+            let probe = probe.clone();
+            let first = first.clone();
+            async move {
+                let got = native_outcome(&env, &first, &probe, false).await?;
+                Ok(match &got.node_selector {
+                    Some(s) if s.get(round.key).is_some() => Ok(()),
+                    _ => Err(format!("{got:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    // The validating policies reach the API server's cache separately: the same moment again.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+
+    let labels_of = |pool: Option<&str>| {
+        let mut labels = Labels::new();
+        if let Some(pool) = pool {
+            labels.insert("agentpool".into(), pool.to_string());
+        }
+        labels
+    };
+    let refs = fixed_references();
+    let dict = dictionary()?;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed as u64);
+    let mut cases = Vec::with_capacity(count);
+    for i in 0..count {
+        let (ns, pool) = &namespaces[i % namespaces.len()];
+        let object = object(&mut rng, i, &refs, &dict, round.key);
+        let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
+        cases.push((ns.clone(), object, want));
+    }
+    let results: Vec<Result<(Value, Outcome, Outcome)>> = stream::iter(cases)
+        .map(|(ns, object, want)| {
+            let env = env.clone();
+            async move {
+                let got = native_outcome(&env, &ns, &object, false).await?;
+                Ok((object, want, got))
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut disagreements = Vec::new();
+    let mut created = Tally::default();
+    for result in results {
+        let (object, want, got) = result?;
+        if want != got {
+            disagreements.push(format!(
+                "{}: CREATE {object}\n  webhook {want:?}\n  native  {got:?}",
+                round.name
+            ));
+        }
+        created.add(&want);
+    }
+
+    // UPDATEs of stored pods held by a scheduling gate.
+    let mut updated = Tally::default();
+    for (ns, pool) in &namespaces {
+        for (n, (what, edit)) in edits(round.key).into_iter().enumerate() {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("gated-{n}")},
+                "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
+                    "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
+            let stored = env
+                .create_pod(ns, &pod)
+                .await
+                .with_context(|| format!("creating gated pod {ns}/gated-{n}"))?;
+            env.track_pod(ns, &format!("gated-{n}"));
+            let stored = serde_json::to_value(&stored)?;
+            let mut new = stored.clone();
+            edit(&mut new);
+            let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored))?;
+            let got = native_outcome(env, ns, &new, true).await?;
+            if want != got {
+                disagreements.push(format!(
+                    "{}: UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
+                    round.name
+                ));
+            }
+            updated.add(&want);
+        }
+    }
+    env.say(format!(
+        "{}: CREATE {created}; gated-pod UPDATE {updated}; {} disagreements",
+        round.name,
+        disagreements.len()
+    ));
+    Ok(disagreements)
 }
