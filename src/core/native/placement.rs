@@ -124,12 +124,10 @@ fn validating_policy(config: &Config) -> Value {
         "'namespace \"' + request.namespace + '\" is assigned to pool \"' + variables.pool + '\" (namespace label ' + {label} + '=' + variables.pool + ')'"
     );
     let why = format!(
-        "({other} ? 'nodeSelector ' + {key} + '=\"' + variables.sel[{key}] + '\" is not allowed here' : {strict})",
+        "({other} ? 'nodeSelector ' + {key} + '=\"' + variables.sel[{key}] + '\" is not allowed here' : \
+!({key} in variables.sel) ? 'the pod has no nodeSelector ' + {key} + '=' + variables.pool : \
+'selectorPolicy is strict, so the nodeSelector must be empty or exactly {{' + {key} + ': ' + variables.pool + '}}')",
         other = cel.other_pool("variables.sel"),
-        strict = format!(
-            "!({key} in variables.sel) ? 'the pod has no nodeSelector ' + {key} + '=' + variables.pool : \
-'selectorPolicy is strict, so the nodeSelector must be empty or exactly {{' + {key} + ': ' + variables.pool + '}}'"
-        ),
     );
     let message = format!("{assigned} + ': ' + {why}");
     // Only a conflict the old template did not have is refused (the webhook compares the
