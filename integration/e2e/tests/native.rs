@@ -486,20 +486,30 @@ struct Round {
 }
 
 fn rounds() -> [Round; 2] {
-    [
+    let rounds = [
         Round {
             name: "merge",
             config: CONFIG.to_string(),
             key: "agentpool",
         },
         Round {
-            name: "strict, AKS key",
+            name: "strict, AKS key, latesttag depending on allowedrepositories",
+            // latesttag runs only where allowedrepositories finds nothing (its dependency).
             config: format!(
-                "selectorPolicy: strict\nnodeSelectorKey: kubernetes.azure.com/agentpool\n{CONFIG}"
+                "selectorPolicy: strict\nnodeSelectorKey: kubernetes.azure.com/agentpool\n{}",
+                CONFIG.replace(
+                    "    enforcement: warn\n    parameters: {exemptRepositories",
+                    "    enforcement: warn\n    dependencies: [{policy: allowedrepositories}]\n    parameters: {exemptRepositories"
+                )
             ),
             key: "kubernetes.azure.com/agentpool",
         },
-    ]
+    ];
+    assert!(
+        rounds[1].config.contains("dependencies"),
+        "the second round's config must give latesttag its dependency"
+    );
+    rounds
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use super::image_cel::{self, literal};
 use super::{metadata, selectors, workloads, Native, Options, Skipped, API_VERSION};
 use crate::config::{Config, Enforcement};
+use crate::policy::dependencies::Compliance;
 use crate::policy::template;
 use crate::ruleset::RuleSet;
 
@@ -32,16 +33,7 @@ pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
     let config = &rules.config;
     images_policy(config, options, native);
     for name in rules.policies.names() {
-        let Some(policy) = rules.policies.get(name) else {
-            continue;
-        };
-        let shipped = SHIPPED
-            .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(n, text)| {
-                template::from_yaml(text, format!("policies/{n}.yaml").into()).ok()
-            });
-        if shipped.is_none_or(|t| t.rego != policy.rego()) {
+        if !is_shipped(rules, name) {
             skip(
                 native,
                 name,
@@ -54,16 +46,57 @@ pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
             skip(native, name, "it is under a progressive rollout, whose groups' states the webhook follows (not compiled yet)");
             continue;
         }
-        if settings.is_some_and(|s| s.dependencies.as_ref().is_some_and(|d| !d.is_empty())) {
-            skip(
-                native,
-                name,
-                "it has dependencies, which the webhook resolves per object",
-            );
-            continue;
-        }
-        compile(name, config, options, native);
+        let dependency = match dependency_of(rules, name) {
+            Ok(dependency) => dependency,
+            Err(why) => {
+                skip(native, name, why);
+                continue;
+            }
+        };
+        compile(name, dependency, config, options, native);
     }
+}
+
+/// The one dependency a policy may have here: another shipped policy without dependencies or
+/// rollout of its own, loaded unchanged. `Err`: why the webhook keeps the policy.
+fn dependency_of<'r>(
+    rules: &'r RuleSet,
+    name: &str,
+) -> Result<Option<(&'r str, Compliance)>, &'static str> {
+    let config = &rules.config;
+    let deps = match config
+        .policies
+        .get(name)
+        .and_then(|s| s.dependencies.as_ref())
+    {
+        None => return Ok(None),
+        Some(deps) if deps.is_empty() => return Ok(None),
+        Some(deps) => deps,
+    };
+    let [dep] = deps.as_slice() else {
+        return Err("it has several dependencies, which the webhook resolves per object");
+    };
+    let target = config.policies.get(&dep.policy);
+    let compiled = is_shipped(rules, &dep.policy)
+        && target.is_none_or(|s| {
+            s.rollout.is_none() && s.dependencies.as_ref().is_none_or(Vec::is_empty)
+        });
+    if !compiled {
+        return Err("it depends on a policy (or placement) that stays on the webhook");
+    }
+    Ok(Some((dep.policy.as_str(), dep.compliance)))
+}
+
+/// Whether `name` is loaded with the shipped Rego.
+fn is_shipped(rules: &RuleSet, name: &str) -> bool {
+    let Some(policy) = rules.policies.get(name) else {
+        return false;
+    };
+    SHIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .and_then(|(n, text)| template::from_yaml(text, format!("policies/{n}.yaml").into()).ok())
+        .is_some_and(|t| t.rego == policy.rego())
 }
 
 fn skip(native: &mut Native, policy: &str, why: &str) {
@@ -73,14 +106,24 @@ fn skip(native: &mut Native, policy: &str, why: &str) {
     });
 }
 
-/// One shipped policy: a group for the namespaces of each pool with its own settings, and one
-/// for the rest.
-fn compile(name: &str, config: &Config, options: &Options, native: &mut Native) {
+/// One shipped policy: a group for the namespaces of each pool with its own settings (for the
+/// policy or the policy it depends on), and one for the rest. Nothing is generated when one
+/// group's parameters cannot be compiled.
+fn compile(
+    name: &str,
+    dependency: Option<(&str, Compliance)>,
+    config: &Config,
+    options: &Options,
+    native: &mut Native,
+) {
     let label = &config.namespace_label;
     let own: Vec<&String> = config
         .pools
         .iter()
-        .filter(|(_, p)| p.policies.contains_key(name))
+        .filter(|(_, p)| {
+            p.policies.contains_key(name)
+                || dependency.is_some_and(|(dep, _)| p.policies.contains_key(dep))
+        })
         .map(|(pool, _)| pool)
         .collect();
     let mut groups: Vec<(String, Option<&str>, Vec<Value>)> = Vec::new();
@@ -99,27 +142,50 @@ fn compile(name: &str, config: &Config, options: &Options, native: &mut Native) 
         };
         groups.push((format!("poolguard-{name}.pool-{suffix}"), Some(pool), only));
     }
+    let mut objects = Vec::new();
     for (object_name, pool, namespaces) in groups {
         let Some(effective) = config.effective_policy(name, pool) else {
             continue; // no parameters at any level: not applied there
         };
-        let params = effective.parameters;
-        let Some(check) = Check::of(name, params) else {
+        let Some(check) = Check::of(name, effective.parameters) else {
             skip(native, name, "its parameters are not lists of strings");
             return;
         };
+        // A dependency that does not apply in the group (no parameters) is unmet: the policy
+        // is Pending there, never enforced.
+        let condition = match dependency {
+            None => None,
+            Some((dep, compliance)) => {
+                let Some(dep_effective) = config.effective_policy(dep, pool) else {
+                    continue;
+                };
+                let Some(dep_check) = Check::of(dep, dep_effective.parameters) else {
+                    skip(
+                        native,
+                        name,
+                        "the parameters of its dependency are not lists of strings",
+                    );
+                    return;
+                };
+                let infringed = format!("variables.images.exists(i, {})", dep_check.infringes);
+                Some(match compliance {
+                    Compliance::Compliant => format!("!{infringed}"),
+                    Compliance::NonCompliant => infringed,
+                })
+            }
+        };
         let deny = effective.enforcement == Enforcement::Deny;
-        let mut policy = policy_object(&object_name, &check, deny, config);
+        let mut policy = policy_object(&object_name, &check, condition, deny, config);
         if let Some(pool) = pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
-        native.objects.push(policy);
+        objects.push(policy);
         let actions = match effective.enforcement {
             Enforcement::Deny => "Deny",
             Enforcement::Warn => "Warn",
             Enforcement::Dryrun => "Audit",
         };
-        native.objects.push(json!({
+        objects.push(json!({
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicyBinding",
             "metadata": metadata(&object_name),
@@ -127,6 +193,7 @@ fn compile(name: &str, config: &Config, options: &Options, native: &mut Native) 
                 "matchResources": selectors::match_resources(namespaces)},
         }));
     }
+    native.objects.extend(objects);
 }
 
 /// Whether `pool` can be part of an object name (lowercase letters, digits, `-`, `.`).
@@ -222,8 +289,18 @@ fn readable(config: &Config) -> String {
     )
 }
 
-fn policy_object(object_name: &str, check: &Check, deny: bool, config: &Config) -> Value {
-    let infringing = format!("variables.images.filter(i, {})", check.infringes);
+/// `condition`: CEL that must hold for the policy to run on the object (its dependency met).
+fn policy_object(
+    object_name: &str,
+    check: &Check,
+    condition: Option<String>,
+    deny: bool,
+    config: &Config,
+) -> Value {
+    let infringing = format!(
+        "variables.images.filter(i, variables.dependencyMet && {})",
+        check.infringes
+    );
     // A denial only for an infringement the old object did not have (same image, same
     // container); warnings and dry-run findings for every one, as the webhook reports them.
     let found = if deny {
@@ -244,6 +321,7 @@ fn policy_object(object_name: &str, check: &Check, deny: bool, config: &Config) 
                 {"name": "images", "expression": workloads::images("variables.spec")},
                 {"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))},
                 {"name": "readable", "expression": readable(config)},
+                {"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())},
                 {"name": "infringing", "expression": infringing},
                 {"name": "found", "expression": found},
             ],

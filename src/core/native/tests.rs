@@ -82,10 +82,35 @@ fn a_pool_override_and_a_warn_policy_are_a_handful_of_bindings() {
 }
 
 #[test]
-fn rollouts_dependencies_and_choosing_namespaces_stay_on_the_webhook() {
+fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
     let native = generate(
         &rules(
             "policies:\n  allowedrepositories: {parameters: {repositories: [registry.example.com/]}}\n  latesttag:\n    parameters: {}\n    dependencies: [{policy: allowedrepositories}]\n",
+        ),
+        &Options::default(),
+    );
+    let latesttag = native
+        .objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ValidatingAdmissionPolicy"
+                && o["metadata"]["name"] == "poolguard-latesttag"
+        })
+        .unwrap();
+    let met = latesttag["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dependencyMet")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap();
+    assert!(met.starts_with("!variables.images.exists(i, "), "{met}");
+    assert!(met.contains("'registry.example.com'"), "{met}");
+
+    let native = generate(
+        &rules(
+            "policies:\n  latesttag:\n    parameters: {}\n    dependencies: [{policy: placement}]\n",
         ),
         &Options::default(),
     );
@@ -93,7 +118,7 @@ fn rollouts_dependencies_and_choosing_namespaces_stay_on_the_webhook() {
     assert!(native
         .skipped
         .iter()
-        .any(|s| s.what == "policy latesttag" && s.why.contains("dependencies")));
+        .any(|s| s.what == "policy latesttag" && s.why.contains("stays on the webhook")));
 }
 
 #[test]
