@@ -94,6 +94,16 @@ struct NativeArgs {
     /// validating.requireNamespaceLabel).
     #[arg(long)]
     require_namespace_label: bool,
+    /// Write them to the cluster instead of printing them: server-side apply (field manager
+    /// `poolguard`), then delete the objects labelled app.kubernetes.io/managed-by=poolguard
+    /// that are no longer generated. A cluster without the admissionregistration.k8s.io/v1
+    /// MutatingAdmissionPolicy API (before 1.36) is refused with one line, nothing written.
+    #[arg(long)]
+    apply: bool,
+    /// With --apply: the cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "FILE", requires = "apply")]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -878,11 +888,19 @@ fn run(command: Command) -> Result<ExitCode> {
                 excluded_namespaces: args.excluded_namespaces,
                 require_namespace_label: args.require_namespace_label,
             };
-            native::print(
+            if !args.apply {
+                return native::print(
+                    args.rules.sources(),
+                    &options,
+                    &mut std::io::stdout().lock(),
+                );
+            }
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(native::apply(
                 args.rules.sources(),
                 &options,
-                &mut std::io::stdout().lock(),
-            )
+                args.kubeconfig.as_deref(),
+            ))
         }
         Command::Config(ConfigCommand::Check(rules)) => {
             let loaded = rules.sources().load()?;
