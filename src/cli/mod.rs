@@ -79,7 +79,7 @@ enum Command {
     /// Print the native admission objects (MutatingAdmissionPolicy, ValidatingAdmissionPolicy
     /// and their bindings, admissionregistration.k8s.io/v1, Kubernetes 1.36+) that decide in the
     /// API server what the config and the shipped policies decide, as YAML; then, as comments,
-    /// what stays on the webhook and why. Nothing is written to a cluster.
+    /// what stays on the webhook and why. Nothing is written to a cluster unless --apply.
     Native(NativeArgs),
 }
 
