@@ -112,3 +112,60 @@ pub async fn sync(client: &Client, native: &Native) -> Result<Synced> {
     }
     Ok(synced)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::fake_api::FakeApi;
+    use hyper::http::Method;
+    use serde_json::json;
+
+    fn generated() -> Native {
+        Native {
+            objects: vec![
+                json!({"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": "poolguard-images"}}),
+            ],
+            skipped: Vec::new(),
+        }
+    }
+
+    fn discovery(resources: &[&str]) -> serde_json::Value {
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
+            "resources": resources.iter().map(|r| json!({"name": r, "singularName": "",
+                "namespaced": false, "kind": "X", "verbs": ["get"]})).collect::<Vec<_>>()})
+    }
+
+    #[tokio::test]
+    async fn a_cluster_without_the_v1_policy_apis_is_refused_in_one_line_and_nothing_is_written() {
+        for served in [
+            None,
+            Some(discovery(&[
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+            ])),
+        ] {
+            let api = FakeApi::default();
+            if let Some(list) = served {
+                api.state()
+                    .objects
+                    .insert(format!("/apis/{API_VERSION}"), list);
+            }
+            let error = sync(&api.client(), &generated()).await.unwrap_err();
+            let text = format!("{error:#}");
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(
+                text.contains("does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding"),
+                "{text}"
+            );
+            let state = api.state();
+            assert!(
+                state.requests.iter().all(|r| r.method == Method::GET),
+                "{:?}",
+                state.requests
+            );
+        }
+    }
+}
