@@ -31,8 +31,8 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         e2e bypasses match_conditions cert_renewal audit rollout faults placement
-#                         fail_closed
+#                         native e2e bypasses match_conditions cert_renewal audit rollout faults
+#                         placement fail_closed (native runs before the webhooks are registered)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -119,7 +119,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --test native --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -233,6 +233,17 @@ pick_port metrics_port
 pg_env_written=1
 "${ctl}" start "${work}"
 
+suites=" ${POOLGUARD_E2E_SUITES:-native e2e bypasses match_conditions cert_renewal audit rollout faults placement fail_closed} "
+suite() { [[ "${suites}" == *" $1 "* ]]; }
+
+# The native fast path, while no webhook of poolguard is registered: the generated
+# MutatingAdmissionPolicy/ValidatingAdmissionPolicy objects decide alone, and every case must
+# come out as poolguard's webhook code decides it (the test removes the objects again).
+if suite native; then
+    log "suite: native"
+    cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
+fi
+
 # The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the
 # chart registers a pool-authority webhook for it as it does for webhook.namespaceMatchLabels.
 integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
@@ -278,8 +289,6 @@ printf -v POOLGUARD_E2E_START_CMD '%q start %q' "${ctl}" "${work}"
 export POOLGUARD_E2E_STOP_CMD POOLGUARD_E2E_START_CMD
 read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
-suites=" ${POOLGUARD_E2E_SUITES:-e2e bypasses match_conditions cert_renewal audit rollout faults placement fail_closed} "
-suite() { [[ "${suites}" == *" $1 "* ]]; }
 t_e2e="$(now)"
 if suite e2e; then
     for ((run = 1; run <= repeat; run++)); do

@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod eval;
+pub mod native;
 pub mod rollout;
 
 use std::io::{IsTerminal, Write};
@@ -75,6 +76,34 @@ enum Command {
     /// Config file tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Print the native admission objects (MutatingAdmissionPolicy, ValidatingAdmissionPolicy
+    /// and their bindings, admissionregistration.k8s.io/v1, Kubernetes 1.36+) that decide in the
+    /// API server what the config and the shipped policies decide, as YAML; then, as comments,
+    /// what stays on the webhook and why. Nothing is written to a cluster unless --apply.
+    Native(NativeArgs),
+}
+
+#[derive(Args)]
+struct NativeArgs {
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Namespace the bindings never select (repeatable; the chart's excluded namespaces).
+    #[arg(long = "exclude-namespace", value_name = "NAME")]
+    excluded_namespaces: Vec<String>,
+    /// Check only namespaces that carry the pool label (the chart's
+    /// validating.requireNamespaceLabel).
+    #[arg(long)]
+    require_namespace_label: bool,
+    /// Write them to the cluster instead of printing them: server-side apply (field manager
+    /// `poolguard`), then delete the objects labelled app.kubernetes.io/managed-by=poolguard
+    /// that are no longer generated. A cluster without the admissionregistration.k8s.io/v1
+    /// MutatingAdmissionPolicy API (before 1.36) is refused with one line, nothing written.
+    #[arg(long)]
+    apply: bool,
+    /// With --apply: the cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "FILE", requires = "apply")]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -853,6 +882,25 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Native(args) => {
+            let options = poolguard_core::native::Options {
+                excluded_namespaces: args.excluded_namespaces,
+                require_namespace_label: args.require_namespace_label,
+            };
+            if !args.apply {
+                return native::print(
+                    args.rules.sources(),
+                    &options,
+                    &mut std::io::stdout().lock(),
+                );
+            }
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(native::apply(
+                args.rules.sources(),
+                &options,
+                args.kubeconfig.as_deref(),
+            ))
         }
         Command::Config(ConfigCommand::Check(rules)) => {
             let loaded = rules.sources().load()?;

@@ -4,5 +4,6 @@
 mod fake_api;
 pub mod managed_certs;
 pub mod namespace_cache;
+pub mod native_objects;
 pub mod node_cache;
 pub mod webhook_registration;

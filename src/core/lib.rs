@@ -14,6 +14,7 @@ pub mod image;
 pub mod labels;
 pub mod mutate;
 pub mod namespaces;
+pub mod native;
 pub mod node_selector;
 pub mod placement_policy;
 pub mod pod_images;

@@ -71,6 +71,15 @@ where
     F: FnOnce(Arc<Env>) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    run_for(test, TEST_TIMEOUT, body).await
+}
+
+/// [`run`] with another bound than [`TEST_TIMEOUT`], for tests whose size is set from outside.
+pub async fn run_for<F, Fut>(test: &str, limit: Duration, body: F)
+where
+    F: FnOnce(Arc<Env>) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     let env = match Env::connect(test).await {
         Ok(env) => Arc::new(env),
         Err(e) => panic!("[{test}] cannot start: {e:#}"),
@@ -79,9 +88,9 @@ where
         "start (pools {:?}, label {}, nodeSelector key {})",
         env.pools, env.label, env.selector_key
     ));
-    let result = match tokio::time::timeout(TEST_TIMEOUT, body(env.clone())).await {
+    let result = match tokio::time::timeout(limit, body(env.clone())).await {
         Ok(r) => r,
-        Err(_) => Err(anyhow!("test timed out after {}s", TEST_TIMEOUT.as_secs())),
+        Err(_) => Err(anyhow!("test timed out after {}s", limit.as_secs())),
     };
     if result.is_err() {
         env.dump_events().await;

@@ -1,0 +1,720 @@
+//! The native fast path, proved against the webhook's decision code through a real
+//! kube-apiserver: the objects `poolguard native` generates are applied (with poolguard's
+//! webhooks absent), then a generated corpus of pods (image references built from the fuzz
+//! dictionary and hand-picked ones, selectors, annotations, image volumes, init containers) is
+//! created with `dryRun=All` in a namespace of each kind (a named pool, a pool with its own
+//! policy settings, no pool) and each outcome (allowed or not, the nodeSelector, the
+//! `poolguard.io/pool` annotation, warnings) is compared with what poolguard's webhooks decide
+//! for the same pod in-process (mutate, patch, validate), the reference.
+//!
+//! Needs a control plane without poolguard's webhooks (a webhook would decide too):
+//! `integration/e2e/native.sh` starts one. `POOLGUARD_E2E_NATIVE_PODS` sets the corpus size
+//! (default 10000).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use futures::stream::{self, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use poolguard_core::config::Config;
+use poolguard_core::native::{self, Options};
+use poolguard_core::labels::Labels;
+use poolguard_core::policy::{template, PolicySet};
+use poolguard_core::ruleset::{Budget, RuleSet};
+use poolguard_core::scope::Scope;
+use poolguard_core::webhook::Webhook;
+use poolguard_e2e::{run_for, Env};
+use serde_json::{json, Value};
+
+const CONFIG: &str = "
+policies:
+  allowedrepositories:
+    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}
+  latesttag:
+    enforcement: warn
+    parameters: {exemptRepositories: [registry.example.com/dev/]}
+pools:
+  gpu:
+    policies:
+      allowedrepositories:
+        enforcement: warn
+        parameters: {repositories: [gpu.example.com/]}
+";
+
+fn rules(config: &str) -> Result<RuleSet> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+    let mut templates = Vec::new();
+    for name in ["allowedrepositories", "latesttag"] {
+        let path = dir.join(format!("{name}.yaml"));
+        let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+        templates.push(template::from_yaml(&text, path)?);
+    }
+    RuleSet::new(
+        Config::parse(config, "native test config")?,
+        PolicySet::compile(&templates)?,
+        Default::default(),
+        "native test config",
+    )
+}
+
+/// What one pod CREATE came to.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    allowed: bool,
+    node_selector: Option<Value>,
+    annotation: Option<Value>,
+    /// The policies that warned.
+    warned: BTreeSet<String>,
+}
+
+/// Where an object of `kind` is created: (group, resource, API path prefix).
+fn resource_of(kind: &str) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        "Deployment" => ("apps", "deployments", "/apis/apps/v1"),
+        _ => ("", "pods", "/api/v1"),
+    }
+}
+
+/// The webhooks' decision, in-process: mutate, apply the patch, validate. `old` makes it an
+/// UPDATE.
+fn reference(
+    rules: &RuleSet,
+    ns: &str,
+    labels: &Labels,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<Outcome> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (group, resource, _) = resource_of(kind);
+    let review = |object: &Value| {
+        let mut review = json!({"uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "namespace": ns, "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+            "object": object, "userInfo": {"username": "e2e"}});
+        if let Some(old) = old {
+            review["oldObject"] = old.clone();
+        }
+        review
+    };
+    let scope = Scope {
+        labels: Some(labels),
+        pools: None,
+    };
+    let decide = |which, object: &Value| {
+        let raw = review(object);
+        let req = poolguard_core::admission::Request::from_value(&raw)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        Ok::<_, anyhow::Error>(rules.decide(which, &req, scope, Budget::FULL))
+    };
+    let mutated = decide(Webhook::Mutate, object)?;
+    if !mutated.allowed {
+        return Ok(Outcome::DENIED);
+    }
+    let mut object = object.clone();
+    if let Some(patch) = &mutated.patch {
+        json_patch::patch(&mut object, patch)?;
+    }
+    let validated = decide(Webhook::Validate, &object)?;
+    if !validated.allowed {
+        return Ok(Outcome::DENIED);
+    }
+    // Each warning is "<policy>: <message>".
+    let warned = validated
+        .warnings
+        .iter()
+        .map(|w| w.split(':').next().unwrap_or_default().to_string())
+        .collect();
+    Ok(outcome_of(&object, warned))
+}
+
+impl Outcome {
+    const DENIED: Outcome = Outcome {
+        allowed: false,
+        node_selector: None,
+        annotation: None,
+        warned: BTreeSet::new(),
+    };
+}
+
+fn outcome_of(object: &Value, warned: BTreeSet<String>) -> Outcome {
+    let spec = if object["kind"] == "Deployment" {
+        &object["spec"]["template"]["spec"]
+    } else {
+        &object["spec"]
+    };
+    Outcome {
+        allowed: true,
+        // The API server stores an empty map as none.
+        node_selector: spec
+            .get("nodeSelector")
+            .filter(|s| s.as_object().is_some_and(|m| !m.is_empty()))
+            .cloned(),
+        annotation: object["metadata"]["annotations"]
+            .get("poolguard.io/pool")
+            .cloned(),
+        warned,
+    }
+}
+
+/// The API server's decision: a dry-run CREATE, or with `update` a dry-run PUT of the object.
+async fn native_outcome(env: &Env, ns: &str, object: &Value, update: bool) -> Result<Outcome> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (_, resource, prefix) = resource_of(kind);
+    let collection = format!("{prefix}/namespaces/{ns}/{resource}");
+    let req = if update {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        http::Request::put(format!("{collection}/{name}?dryRun=All"))
+    } else {
+        http::Request::post(format!("{collection}?dryRun=All"))
+    }
+    .header("content-type", "application/json")
+    .body(serde_json::to_vec(object)?)?;
+    let res = env
+        .client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .context("sending the object")?;
+    let status = res.status().as_u16();
+    // `299 - "Validation failed for ValidatingAdmissionPolicy 'poolguard-<policy>[.pool-<pool>]'
+    // with binding ...`: the policy's name.
+    let warned = res
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|w| {
+            let text = String::from_utf8_lossy(w.as_bytes());
+            let name = text
+                .split("ValidatingAdmissionPolicy 'poolguard-")
+                .nth(1)
+                .and_then(|rest| rest.split('\'').next())
+                .unwrap_or(&text);
+            name.split(".pool-").next().unwrap_or(name).to_string()
+        })
+        .collect();
+    let bytes = res.into_body().collect_bytes().await?;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    match status {
+        201 | 200 => Ok(outcome_of(&body, warned)),
+        400 | 403 | 422 => Ok(Outcome::DENIED),
+        _ => bail!("HTTP {status}: {body}"),
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so a failure names a reproducible case.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+const H64: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// Hand-picked references: normalisation corners, the allow-lists' edges, invalid ones.
+fn fixed_references() -> Vec<String> {
+    let mut refs: Vec<String> = [
+        "nginx",
+        "nginx:1.27",
+        "nginx:latest",
+        "library/nginx:1",
+        "docker.io/nginx:1",
+        "index.docker.io/nginx:1",
+        "docker.io/library/nginx:latest",
+        "bitnami/redis:7",
+        "registry.example.com/app:1",
+        "registry.example.com/app",
+        "registry.example.com/dev/app",
+        "registry.example.com/dev/app:latest",
+        "registry.example.com.evil.io/app:1",
+        "registry.example.comx/app:1",
+        "registry.example.com:5000/app:1",
+        "registry.k8s.io/pause:3.10",
+        "registry.k8s.io/pause",
+        "gpu.example.com/cuda:12",
+        "gpu.example.com/cuda",
+        "Evilhost/app:1",
+        "LOCALHOST/app",
+        "localhost/app:1",
+        "localhost:5000",
+        "localhost:5000/app:1",
+        "a_b.example.com/app:1",
+        "[::1]:5000/app:1",
+        "[::1]/app",
+        "app:1.0:evil",
+        "UPPER:1",
+        "app:",
+        "app@",
+        ":1",
+        "/app",
+        "app/",
+        "a//b",
+        "a..b",
+        "a.-b",
+        "a__b:1",
+        "a___b:1",
+        "registry-1.docker.io/library/nginx:1",
+        "Docker.io/library/nginx:1",
+        "INDEX.DOCKER.IO/nginx:1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for alg in ["sha256", "sha384", "sha512", "md5"] {
+        let hex = H64.repeat(2);
+        for len in [64, 96, 128] {
+            refs.push(format!("nginx@{alg}:{}", &hex[..len]));
+            refs.push(format!(
+                "registry.example.com/app:latest@{alg}:{}",
+                &hex[..len]
+            ));
+            refs.push(format!("{alg}:{}", &hex[..len]));
+        }
+    }
+    refs.push(H64.to_string());
+    refs.push(format!("a/{}", "b".repeat(250)));
+    refs.push("b".repeat(248));
+    refs.push(format!("a_b.example.com/{}", "b".repeat(238)));
+    refs.push("nginx@sha256:".to_string() + &H64.to_uppercase());
+    refs
+}
+
+/// A reference built from the fuzz dictionary's pieces and a few words.
+fn dictionary_reference(rng: &mut Rng, dict: &[String]) -> String {
+    let words = [
+        "nginx",
+        "app",
+        "registry.example.com",
+        "gpu.example.com",
+        "registry.k8s.io",
+        "dev",
+        "1.27",
+        "v1",
+        "Team",
+    ];
+    let pieces = 1 + rng.below(5);
+    let mut out = String::new();
+    for _ in 0..pieces {
+        if rng.below(2) == 0 {
+            out.push_str(rng.pick(dict).as_str());
+        } else {
+            let word = *rng.pick(&words);
+            out.push_str(word);
+        }
+    }
+    if out.trim().is_empty() || out != out.trim() {
+        return "nginx".into();
+    }
+    out
+}
+
+fn dictionary() -> Result<Vec<String>> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/dict/image_reference.dict");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with('"'))
+        .map(|l| l.trim_matches('"').to_string())
+        .collect())
+}
+
+/// Images every config of the test allows (or exempts), so that placement and warnings are
+/// reached as often as refusals.
+const ALLOWED: [&str; 6] = [
+    "registry.example.com/app:1",
+    "registry.k8s.io/pause:3.10",
+    "nginx:1.27",
+    "docker.io/library/busybox:1.36",
+    "registry.example.com/dev/app",
+    "gpu.example.com/cuda:12",
+];
+
+/// One generated object: a Pod (half the time with allowed images only) or a Deployment, with a
+/// nodeSelector under `key` among the cases of the decision table.
+fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) -> Value {
+    let clean = rng.below(2) == 0;
+    let image = |rng: &mut Rng| match (clean, rng.below(5)) {
+        (true, _) | (false, 0 | 1) => rng.pick(&ALLOWED[..]).to_string(),
+        (false, 2) => dictionary_reference(rng, dict),
+        _ => rng.pick(refs).clone(),
+    };
+    let containers: Vec<Value> = (0..1 + rng.below(3))
+        .map(|c| json!({"name": format!("c{c}"), "image": image(rng)}))
+        .collect();
+    let mut spec = json!({"containers": containers});
+    if rng.below(4) == 0 {
+        spec["initContainers"] = json!([{"name": "init", "image": image(rng)}]);
+    }
+    if rng.below(6) == 0 {
+        spec["volumes"] = json!([{"name": "model", "image": {"reference": image(rng)}}]);
+    }
+    let other = *rng.pick(&["pool1", "gpu", "other"][..]);
+    match rng.below(8) {
+        0 => {}
+        1 => spec["nodeSelector"] = json!({}),
+        2 => spec["nodeSelector"] = json!({"kubernetes.io/os": "linux"}),
+        3 => spec["nodeSelector"] = json!({key: other}),
+        4 => spec["nodeSelector"] = json!({key: other, "disk": "ssd"}),
+        5 => spec["nodeSelector"] = json!({key: "pool1"}),
+        6 => spec["nodeSelector"] = json!({"agentpool": "gpu"}),
+        _ => spec["nodeSelector"] = json!({key: "gpu"}),
+    }
+    let mut metadata = json!({"name": format!("p{i}")});
+    match rng.below(4) {
+        0 => {}
+        1 => metadata["annotations"] = json!({"poolguard.io/pool": other}),
+        2 => metadata["annotations"] = json!({"team": "a"}),
+        _ => metadata["annotations"] = json!({"poolguard.io/pool": "pool1", "team": "a"}),
+    }
+    if rng.below(10) == 0 {
+        return json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+            "spec": {"selector": {"matchLabels": {"app": "w"}},
+                "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}});
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+/// Changes to a stored, unscheduled (gated) pod: the scheduling directives Kubernetes still lets
+/// change, and its images.
+/// One change to a stored pod, and what it is in words.
+type Edit = (&'static str, Box<dyn Fn(&mut Value)>);
+
+fn edits(key: &str) -> Vec<Edit> {
+    let key = key.to_string();
+    vec![
+        (
+            "add a selector key",
+            Box::new(|p: &mut Value| {
+                p["spec"]["nodeSelector"]["disk"] = json!("ssd");
+            }),
+        ),
+        (
+            "remove the gates",
+            Box::new(|p: &mut Value| {
+                p["spec"]["schedulingGates"] = json!([]);
+            }),
+        ),
+        (
+            "add an affinity",
+            Box::new(|p: &mut Value| {
+                p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}});
+            }),
+        ),
+        (
+            "change the pool key",
+            Box::new(move |p: &mut Value| {
+                p["spec"]["nodeSelector"][&key] = json!("other");
+            }),
+        ),
+        (
+            "a foreign image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("foreign.example.org/app:1");
+            }),
+        ),
+        (
+            "an invalid image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("app:1.0:evil");
+            }),
+        ),
+        (
+            "a floating image",
+            Box::new(|p: &mut Value| {
+                p["spec"]["containers"][0]["image"] = json!("registry.example.com/app:latest");
+            }),
+        ),
+        (
+            "a label",
+            Box::new(|p: &mut Value| {
+                p["metadata"]["labels"] = json!({"edited": "yes"});
+            }),
+        ),
+        (
+            "the annotation",
+            Box::new(|p: &mut Value| {
+                p["metadata"]["annotations"]["poolguard.io/pool"] = json!("other");
+            }),
+        ),
+    ]
+}
+
+/// The API of one generated object's kind.
+fn api_of(env: &Env, kind: &str) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: native::API_VERSION.into(),
+        kind: kind.into(),
+        plural: match kind.to_lowercase().strip_suffix('y') {
+            Some(stem) => format!("{stem}ies"),
+            None => format!("{}s", kind.to_lowercase()),
+        },
+    };
+    Api::all_with(env.client.clone(), &resource)
+}
+
+/// Applies the objects as the leader does: server-side apply, field manager `poolguard`.
+async fn apply(env: &Env, generated: &native::Native) -> Result<()> {
+    for object in &generated.objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        api_of(env, kind)
+            .patch(
+                name,
+                &PatchParams::apply("poolguard").force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .with_context(|| format!("applying {kind}/{name}"))?;
+    }
+    Ok(())
+}
+
+/// Deletes the objects again (the suites after this one test the webhooks alone).
+async fn remove(env: &Env, generated: &native::Native) -> Result<()> {
+    for (kind, name) in generated.names().into_iter().rev() {
+        match api_of(env, &kind).delete(&name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting {kind}/{name}")),
+        }
+    }
+    Ok(())
+}
+
+/// A config and the nodeSelector key its pods get.
+struct Round {
+    name: &'static str,
+    config: String,
+    key: &'static str,
+}
+
+fn rounds() -> [Round; 2] {
+    let rounds = [
+        Round {
+            name: "merge",
+            config: CONFIG.to_string(),
+            key: "agentpool",
+        },
+        Round {
+            name: "strict, AKS key, latesttag depending on allowedrepositories, dry run in gpu",
+            // latesttag runs only where allowedrepositories finds nothing (its dependency).
+            config: format!(
+                "selectorPolicy: strict\nnodeSelectorKey: kubernetes.azure.com/agentpool\n{}",
+                CONFIG
+                    .replace(
+                        "    enforcement: warn\n    parameters: {exemptRepositories",
+                        "    enforcement: warn\n    dependencies: [{policy: allowedrepositories}]\n    parameters: {exemptRepositories"
+                    )
+                    .replace(
+                        "        enforcement: warn\n        parameters: {repositories: [gpu",
+                        "        enforcement: dryrun\n        parameters: {repositories: [gpu"
+                    )
+            ),
+            key: "kubernetes.azure.com/agentpool",
+        },
+    ];
+    assert!(
+        rounds[1].config.contains("dependencies") && rounds[1].config.contains("dryrun"),
+        "the second round's config must give latesttag its dependency and gpu a dry run"
+    );
+    rounds
+}
+
+#[tokio::test]
+#[ignore = "needs a control plane without poolguard's webhooks: integration/e2e.sh runs it before registering them"]
+async fn native_objects_decide_as_the_webhooks_do() {
+    let count: usize = std::env::var("POOLGUARD_E2E_NATIVE_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    // About 15 ms a case on a loaded 2-core machine (debug build), with room to spare.
+    let limit = std::time::Duration::from_secs(120 + count as u64 / 20);
+    run_for("native", limit, |env: Arc<Env>| async move {
+        let rounds = rounds();
+        let mut disagreements = Vec::new();
+        for (i, round) in rounds.iter().enumerate() {
+            let rules = rules(&round.config)?;
+            let generated = native::generate(&rules, &Options::default());
+            apply(&env, &generated).await?;
+            let result = compare(&env, &rules, round, i, count / rounds.len()).await;
+            remove(&env, &generated).await?;
+            disagreements.extend(result?);
+        }
+        if !disagreements.is_empty() {
+            bail!(
+                "{} disagreements, the first ones:\n{}",
+                disagreements.len(),
+                disagreements
+                    .iter()
+                    .take(10)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Counts of what one round decided.
+#[derive(Default)]
+struct Tally {
+    cases: usize,
+    allowed: usize,
+    warned: usize,
+    denied: usize,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: &Outcome) {
+        self.cases += 1;
+        match (outcome.allowed, outcome.warned.is_empty()) {
+            (false, _) => self.denied += 1,
+            (true, quiet) => {
+                self.allowed += 1;
+                self.warned += usize::from(!quiet);
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cases: {} allowed ({} with warnings), {} denied",
+            self.cases, self.allowed, self.warned, self.denied
+        )
+    }
+}
+
+/// Runs one round's corpus; returns the disagreements.
+async fn compare(
+    env: &Arc<Env>,
+    rules: &RuleSet,
+    round: &Round,
+    seed: usize,
+    count: usize,
+) -> Result<Vec<String>> {
+    let namespaces = [
+        (
+            env.namespace("native-pool1", Some("pool1")).await?,
+            Some("pool1"),
+        ),
+        (env.namespace("native-gpu", Some("gpu")).await?, Some("gpu")),
+        (env.namespace("native-free", None).await?, None),
+    ];
+    // The API server picks the objects up from a watch: wait until the round's key is given.
+    let (first, _) = &namespaces[0];
+    let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+    env.wait_until(
+        "the native objects to take effect",
+        std::time::Duration::from_secs(60),
+        || {
+            let env = env.clone();
+            let probe = probe.clone();
+            let first = first.clone();
+            async move {
+                let got = native_outcome(&env, &first, &probe, false).await?;
+                Ok(match &got.node_selector {
+                    Some(s) if s.get(round.key).is_some() => Ok(()),
+                    _ => Err(format!("{got:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    // The validating policies reach the API server's cache separately: the same moment again.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+
+    let labels_of = |pool: Option<&str>| {
+        let mut labels = Labels::new();
+        if let Some(pool) = pool {
+            labels.insert("agentpool".into(), pool.to_string());
+        }
+        labels
+    };
+    let refs = fixed_references();
+    let dict = dictionary()?;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed as u64);
+    let mut cases = Vec::with_capacity(count);
+    for i in 0..count {
+        let (ns, pool) = &namespaces[i % namespaces.len()];
+        let object = object(&mut rng, i, &refs, &dict, round.key);
+        let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
+        cases.push((ns.clone(), object, want));
+    }
+    let results: Vec<Result<(Value, Outcome, Outcome)>> = stream::iter(cases)
+        .map(|(ns, object, want)| {
+            let env = env.clone();
+            async move {
+                let got = native_outcome(&env, &ns, &object, false).await?;
+                Ok((object, want, got))
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut disagreements = Vec::new();
+    let mut created = Tally::default();
+    for result in results {
+        let (object, want, got) = result?;
+        if want != got {
+            disagreements.push(format!(
+                "{}: CREATE {object}\n  webhook {want:?}\n  native  {got:?}",
+                round.name
+            ));
+        }
+        created.add(&want);
+    }
+
+    // UPDATEs of stored pods held by a scheduling gate.
+    let mut updated = Tally::default();
+    for (ns, pool) in &namespaces {
+        for (n, (what, edit)) in edits(round.key).into_iter().enumerate() {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("gated-{n}")},
+                "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
+                    "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
+            let stored = env
+                .create_pod(ns, &pod)
+                .await
+                .with_context(|| format!("creating gated pod {ns}/gated-{n}"))?;
+            env.track_pod(ns, &format!("gated-{n}"));
+            let stored = serde_json::to_value(&stored)?;
+            let mut new = stored.clone();
+            edit(&mut new);
+            let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored))?;
+            let got = native_outcome(env, ns, &new, true).await?;
+            if want != got {
+                disagreements.push(format!(
+                    "{}: UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
+                    round.name
+                ));
+            }
+            updated.add(&want);
+        }
+    }
+    env.say(format!(
+        "{}: CREATE {created}; gated-pod UPDATE {updated}; {} disagreements",
+        round.name,
+        disagreements.len()
+    ));
+    Ok(disagreements)
+}

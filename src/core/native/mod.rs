@@ -1,0 +1,100 @@
+//! The native fast path: what the config and the shipped policies decide, compiled into
+//! Kubernetes' in-process admission (`admissionregistration.k8s.io/v1`
+//! MutatingAdmissionPolicy and ValidatingAdmissionPolicy, with their bindings), so that the
+//! API server decides those requests without calling poolguard. The webhook's decision code
+//! stays the reference; these objects are a compiled cache of it, and what cannot be expressed
+//! stays on the webhook ([`Native::skipped`] says what and why).
+//!
+//! Pure: the same rules give the same objects, in the same order.
+
+pub mod image_cel;
+mod placement;
+mod policies;
+mod selectors;
+mod workloads;
+
+use serde_json::Value;
+
+use crate::ruleset::RuleSet;
+
+/// The label every generated object carries, so the objects poolguard no longer generates can
+/// be found and removed.
+pub const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGED_VALUE: &str = "poolguard";
+/// The API group and version of every generated object.
+pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+
+/// What the generator needs besides the rules: where the chart's webhooks look.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    /// Namespaces never checked (the chart's `excludedNamespaces`: kube-system, poolguard's own).
+    pub excluded_namespaces: Vec<String>,
+    /// Validate only namespaces that carry the pool label (the chart's
+    /// `validating.requireNamespaceLabel`).
+    pub require_namespace_label: bool,
+}
+
+/// Something the native objects do not decide, left to the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// What: a policy, a kind of namespace, a check.
+    pub what: String,
+    /// Why it cannot be compiled (yet).
+    pub why: String,
+}
+
+/// The generated objects, in apply order (each policy before its bindings).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Native {
+    pub objects: Vec<Value>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Native {
+    /// `kind/name` of every object, for logs and for finding what to delete.
+    pub fn names(&self) -> Vec<(String, String)> {
+        self.objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap_or_default().to_string(),
+                    o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Compiles `rules` into native admission objects.
+pub fn generate(rules: &RuleSet, options: &Options) -> Native {
+    let mut native = Native::default();
+    let config = &rules.config;
+    placement::generate(config, options, &mut native);
+    policies::generate(rules, options, &mut native);
+    if config.placement.is_some() {
+        native.skipped.push(Skipped {
+            what: "namespaces whose pods get their pool chosen by the placement policies".into(),
+            why: "the choice reads the nodes' facts and runs SAT Rego policies".into(),
+        });
+    }
+    native.skipped.push(Skipped {
+        what: "pool authority (who may set a namespace's pool label)".into(),
+        why: "not compiled yet: it stays on the webhook's namespace rules".into(),
+    });
+    native
+}
+
+/// The metadata of a generated object.
+fn metadata(name: &str) -> Value {
+    serde_json::json!({
+        "name": name,
+        "labels": {MANAGED_LABEL: MANAGED_VALUE},
+    })
+}
+
+#[cfg(test)]
+mod tests;

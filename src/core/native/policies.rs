@@ -1,0 +1,385 @@
+//! The shipped SIT policies (`allowedrepositories`, `latesttag`) as ValidatingAdmissionPolicies,
+//! with the webhook's reading of pod specs: an invalid image reference, an image ID or too many
+//! images is refused before any policy runs. One policy object per parameter set, one binding
+//! per group of namespaces (cluster-wide, or a pool with its own settings), whose
+//! `validationActions` say the enforcement: deny `[Deny]`, warn `[Warn]`, dryrun `[Audit]`.
+
+use serde_json::{json, Map, Value};
+
+use super::image_cel::{self, literal};
+use super::{metadata, selectors, workloads, Native, Options, Skipped, API_VERSION};
+use crate::config::{Config, Enforcement};
+use crate::config::dependencies::Compliance;
+use crate::policy::template;
+use crate::ruleset::RuleSet;
+
+/// Name of the policy refusing pod specs the webhook cannot read.
+pub const IMAGES: &str = "poolguard-images";
+
+/// The shipped policies this module compiles, with their sources: a loaded policy of that name
+/// whose Rego differs is custom and stays on the webhook.
+pub(super) const SHIPPED: [(&str, &str); 2] = [
+    (
+        "allowedrepositories",
+        include_str!("../../../policies/allowedrepositories.yaml"),
+    ),
+    (
+        "latesttag",
+        include_str!("../../../policies/latesttag.yaml"),
+    ),
+];
+
+pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
+    let config = &rules.config;
+    images_policy(config, options, native);
+    for name in rules.policies.names() {
+        if !is_shipped(rules, name) {
+            skip(
+                native,
+                name,
+                "custom Rego: only the shipped allowedrepositories and latesttag are compiled",
+            );
+            continue;
+        }
+        let settings = config.policies.get(name);
+        if settings.is_some_and(|s| s.rollout.is_some()) {
+            skip(native, name, "it is under a progressive rollout, whose groups' states the webhook follows (not compiled yet)");
+            continue;
+        }
+        let dependency = match dependency_of(rules, name) {
+            Ok(dependency) => dependency,
+            Err(why) => {
+                skip(native, name, why);
+                continue;
+            }
+        };
+        compile(name, dependency, config, options, native);
+    }
+}
+
+/// The one dependency a policy may have here: another shipped policy without dependencies or
+/// rollout of its own, loaded unchanged. `Err`: why the webhook keeps the policy.
+fn dependency_of<'r>(
+    rules: &'r RuleSet,
+    name: &str,
+) -> Result<Option<(&'r str, Compliance)>, &'static str> {
+    let config = &rules.config;
+    let deps = match config
+        .policies
+        .get(name)
+        .and_then(|s| s.dependencies.as_ref())
+    {
+        None => return Ok(None),
+        Some(deps) if deps.is_empty() => return Ok(None),
+        Some(deps) => deps,
+    };
+    let [dep] = deps.as_slice() else {
+        return Err("it has several dependencies, which the webhook resolves per object");
+    };
+    let target = config.policies.get(&dep.policy);
+    let compiled = is_shipped(rules, &dep.policy)
+        && target.is_none_or(|s| {
+            s.rollout.is_none() && s.dependencies.as_ref().is_none_or(Vec::is_empty)
+        });
+    if !compiled {
+        return Err("it depends on a policy (or placement) that stays on the webhook");
+    }
+    Ok(Some((dep.policy.as_str(), dep.compliance)))
+}
+
+/// Whether `name` is loaded with the shipped Rego.
+fn is_shipped(rules: &RuleSet, name: &str) -> bool {
+    let Some(policy) = rules.policies.get(name) else {
+        return false;
+    };
+    SHIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .and_then(|(n, text)| template::from_yaml(text, format!("policies/{n}.yaml").into()).ok())
+        .is_some_and(|t| t.rego == policy.rego())
+}
+
+fn skip(native: &mut Native, policy: &str, why: &str) {
+    native.skipped.push(Skipped {
+        what: format!("policy {policy}"),
+        why: why.into(),
+    });
+}
+
+/// One shipped policy: a group for the namespaces of each pool with its own settings (for the
+/// policy or the policy it depends on), and one for the rest. Nothing is generated when one
+/// group's parameters cannot be compiled.
+fn compile(
+    name: &str,
+    dependency: Option<(&str, Compliance)>,
+    config: &Config,
+    options: &Options,
+    native: &mut Native,
+) {
+    let label = &config.namespace_label;
+    let own: Vec<&String> = config
+        .pools
+        .iter()
+        .filter(|(_, p)| {
+            p.policies.contains_key(name)
+                || dependency.is_some_and(|(dep, _)| p.policies.contains_key(dep))
+        })
+        .map(|(pool, _)| pool)
+        .collect();
+    let mut groups: Vec<(String, Option<&str>, Vec<Value>)> = Vec::new();
+    let mut rest = selectors::validated(config, options);
+    if !own.is_empty() {
+        rest.push(json!({"key": label, "operator": "NotIn", "values": own}));
+    }
+    groups.push((format!("poolguard-{name}"), None, rest));
+    for (i, pool) in own.iter().enumerate() {
+        let mut only = selectors::validated(config, options);
+        only.push(json!({"key": label, "operator": "In", "values": [pool]}));
+        let suffix = if is_name_part(pool) {
+            pool.to_string()
+        } else {
+            format!("{i}")
+        };
+        groups.push((format!("poolguard-{name}.pool-{suffix}"), Some(pool), only));
+    }
+    let mut objects = Vec::new();
+    for (object_name, pool, namespaces) in groups {
+        let Some(effective) = config.effective_policy(name, pool) else {
+            continue; // no parameters at any level: not applied there
+        };
+        let Some(check) = Check::of(name, effective.parameters) else {
+            skip(native, name, "its parameters are not lists of strings");
+            return;
+        };
+        // A dependency that does not apply in the group (no parameters) is unmet: the policy
+        // is Pending there, never enforced.
+        let condition = match dependency {
+            None => None,
+            Some((dep, compliance)) => {
+                let Some(dep_effective) = config.effective_policy(dep, pool) else {
+                    continue;
+                };
+                let Some(dep_check) = Check::of(dep, dep_effective.parameters) else {
+                    skip(
+                        native,
+                        name,
+                        "the parameters of its dependency are not lists of strings",
+                    );
+                    return;
+                };
+                let infringed = format!("variables.images.exists(i, {})", dep_check.infringes);
+                Some(match compliance {
+                    Compliance::Compliant => format!("!{infringed}"),
+                    Compliance::NonCompliant => infringed,
+                })
+            }
+        };
+        let deny = effective.enforcement == Enforcement::Deny;
+        let mut policy = policy_object(&object_name, &check, condition, deny, config);
+        if let Some(pool) = pool {
+            policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
+        }
+        objects.push(policy);
+        let actions = match effective.enforcement {
+            Enforcement::Deny => "Deny",
+            Enforcement::Warn => "Warn",
+            Enforcement::Dryrun => "Audit",
+        };
+        objects.push(json!({
+            "apiVersion": API_VERSION,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": metadata(&object_name),
+            "spec": {"policyName": object_name, "validationActions": [actions],
+                "matchResources": selectors::match_resources(namespaces)},
+        }));
+    }
+    native.objects.extend(objects);
+}
+
+/// Whether `pool` can be part of an object name (lowercase letters, digits, `-`, `.`).
+fn is_name_part(pool: &str) -> bool {
+    pool.len() <= 40
+        && pool
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && pool.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && pool.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// A policy's check of one image `i` (`{'type', 'name', 'image'}`), in CEL.
+struct Check {
+    policy: String,
+    /// Whether the image infringes.
+    infringes: String,
+    /// The infringement's message (after `<type> "<name>": `).
+    message: String,
+}
+
+impl Check {
+    fn of(name: &str, params: &Map<String, Value>) -> Option<Check> {
+        let r = "i.image";
+        let repository = image_cel::repository(r);
+        match name {
+            "allowedrepositories" => {
+                let allowed = prefixes(params.get("repositories"))?;
+                let text = serde_json::to_string(params.get("repositories")?).ok()?;
+                Some(Check {
+                    policy: name.into(),
+                    infringes: format!("!{}", matches_any(&allowed, &repository)),
+                    message: format!(
+                        "'image \"' + i.image + '\" (repository \"' + {repository} + '\") is not from an allowed repository ' + {}",
+                        literal(&text)
+                    ),
+                })
+            }
+            "latesttag" => {
+                let exempt = match params.get("exemptRepositories") {
+                    None => Vec::new(),
+                    some => prefixes(some)?,
+                };
+                let tag = image_cel::tag(r);
+                Some(Check {
+                    policy: name.into(),
+                    infringes: format!(
+                        "(!{} && ({tag} == '' || {tag} == 'latest') && !{})",
+                        image_cel::has_digest(r),
+                        matches_any(&exempt, &repository)
+                    ),
+                    message: format!(
+                        "'image \"' + i.image + '\" ' + ({tag} == '' ? 'has no tag, so the runtime pulls :latest' : 'uses the :latest tag') + '; pin a version tag or a digest'"
+                    ),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The entries of a list of repository prefixes, as the Rego reads them: trailing `/` removed,
+/// empty entries dropped. `None` when it is not a list of strings.
+fn prefixes(value: Option<&Value>) -> Option<Vec<String>> {
+    value?
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(|s| s.trim_end_matches('/').to_string()))
+        .filter(|p| p.as_ref().is_none_or(|p| !p.is_empty()))
+        .collect()
+}
+
+/// CEL: `repository` is one of `prefixes` or lies under one (whole path components).
+fn matches_any(prefixes: &[String], repository: &str) -> String {
+    if prefixes.is_empty() {
+        return "false".into();
+    }
+    let list: Vec<String> = prefixes.iter().map(|p| literal(p)).collect();
+    format!(
+        "[{}].exists(p, {repository} == p || {repository}.startsWith(p + '/'))",
+        list.join(", ")
+    )
+}
+
+/// CEL: every image readable and at most the limit (else the images policy refuses the object
+/// and no SIT policy runs, as in the webhook).
+fn readable(config: &Config) -> String {
+    format!(
+        "size(variables.images) <= {} && variables.images.all(i, {} && !{})",
+        config.limits.max_images_per_pod,
+        image_cel::is_valid("i.image"),
+        image_cel::is_image_id("i.image")
+    )
+}
+
+/// `condition`: CEL that must hold for the policy to run on the object (its dependency met).
+fn policy_object(
+    object_name: &str,
+    check: &Check,
+    condition: Option<String>,
+    deny: bool,
+    config: &Config,
+) -> Value {
+    let infringing = format!(
+        "variables.images.filter(i, variables.dependencyMet && {})",
+        check.infringes
+    );
+    // A denial only for an infringement the old object did not have (same image, same
+    // container); warnings and dry-run findings for every one, as the webhook reports them.
+    let found = if deny {
+        "request.operation == 'UPDATE' ? variables.infringing.filter(i, !variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image)) : variables.infringing"
+    } else {
+        "variables.infringing"
+    };
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata(object_name),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": workloads::match_constraints(),
+            "matchConditions": workloads::match_conditions(),
+            "variables": [
+                {"name": "spec", "expression": workloads::spec("object")},
+                {"name": "images", "expression": workloads::images("variables.spec")},
+                {"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))},
+                {"name": "readable", "expression": readable(config)},
+                {"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())},
+                {"name": "infringing", "expression": infringing},
+                {"name": "found", "expression": found},
+            ],
+            "validations": [{
+                "expression": "!variables.readable || size(variables.found) == 0",
+                "messageExpression": format!(
+                    "variables.found.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('\\n')",
+                    literal(&check.policy),
+                    check.message
+                ),
+                "reason": "Forbidden",
+            }],
+        },
+    })
+}
+
+/// The policy refusing what the webhook cannot read: too many images, an invalid reference, an
+/// image ID. On UPDATE an object whose pod spec did not change is not refused again.
+fn images_policy(config: &Config, options: &Options, native: &mut Native) {
+    let max = config.limits.max_images_per_pod;
+    let unchanged = "(request.operation == 'UPDATE' && variables.oldSpec == variables.spec)";
+    native.objects.push(json!({
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata(IMAGES),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": workloads::match_constraints(),
+            "matchConditions": workloads::match_conditions(),
+            "variables": [
+                {"name": "spec", "expression": workloads::spec("object")},
+                {"name": "oldSpec", "expression": workloads::spec("oldObject")},
+                {"name": "images", "expression": workloads::images("variables.spec")},
+            ],
+            "validations": [
+                {
+                    "expression": format!("size(variables.images) <= {max} || {unchanged}"),
+                    "messageExpression": format!("'the pod spec pulls ' + string(size(variables.images)) + ' images (containers, initContainers, ephemeralContainers and image volumes); at most {max} are accepted (limits.maxImagesPerPod)'"),
+                    "reason": "Invalid",
+                },
+                {
+                    "expression": format!("size(variables.images) > {max} || {unchanged} || variables.images.all(i, {})", image_cel::is_valid("i.image")),
+                    "messageExpression": format!("variables.images.filter(i, !{}).map(i, i.type + ' \"' + i.name + '\": invalid image reference \"' + i.image + '\"').join('\\n')", image_cel::is_valid("i.image")),
+                    "reason": "Invalid",
+                },
+                {
+                    "expression": format!("size(variables.images) > {max} || {unchanged} || !variables.images.exists(i, {})", image_cel::is_image_id("i.image")),
+                    "messageExpression": format!("variables.images.filter(i, {}).map(i, i.type + ' \"' + i.name + '\": image \"' + i.image + '\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference').join('\\n')", image_cel::is_image_id("i.image")),
+                    "reason": "Invalid",
+                },
+            ],
+        },
+    }));
+    native.objects.push(json!({
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": metadata(IMAGES),
+        "spec": {"policyName": IMAGES, "validationActions": ["Deny"],
+            "matchResources": selectors::match_resources(selectors::validated(config, options))},
+    }));
+}

@@ -1,0 +1,66 @@
+//! The namespace selectors of the generated bindings, as the chart's webhooks select.
+
+use serde_json::{json, Value};
+
+use super::Options;
+use crate::config::{Config, UnlabelledNamespaces};
+
+/// `matchExpressions` entries for the namespaces the validating webhook checks, minus those whose
+/// pods get their pool chosen by placement policies (the webhook keeps those).
+pub fn validated(config: &Config, options: &Options) -> Vec<Value> {
+    let label = &config.namespace_label;
+    let mut out = Vec::new();
+    if options.require_namespace_label {
+        out.push(json!({"key": label, "operator": "Exists"}));
+    }
+    if !options.excluded_namespaces.is_empty() {
+        out.push(
+            json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": options.excluded_namespaces}),
+        );
+    }
+    out.extend(not_chosen(config));
+    out
+}
+
+/// Requirements leaving out the namespaces whose pools placement policies choose.
+fn not_chosen(config: &Config) -> Vec<Value> {
+    let label = &config.namespace_label;
+    let Some(placement) = &config.placement else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(value) = &placement.choose_value {
+        out.push(json!({"key": label, "operator": "NotIn", "values": [value]}));
+    }
+    if placement.unlabelled_namespaces == UnlabelledNamespaces::Choose {
+        out.push(json!({"key": label, "operator": "Exists"}));
+        out.push(json!({"key": label, "operator": "NotIn", "values": [""]}));
+    }
+    out
+}
+
+/// Namespaces that name a pool (the label set and not empty), among the validated ones.
+pub fn named_pool(config: &Config, options: &Options) -> Vec<Value> {
+    let label = &config.namespace_label;
+    let mut out = validated(config, options);
+    out.push(json!({"key": label, "operator": "Exists"}));
+    out.push(json!({"key": label, "operator": "NotIn", "values": [""]}));
+    dedup(out)
+}
+
+/// Removes repeated requirements, keeping the first of each.
+pub fn dedup(requirements: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for r in requirements {
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// A binding's `matchResources` for namespaces meeting `requirements`.
+pub fn match_resources(requirements: Vec<Value>) -> Value {
+    json!({"namespaceSelector": {"matchExpressions": dedup(requirements)}})
+}
