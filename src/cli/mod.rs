@@ -685,12 +685,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One listing pass of the background audit against the cluster, without writing reports.
-fn cluster_audit(
+/// One listing pass of the background audit against the cluster, without writing reports: each
+/// namespace's results are printed as soon as they are in, then dropped.
+fn cluster_audit<O: std::io::Write, E: std::io::Write>(
     kubeconfig: Option<&std::path::Path>,
     namespace_selector: String,
     rules: poolguard_core::ruleset::RuleSet,
-) -> Result<Vec<poolguard_core::audit::AuditResult>> {
+    printer: &mut audit::Printer<'_, O, E>,
+) -> Result<()> {
+    use futures::StreamExt;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -703,8 +706,19 @@ fn cluster_audit(
             namespace_selector,
             page_size: 500,
         };
-        let scan = crate::audit::scan::scan(&client, &options, std::sync::Arc::new(rules)).await?;
-        Ok(scan.results)
+        let facts = crate::audit::scan::facts(&client, &options, &rules).await?;
+        let source = crate::audit::scan::ApiSource(&client);
+        let namespaces = crate::audit::scan::namespaces(
+            &source,
+            std::sync::Arc::new(facts),
+            std::sync::Arc::new(rules),
+            options.page_size,
+        );
+        let mut namespaces = std::pin::pin!(namespaces);
+        while let Some(namespace) = namespaces.next().await {
+            printer.results(&namespace?.results)?;
+        }
+        Ok(())
     })
 }
 
@@ -756,7 +770,16 @@ fn run(command: Command) -> Result<ExitCode> {
             let sources = args.rules.sources();
             let rules = sources.load()?;
             warn_missing_defaults(&sources, &rules);
-            let results = match (&args.manifests, &args.namespaces_file) {
+            let reports = audit::ReportOptions {
+                api: args.report_api.into(),
+                max_results: args.max_results_per_report,
+                timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
+            };
+            // Buffered: stdout is line-buffered, and pretty JSON of 40,000 results is 700,000 lines.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut err = std::io::stderr().lock();
+            let mut printer = audit::Printer::new(args.output, &reports, &mut out, &mut err);
+            match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
                     let nodes = match &args.nodes_file {
@@ -779,24 +802,16 @@ fn run(command: Command) -> Result<ExitCode> {
                         nodes: nodes.as_ref(),
                         pools: pools.as_ref(),
                     };
-                    audit::manifests(&inputs, &rules)?
+                    printer.results(&audit::manifests(&inputs, &rules)?)?;
                 }
-                _ => cluster_audit(args.kubeconfig.as_deref(), args.namespace_selector, rules)?,
+                _ => cluster_audit(
+                    args.kubeconfig.as_deref(),
+                    args.namespace_selector,
+                    rules,
+                    &mut printer,
+                )?,
             };
-            let reports = audit::ReportOptions {
-                api: args.report_api.into(),
-                max_results: args.max_results_per_report,
-                timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
-            };
-            // Buffered: stdout is line-buffered, and pretty JSON of 40,000 results is 700,000 lines.
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let clean = audit::print(
-                &results,
-                args.output,
-                &reports,
-                &mut out,
-                &mut std::io::stderr().lock(),
-            )?;
+            let clean = printer.finish()?;
             std::io::Write::flush(&mut out).context("writing the results")?;
             Ok(if clean {
                 ExitCode::SUCCESS
