@@ -438,6 +438,11 @@ struct LimitArgs {
     /// [default: 32 MiB]
     #[arg(long, value_name = "BYTES")]
     body_budget_bytes: Option<usize>,
+    /// Bytes all requests' parsed reviews may take at once (estimated before parsing, up to
+    /// about 30 times a body's size); a request waits for its share until its deadline, then
+    /// gets 503 with Retry-After; at least 48 MiB (the most one review may take) [default: 64 MiB]
+    #[arg(long, value_name = "BYTES")]
+    parse_budget_bytes: Option<usize>,
     /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
     #[arg(long, value_name = "SECONDS")]
     body_timeout_seconds: Option<u64>,
@@ -470,6 +475,7 @@ impl LimitArgs {
         let limits = serve::Limits {
             max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
             body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            parse_budget_bytes: self.parse_budget_bytes.unwrap_or(d.parse_budget_bytes),
             body_timeout: self.body_timeout_seconds.map_or(d.body_timeout, secs),
             max_evaluations: self.max_evaluations.unwrap_or(d.max_evaluations),
             max_queued_evaluations: self
@@ -508,6 +514,13 @@ impl LimitArgs {
                 "--body-budget-bytes ({}) must be at least --max-body-bytes ({})",
                 limits.body_budget_bytes,
                 limits.max_body_bytes
+            );
+        }
+        if limits.parse_budget_bytes < poolguard_core::admission::MAX_PARSED_BYTES {
+            anyhow::bail!(
+                "--parse-budget-bytes ({}) must be at least {} (the most one review's parse may take)",
+                limits.parse_budget_bytes,
+                poolguard_core::admission::MAX_PARSED_BYTES
             );
         }
         Ok(limits)
