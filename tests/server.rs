@@ -1817,3 +1817,63 @@ async fn a_rapid_reset_flood_ends_its_connection_and_others_are_served() {
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }
+
+/// Parsed reviews share one budget: a request reserves its review's estimated parse before
+/// parsing and holds it until answered; one that cannot get it before its deadline gets 503
+/// with `Retry-After` (the API server's failure policy decides), not a parse past the budget.
+#[tokio::test]
+async fn parsed_reviews_share_one_budget_held_until_answered() {
+    let body = review("pod-create-placed.json");
+    let estimate = poolguard_core::admission::Estimate::of(&body)
+        .unwrap()
+        .bytes();
+    let budget = 2 * estimate;
+    let limits = Limits {
+        parse_budget_bytes: budget,
+        max_evaluations: 2,
+        ..Limits::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let app = state(
+        slow_rules(dir.path(), "allow"),
+        Duration::from_millis(300),
+        limits,
+    );
+    // A request holds its estimate while it is evaluated, and gives it back when its work stops.
+    let slow = take_the_slot(&app).await;
+    // (It reserves right after it takes its slot.)
+    let started = Instant::now();
+    while app.gates.parse_bytes_reserved() == 0 && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(app.gates.parse_bytes_reserved(), estimate);
+    slow.await.unwrap();
+    // Given back when its work stops (about at the deadline, maybe just after the answer).
+    let answered = Instant::now();
+    while app.gates.parse_bytes_reserved() != 0 && answered.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(app.gates.parse_bytes_reserved(), 0);
+    // Other requests in flight hold all but half an estimate: the next review waits until its
+    // deadline, then is refused.
+    let mut in_flight = app.gates.nothing_reserved();
+    let far = tokio::time::Instant::now() + Duration::from_secs(30);
+    let held = budget - estimate / 2;
+    assert!(app.gates.reserve_parse(&mut in_flight, held, far).await);
+    let started = Instant::now();
+    let refused = call(&app, request("POST", "/mutate", body.clone())).await;
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(
+        refused.text,
+        format!(
+            "overloaded: parsing this {}-byte review takes about {estimate} bytes, which did not fit the {budget}-byte parse budget before the deadline ({held} held by requests in flight); retry\n",
+            body.len()
+        )
+    );
+    drop(in_flight);
+    let served = call(&app, request("POST", "/mutate", body)).await;
+    assert_eq!(served.status, 200, "{}", served.text);
+    assert_eq!(app.gates.parse_bytes_reserved(), 0);
+}

@@ -203,7 +203,9 @@ can_i no list mutatingwebhookconfigurations
 can_i no create validatingwebhookconfigurations
 can_i no delete mutatingwebhookconfigurations/poolguard-mutating
 can_i yes create secrets -n "$ns"
-can_i yes patch secrets/poolguard-tls -n "$ns"
+can_i yes update secrets/poolguard-tls -n "$ns"
+can_i no patch secrets/poolguard-tls -n "$ns"
+can_i no watch secrets/poolguard-tls -n "$ns"
 can_i no get secrets/someone-elses -n "$ns"
 can_i no list secrets -n "$ns"
 can_i no create secrets -n default
@@ -232,9 +234,15 @@ can_i yes update leases.coordination.k8s.io/poolguard-audit -n "$ns"
 can_i no update leases.coordination.k8s.io/someone-else -n "$ns"
 can_i no delete leases.coordination.k8s.io/poolguard-audit -n "$ns"
 can_i no create leases.coordination.k8s.io -n default
+can_i no list leases.coordination.k8s.io -n "$ns"
+can_i no watch leases.coordination.k8s.io -n "$ns"
 # Progressive enforcement's state and its Events.
 can_i yes patch configmaps/poolguard-rollouts -n "$ns"
-can_i yes watch configmaps -n "$ns"
+can_i yes watch configmaps/poolguard-rollouts -n "$ns"
+can_i yes list configmaps/poolguard-rollouts -n "$ns"
+can_i no watch configmaps -n "$ns"
+can_i no list configmaps -n "$ns"
+can_i no watch configmaps/someone-elses -n "$ns"
 can_i no patch configmaps/someone-elses -n "$ns"
 can_i no delete configmaps/poolguard-rollouts -n "$ns"
 can_i no create configmaps -n default

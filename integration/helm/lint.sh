@@ -386,6 +386,15 @@ for name in names:
     check(bool(kinds.get("ClusterRole")) == (name != "options"), "RBAC only with rbac.create")
     secret_roles = [r for r in kinds.get("Role", []) if any("secrets" in rule["resources"] for rule in r["rules"])]
     check(bool(secret_roles) == (self_mode and name != "options"), "the Secret Role only in mode self")
+    for role in secret_roles:
+        for rule in role["rules"]:
+            if "secrets" not in rule["resources"]:
+                continue
+            # The certificates' Secret is read and replaced, never patched, listed or watched;
+            # only create (no name known to the authorizer) is not limited to it.
+            named = len(rule.get("resourceNames") or []) == 1
+            check((named and set(rule["verbs"]) == {"get", "update"}) or (not rule.get("resourceNames") and rule["verbs"] == ["create"]),
+                  f"Secret rule {rule}: get/update on the certificates' Secret, create, nothing else")
     # The mounted files, as poolguard would see them (checked with the binary below).
     for cm in kinds.get("ConfigMap", []):
         if cm["metadata"]["name"].endswith("-config"):
@@ -718,8 +727,10 @@ for name in names:
             if rule["resources"] == ["configmaps"]:
                 # Progressive enforcement's state: get/patch only on its ConfigMap.
                 check(rule["apiGroups"] == [""], "configmaps in the core group")
-                check(set(rule["verbs"]) <= {"create", "list", "watch"} or rule.get("resourceNames") == [rollouts],
-                      f"get/patch only on ConfigMap {rollouts}")
+                # Only create is unrestricted; get/patch/list/watch only on its ConfigMap
+                # (the watch lists with metadata.name=<name>, authorized by resourceNames).
+                check(set(rule["verbs"]) <= {"create"} or rule.get("resourceNames") == [rollouts],
+                      f"get/patch/list/watch only on ConfigMap {rollouts}")
                 rollout_verbs |= set(rule["verbs"])
                 continue
             if rule["resources"] == ["events"]:
@@ -728,10 +739,11 @@ for name in names:
                 continue
             check(rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"],
                   "the Lease Role grants leases, the rollout ConfigMap and events only")
-            check(set(rule["verbs"]) <= {"create", "list", "watch"} or rule.get("resourceNames") == [lease],
+            check(set(rule["verbs"]) <= {"create"} or rule.get("resourceNames") == [lease],
                   f"get/update/patch only on Lease {lease}")
             verbs |= set(rule["verbs"])
-        check(verbs == {"get", "list", "watch", "create", "update", "patch"}, f"Lease verbs {sorted(verbs)}")
+        # The lease manager gets, creates and patches its Lease; it never lists or watches.
+        check(verbs == {"get", "create", "update", "patch"}, f"Lease verbs {sorted(verbs)}")
         check(rollout_verbs == {"get", "patch", "create", "list", "watch"}, f"rollout ConfigMap verbs {sorted(rollout_verbs)}")
         bindings = [b for b in kind("RoleBinding") if b["roleRef"]["name"] == lease]
         check(len(bindings) == 1 and bindings[0]["subjects"] == [

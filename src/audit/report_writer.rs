@@ -1,11 +1,10 @@
-//! Writes a pass's reports: one per namespace with results, by server-side apply (poolguard's
-//! field manager owns the whole report, so fields it no longer writes disappear), then deletes
-//! poolguard's reports in namespaces that have none this pass.
+//! Writes a pass's reports: each namespace's by server-side apply as soon as its results are
+//! in (poolguard's field manager owns the whole report, so fields it no longer writes
+//! disappear), then deletes poolguard's reports in namespaces that have none this pass.
 
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
-use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::Client;
@@ -14,16 +13,17 @@ use poolguard_core::report::{Report, ReportApi, MANAGED_BY, REPORT_NAME};
 
 /// The field manager of poolguard's reports.
 const FIELD_MANAGER: &str = "poolguard-audit";
-/// Reports written at once.
-const CONCURRENT_WRITES: usize = 8;
 
-/// What a write did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a pass's writes did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Written {
     pub applied: usize,
     /// Reports that could not be written (logged one by one).
     pub failed: usize,
     pub deleted: usize,
+    /// The namespaces that have a report this pass (written, or kept after a failed write):
+    /// the others' reports are stale.
+    pub current: BTreeSet<String>,
 }
 
 fn api_resource(api: ReportApi) -> ApiResource {
@@ -34,51 +34,38 @@ fn api_resource(api: ReportApi) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, api.kind()))
 }
 
-/// Applies `reports` and deletes poolguard's other reports.
-pub async fn write(client: &Client, api: ReportApi, reports: &[Report]) -> Result<Written> {
+/// Applies one namespace's report; keeps only the outcome, not the object the API server
+/// returns. A report that cannot be written is logged and counted (one namespace, being
+/// deleted say, does not keep the others' reports back, and keeps its last report rather than
+/// none); a missing CRD ends the pass.
+pub async fn apply(
+    client: &Client,
+    api: ReportApi,
+    report: &Report,
+    written: &mut Written,
+) -> Result<()> {
     let resource = api_resource(api);
-    let crd = format!("{}.{}", resource.plural, resource.group);
+    let namespace = report.metadata.namespace.clone();
+    let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    // The futures are collected first (a stream of closures borrowing `reports` is not Send for
-    // every lifetime). Each serializes its report as it is sent and keeps only the outcome, not
-    // the object the API server returns: with 1,000 reports, holding those until the last write
-    // was ~60 MiB of the pass's peak (bench/audit-scale.sh).
-    let writes: Vec<_> = reports
-        .iter()
-        .map(|report| {
-            let namespace = report.metadata.namespace.clone();
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), &namespace, &resource);
-            let params = params.clone();
-            async move {
-                let outcome = api
-                    .patch(REPORT_NAME, &params, &Patch::Apply(report))
-                    .await
-                    .map(drop);
-                (namespace, outcome)
-            }
-        })
-        .collect();
-    let outcomes: Vec<(String, kube::Result<()>)> = futures::stream::iter(writes)
-        .buffer_unordered(CONCURRENT_WRITES)
-        .collect()
-        .await;
-    let mut failed: Vec<String> = Vec::new();
-    for (namespace, outcome) in outcomes {
-        if let Err(e) = outcome {
-            if is_missing_resource(&e) {
-                return Err(missing_crd(e, &crd));
-            }
-            // One namespace (being deleted, say) does not keep the others' reports back.
+    match reports
+        .patch(REPORT_NAME, &params, &Patch::Apply(report))
+        .await
+    {
+        Ok(_) => written.applied += 1,
+        Err(e) if is_missing_resource(&e) => return Err(missing_crd(e, &resource)),
+        Err(e) => {
             tracing::warn!(%namespace, error = %e, "writing the audit report failed");
-            failed.push(namespace);
+            written.failed += 1;
         }
     }
-    // A namespace whose report failed keeps its last one rather than none.
-    let current: BTreeSet<&str> = reports
-        .iter()
-        .map(|r| r.metadata.namespace.as_str())
-        .collect();
+    written.current.insert(namespace);
+    Ok(())
+}
+
+/// Deletes poolguard's reports in the namespaces outside `written.current`.
+pub async fn delete_stale(client: &Client, api: ReportApi, written: &mut Written) -> Result<()> {
+    let resource = api_resource(api);
     let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
     let mut params = ListParams::default().labels(&selector).limit(500);
@@ -89,7 +76,7 @@ pub async fn write(client: &Client, api: ReportApi, reports: &[Report]) -> Resul
             .await
             .map_err(|e| {
                 if is_missing_resource(&e) {
-                    missing_crd(e, &crd)
+                    missing_crd(e, &resource)
                 } else {
                     e.into()
                 }
@@ -100,7 +87,7 @@ pub async fn write(client: &Client, api: ReportApi, reports: &[Report]) -> Resul
             else {
                 continue;
             };
-            if name == REPORT_NAME && !current.contains(namespace.as_str()) {
+            if name == REPORT_NAME && !written.current.contains(&namespace) {
                 stale.push(namespace);
             }
         }
@@ -122,11 +109,8 @@ pub async fn write(client: &Client, api: ReportApi, reports: &[Report]) -> Resul
             }
         }
     }
-    Ok(Written {
-        applied: reports.len() - failed.len(),
-        failed: failed.len(),
-        deleted: stale.len(),
-    })
+    written.deleted += stale.len();
+    Ok(())
 }
 
 /// A 404 for the resource itself (not for one object): its CRD is not installed.
@@ -135,6 +119,7 @@ fn is_missing_resource(e: &kube::Error) -> bool {
         && status.message.contains("the server could not find the requested resource"))
 }
 
-fn missing_crd(e: kube::Error, crd: &str) -> anyhow::Error {
+fn missing_crd(e: kube::Error, resource: &ApiResource) -> anyhow::Error {
+    let crd = format!("{}.{}", resource.plural, resource.group);
     anyhow::anyhow!("the CustomResourceDefinition {crd} is not installed (the chart installs it unless audit.crd.install is false): {e}")
 }

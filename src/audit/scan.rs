@@ -1,22 +1,31 @@
-//! One pass over the cluster: the namespaces the audit covers (by label selector), the nodes'
-//! pools, and every Pod and workload in those namespaces, listed a page at a time and turned
-//! into results by the core audit ([`audit::audit`], the checks `/validate` runs). Objects are
-//! dropped as soon as their page is audited; only results are kept.
+//! One pass over the cluster, a namespace at a time: the namespaces the audit covers (by label
+//! selector), the nodes' pools, then, for each namespace, every Pod and workload in it, listed a
+//! page at a time and turned into results by the core audit ([`audit::audit`], the checks
+//! `/validate` runs). A namespace's results are handed on (to be written as its report, or
+//! printed) and dropped before the pass moves on, so a pass holds a page of objects and one
+//! namespace's results at a time, however many objects the cluster has.
 
-use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ListParams, PartialObjectMeta};
 use kube::Client;
 use serde_json::Value;
 
 use poolguard_core::audit::{self, AuditResult, Listed, Resource, LISTED};
+use poolguard_core::audit_tally::Tally;
 use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::scope::Scope;
+
+/// Namespaces listed and audited at once (each holds at most one page of objects and its own
+/// results). One: a pass then holds one page and one namespace's results, as the chart's
+/// memory limit is sized for; the time a pass takes is the API server's anyway.
+pub const NAMESPACES_AT_ONCE: usize = 1;
 
 /// What one pass covers and how it lists.
 #[derive(Debug, Clone)]
@@ -27,71 +36,177 @@ pub struct ScanOptions {
     pub page_size: u32,
 }
 
-/// What one pass found.
+/// What the audit reads of the cluster besides the objects: the audited namespaces' labels,
+/// every node's labels, and the pools (when placement policies may choose pools).
 #[derive(Debug, Default)]
-pub struct Scan {
-    pub results: Vec<AuditResult>,
-    /// The namespaces covered (each gets a report when it has results).
-    pub namespaces: BTreeSet<String>,
-    /// Objects audited, by kind, in [`LISTED`] order.
-    pub objects: Vec<(&'static str, usize)>,
+pub struct Facts {
+    pub namespaces: NamespaceLabels,
+    pub nodes: NodeLabels,
+    pub pools: Option<PoolSet>,
 }
 
-/// Audits everything the options cover with `rules`. A list call that fails ends the pass with
-/// an error (a partial pass would make results vanish from reports); an object that cannot be
-/// read is an `error` result and the pass goes on.
-pub async fn scan(client: &Client, options: &ScanOptions, rules: Arc<RuleSet>) -> Result<Scan> {
-    let namespaces = Arc::new(namespace_labels(client, options).await?);
-    let nodes = Arc::new(node_labels(client, options.page_size).await?);
-    // The pools' facts only when placement policies may choose pools.
+/// Lists the audited namespaces, the nodes and (for placement policies) the pools.
+pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> Result<Facts> {
+    let namespaces = namespace_labels(client, options).await?;
+    let nodes = node_labels(client, options.page_size).await?;
     let pools = match &rules.config.placement {
-        Some(_) => Some(Arc::new(PoolSet::listed(
+        Some(_) => Some(PoolSet::listed(
             PoolFacts::gather(
                 &node_facts(client, options.page_size).await?,
                 &rules.config.node_selector_key,
             ),
             &rules.config,
-        ))),
+        )),
         None => None,
     };
-    let mut scan = Scan {
-        namespaces: namespaces.keys().cloned().collect(),
-        ..Scan::default()
+    Ok(Facts {
+        namespaces,
+        nodes,
+        pools,
+    })
+}
+
+/// One page of a list call.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub items: Vec<Value>,
+    /// The continue token of the next page; none on the last.
+    pub next: Option<String>,
+}
+
+/// Where a pass's objects come from: the API server ([`ApiSource`]), or a test's generator.
+pub trait Source: Sync {
+    /// One page of `listed` objects in `namespace`, at most `limit`, from `token` on.
+    fn page(
+        &self,
+        namespace: &str,
+        listed: &Listed,
+        limit: u32,
+        token: Option<&str>,
+    ) -> impl Future<Output = Result<Page>> + Send;
+}
+
+/// The API server's objects.
+pub struct ApiSource<'a>(pub &'a Client);
+
+impl Source for ApiSource<'_> {
+    fn page(
+        &self,
+        namespace: &str,
+        listed: &Listed,
+        limit: u32,
+        token: Option<&str>,
+    ) -> impl Future<Output = Result<Page>> + Send {
+        list_page(self.0, listed.namespaced_path(namespace), limit, token)
+    }
+}
+
+/// One namespace's results, and the objects audited in it by kind ([`LISTED`] order).
+#[derive(Debug)]
+pub struct Audited {
+    pub namespace: String,
+    pub results: Vec<AuditResult>,
+    pub objects: [usize; LISTED.len()],
+}
+
+/// What a pass keeps once every namespace's results are handed on.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The counts of the results.
+    pub tally: Tally,
+    /// The namespaces covered.
+    pub namespaces: usize,
+    /// Objects audited, by kind, in [`LISTED`] order.
+    pub objects: Vec<(&'static str, usize)>,
+}
+
+impl Scan {
+    /// An empty pass over `namespaces` namespaces.
+    pub fn over(namespaces: usize) -> Scan {
+        Scan {
+            namespaces,
+            objects: LISTED.iter().map(|l| (l.kind, 0)).collect(),
+            ..Scan::default()
+        }
+    }
+
+    /// Counts one namespace's objects and results.
+    pub fn add(&mut self, audited: &Audited) {
+        self.tally.add_all(&audited.results);
+        for ((_, count), n) in self.objects.iter_mut().zip(audited.objects) {
+            *count += n;
+        }
+    }
+}
+
+/// Every audited namespace's results, in name order, [`NAMESPACES_AT_ONCE`] namespaces listed
+/// at a time. A list call that fails ends the stream with an error (a partial pass would make
+/// results vanish from reports); an object that cannot be read is an `error` result and the
+/// pass goes on.
+pub fn namespaces<'a, S: Source>(
+    source: &'a S,
+    facts: Arc<Facts>,
+    rules: Arc<RuleSet>,
+    page_size: u32,
+) -> impl Stream<Item = Result<Audited>> + 'a {
+    let names: Vec<String> = facts.namespaces.keys().cloned().collect();
+    futures::stream::iter(names)
+        .map(move |namespace| {
+            audit_namespace(source, namespace, facts.clone(), rules.clone(), page_size)
+        })
+        .buffered(NAMESPACES_AT_ONCE)
+}
+
+/// Lists and audits every object of one namespace.
+async fn audit_namespace<S: Source>(
+    source: &S,
+    namespace: String,
+    facts: Arc<Facts>,
+    rules: Arc<RuleSet>,
+    page_size: u32,
+) -> Result<Audited> {
+    let mut audited = Audited {
+        namespace,
+        results: Vec::new(),
+        objects: [0; LISTED.len()],
     };
-    for listed in LISTED {
-        let mut count = 0;
+    for (i, listed) in LISTED.iter().enumerate() {
         let mut token: Option<String> = None;
         loop {
-            let page = list_page(client, &listed, options.page_size, token.as_deref())
+            let page = source
+                .page(&audited.namespace, listed, page_size, token.as_deref())
                 .await
-                .with_context(|| format!("listing {}", listed.plural))?;
+                .with_context(|| {
+                    format!(
+                        "listing {} in namespace {}",
+                        listed.plural, audited.namespace
+                    )
+                })?;
             token = page.next;
-            let (namespaces, nodes, rules) = (namespaces.clone(), nodes.clone(), rules.clone());
-            let pools = pools.clone();
-            let items = page.items;
-            count += items.len();
+            audited.objects[i] += page.items.len();
+            let (facts, rules, listed) = (facts.clone(), rules.clone(), *listed);
+            let namespace = audited.namespace.clone();
             // Policy evaluation is CPU work: off the async threads.
             let results = tokio::task::spawn_blocking(move || {
-                let cluster = (namespaces.as_ref(), nodes.as_ref(), pools.as_deref());
-                audit_page(items, &listed, cluster, &rules)
+                audit_page(page.items, &listed, &namespace, &facts, &rules)
             })
             .await
             .context("auditing a page")?;
-            scan.results.extend(results);
+            audited.results.extend(results);
             if token.is_none() {
                 break;
             }
         }
-        scan.objects.push((listed.kind, count));
     }
-    Ok(scan)
+    Ok(audited)
 }
 
-/// The results of one page of `listed` objects: those in audited namespaces.
+/// The results of one page of `listed` objects of `namespace` (an audited one).
 fn audit_page(
     items: Vec<Value>,
     listed: &Listed,
-    (namespaces, nodes, pools): (&NamespaceLabels, &NodeLabels, Option<&PoolSet>),
+    namespace: &str,
+    facts: &Facts,
     rules: &RuleSet,
 ) -> Vec<AuditResult> {
     let api_version = listed.api_version();
@@ -102,6 +217,7 @@ fn audit_page(
                 Resource {
                     api_version: api_version.clone(),
                     kind: listed.kind.to_string(),
+                    namespace: namespace.to_string(),
                     ..Resource::default()
                 },
                 "the API returned an item that is not an object",
@@ -111,38 +227,23 @@ fn audit_page(
         // Items of a list carry no apiVersion and kind of their own.
         fields.insert("apiVersion".into(), Value::from(api_version.as_str()));
         fields.insert("kind".into(), Value::from(listed.kind));
-        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-        let Some(labels) = namespaces.get(namespace) else {
-            continue;
-        };
         let scope = Scope {
-            labels: Some(labels),
-            pools,
+            labels: facts.namespaces.get(namespace),
+            pools: facts.pools.as_ref(),
         };
-        results.extend(audit::audit(&object, scope, Some(nodes), rules));
+        results.extend(audit::audit(&object, scope, Some(&facts.nodes), rules));
     }
     results
 }
 
-/// One page of a list call.
-struct Page {
-    items: Vec<Value>,
-    next: Option<String>,
-}
-
-/// Lists `listed` in every namespace, one page, as plain JSON (each item is read on its own, so
-/// one odd object cannot fail the page).
-async fn list_page(
-    client: &Client,
-    listed: &Listed,
-    limit: u32,
-    token: Option<&str>,
-) -> Result<Page> {
+/// One page of the list at `path`, as plain JSON (each item is read on its own, so one odd
+/// object cannot fail the page).
+async fn list_page(client: &Client, path: String, limit: u32, token: Option<&str>) -> Result<Page> {
     let mut params = ListParams::default().limit(limit);
     if let Some(token) = token {
         params = params.continue_token(token);
     }
-    let request = kube::core::Request::new(listed.list_path())
+    let request = kube::core::Request::new(path)
         .list(&params)
         .context("building the list request")?;
     let mut body: Value = client.request(request).await?;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Result;
+use futures::StreamExt;
 use kube::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -46,7 +47,9 @@ pub struct Pass {
     pub seconds: f64,
 }
 
-/// One pass: list, audit, write the reports. `now` stamps the results.
+/// One pass: list, audit and write the reports a namespace at a time, then delete the stale
+/// ones. `now` stamps the results. Each namespace's results are dropped once its report is
+/// written; the pass keeps their counts.
 pub async fn pass(
     client: &Client,
     settings: &Settings,
@@ -54,14 +57,27 @@ pub async fn pass(
     now: SystemTime,
 ) -> Result<Pass> {
     let started = Instant::now();
-    let scan = scan::scan(client, &settings.scan, rules).await?;
-    let reports = report::reports(
-        &scan.results,
-        settings.report_api,
-        timestamp(now),
-        settings.max_results,
-    );
-    let written = report_writer::write(client, settings.report_api, &reports).await?;
+    let facts = Arc::new(scan::facts(client, &settings.scan, &rules).await?);
+    let mut scan = Scan::over(facts.namespaces.len());
+    let mut written = Written::default();
+    let source = scan::ApiSource(client);
+    let audited = scan::namespaces(&source, facts, rules, settings.scan.page_size);
+    let mut audited = std::pin::pin!(audited);
+    while let Some(namespace) = audited.next().await {
+        let namespace = namespace?;
+        scan.add(&namespace);
+        let reports = report::reports(
+            &namespace.results,
+            settings.report_api,
+            timestamp(now),
+            settings.max_results,
+        );
+        drop(namespace);
+        for report in &reports {
+            report_writer::apply(client, settings.report_api, report, &mut written).await?;
+        }
+    }
+    report_writer::delete_stale(client, settings.report_api, &mut written).await?;
     Ok(Pass {
         scan,
         written,
@@ -165,7 +181,7 @@ async fn lead_while_held(
                 None => break,
                 Some(Ok(pass)) => {
                     record(metrics, &pass);
-                    controller.observe(&pass.scan.results, &current);
+                    controller.observe(&pass.scan.tally);
                 }
                 Some(Err(e)) => {
                     metrics.audit_run(false);
@@ -204,25 +220,16 @@ fn record(metrics: &Metrics, pass: &Pass) {
         .unwrap_or_default()
         .as_secs();
     metrics.audit_pass(
-        &pass.scan.results,
+        &pass.scan.tally,
         &pass.scan.objects,
         pass.seconds,
         i64::try_from(finished).unwrap_or(i64::MAX),
     );
-    // Results about objects without a namespace belong to no report: logged, not lost.
-    for r in pass
-        .scan
-        .results
-        .iter()
-        .filter(|r| r.resource.namespace.is_empty())
-    {
-        tracing::warn!(kind = %r.resource.kind, name = %r.resource.name, result = r.result.as_str(), message = %r.message, "audit result outside any namespace's report");
-    }
-    let count = |v: Verdict| pass.scan.results.iter().filter(|r| r.result == v).count();
+    let count = |v: Verdict| pass.scan.tally.count(v);
     let objects: usize = pass.scan.objects.iter().map(|(_, n)| n).sum();
     tracing::info!(
         objects,
-        namespaces = pass.scan.namespaces.len(),
+        namespaces = pass.scan.namespaces,
         pass = count(Verdict::Pass),
         fail = count(Verdict::Fail),
         error = count(Verdict::Error),

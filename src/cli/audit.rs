@@ -77,40 +77,99 @@ pub fn print(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> Result<bool> {
-    let clean = !results
-        .iter()
-        .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
-    match output {
-        Output::Table => table(results, out)?,
-        Output::Json => {
-            serde_json::to_writer_pretty(&mut *out, results)?;
-            writeln!(out)?;
-        }
-        Output::Reports => {
-            let reports =
-                report::reports(results, reports.api, reports.timestamp, reports.max_results);
-            for (i, report) in reports.iter().enumerate() {
-                if i > 0 {
-                    writeln!(out, "---")?;
-                }
-                write!(
-                    out,
-                    "{}",
-                    documents::to_yaml(&serde_json::to_value(report)?)?
-                )?;
-            }
-            for r in results.iter().filter(|r| r.resource.namespace.is_empty()) {
-                writeln!(
-                    err,
-                    "poolguard: {}: {} (in no report): {}",
-                    r.result.as_str(),
-                    object_name(&r.resource),
-                    r.message
-                )?;
-            }
+    let mut printer = Printer::new(output, reports, out, err);
+    printer.results(results)?;
+    printer.finish()
+}
+
+/// Prints results a batch at a time (the cluster audit's namespace by namespace), so none is
+/// held after it is printed: a table's columns are as wide as the widest cell of their batch,
+/// JSON is one array, reports are one YAML document per namespace.
+pub struct Printer<'a, O: Write, E: Write> {
+    output: Output,
+    reports: &'a ReportOptions,
+    out: &'a mut O,
+    err: &'a mut E,
+    clean: bool,
+    /// Nothing printed yet (no table header, no JSON array opened, no report).
+    first: bool,
+}
+
+impl<'a, O: Write, E: Write> Printer<'a, O, E> {
+    pub fn new(output: Output, reports: &'a ReportOptions, out: &'a mut O, err: &'a mut E) -> Self {
+        Printer {
+            output,
+            reports,
+            out,
+            err,
+            clean: true,
+            first: true,
         }
     }
-    Ok(clean)
+
+    /// Prints one batch.
+    pub fn results(&mut self, results: &[AuditResult]) -> Result<()> {
+        if results.is_empty() {
+            return Ok(());
+        }
+        self.clean &= !results
+            .iter()
+            .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
+        let first = std::mem::replace(&mut self.first, false);
+        match self.output {
+            Output::Table => table(results, first, self.out)?,
+            Output::Json => {
+                for (i, r) in results.iter().enumerate() {
+                    let open = if first && i == 0 { "[\n" } else { ",\n" };
+                    write!(self.out, "{open}")?;
+                    serde_json::to_writer_pretty(&mut *self.out, r)?;
+                }
+            }
+            Output::Reports => {
+                let reports = report::reports(
+                    results,
+                    self.reports.api,
+                    self.reports.timestamp,
+                    self.reports.max_results,
+                );
+                for (i, report) in reports.iter().enumerate() {
+                    if i > 0 || !first {
+                        writeln!(self.out, "---")?;
+                    }
+                    write!(
+                        self.out,
+                        "{}",
+                        documents::to_yaml(&serde_json::to_value(report)?)?
+                    )?;
+                }
+                for r in results.iter().filter(|r| r.resource.namespace.is_empty()) {
+                    writeln!(
+                        self.err,
+                        "poolguard: {}: {} (in no report): {}",
+                        r.result.as_str(),
+                        object_name(&r.resource),
+                        r.message
+                    )?;
+                }
+                // Only results outside any namespace: the next report starts the output.
+                if reports.is_empty() {
+                    self.first = first;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the output. True when no result was `fail` or `error`.
+    pub fn finish(self) -> Result<bool> {
+        match self.output {
+            Output::Table if self.first => table(&[], true, self.out)?,
+            Output::Json if self.first => writeln!(self.out, "[]")?,
+            Output::Json => writeln!(self.out, "\n]")?,
+            _ => {}
+        }
+        Ok(self.clean)
+    }
 }
 
 /// Every `*.yaml`, `*.yml` and `*.json` file directly in `dir`, sorted (hidden files skipped).
@@ -195,7 +254,8 @@ fn object_name(resource: &Resource) -> String {
     }
 }
 
-fn table(results: &[AuditResult], out: &mut impl Write) -> Result<()> {
+/// Table rows for `results`, after the header when `header`.
+fn table(results: &[AuditResult], header_too: bool, out: &mut impl Write) -> Result<()> {
     let header = ["NAMESPACE", "OBJECT", "POLICY", "RESULT", "MESSAGE"];
     let rows: Vec<[String; 5]> = results
         .iter()
@@ -223,7 +283,9 @@ fn table(results: &[AuditResult], out: &mut impl Write) -> Result<()> {
         text.push_str(cells[4]);
         writeln!(out, "{}", text.trim_end())
     };
-    line(header, out)?;
+    if header_too {
+        line(header, out)?;
+    }
     for row in &rows {
         line(
             [

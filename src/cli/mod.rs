@@ -467,6 +467,11 @@ struct LimitArgs {
     /// [default: 32 MiB]
     #[arg(long, value_name = "BYTES")]
     body_budget_bytes: Option<usize>,
+    /// Bytes all requests' parsed reviews may take at once (estimated before parsing, up to
+    /// about 30 times a body's size); a request waits for its share until its deadline, then
+    /// gets 503 with Retry-After; at least 48 MiB (the most one review may take) [default: 64 MiB]
+    #[arg(long, value_name = "BYTES")]
+    parse_budget_bytes: Option<usize>,
     /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
     #[arg(long, value_name = "SECONDS")]
     body_timeout_seconds: Option<u64>,
@@ -499,6 +504,7 @@ impl LimitArgs {
         let limits = serve::Limits {
             max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
             body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            parse_budget_bytes: self.parse_budget_bytes.unwrap_or(d.parse_budget_bytes),
             body_timeout: self.body_timeout_seconds.map_or(d.body_timeout, secs),
             max_evaluations: self.max_evaluations.unwrap_or(d.max_evaluations),
             max_queued_evaluations: self
@@ -537,6 +543,13 @@ impl LimitArgs {
                 "--body-budget-bytes ({}) must be at least --max-body-bytes ({})",
                 limits.body_budget_bytes,
                 limits.max_body_bytes
+            );
+        }
+        if limits.parse_budget_bytes < poolguard_core::admission::MAX_PARSED_BYTES {
+            anyhow::bail!(
+                "--parse-budget-bytes ({}) must be at least {} (the most one review's parse may take)",
+                limits.parse_budget_bytes,
+                poolguard_core::admission::MAX_PARSED_BYTES
             );
         }
         Ok(limits)
@@ -714,12 +727,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One listing pass of the background audit against the cluster, without writing reports.
-fn cluster_audit(
+/// One listing pass of the background audit against the cluster, without writing reports: each
+/// namespace's results are printed as soon as they are in, then dropped.
+fn cluster_audit<O: std::io::Write, E: std::io::Write>(
     kubeconfig: Option<&std::path::Path>,
     namespace_selector: String,
     rules: poolguard_core::ruleset::RuleSet,
-) -> Result<Vec<poolguard_core::audit::AuditResult>> {
+    printer: &mut audit::Printer<'_, O, E>,
+) -> Result<()> {
+    use futures::StreamExt;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -732,8 +748,19 @@ fn cluster_audit(
             namespace_selector,
             page_size: 500,
         };
-        let scan = crate::audit::scan::scan(&client, &options, std::sync::Arc::new(rules)).await?;
-        Ok(scan.results)
+        let facts = crate::audit::scan::facts(&client, &options, &rules).await?;
+        let source = crate::audit::scan::ApiSource(&client);
+        let namespaces = crate::audit::scan::namespaces(
+            &source,
+            std::sync::Arc::new(facts),
+            std::sync::Arc::new(rules),
+            options.page_size,
+        );
+        let mut namespaces = std::pin::pin!(namespaces);
+        while let Some(namespace) = namespaces.next().await {
+            printer.results(&namespace?.results)?;
+        }
+        Ok(())
     })
 }
 
@@ -785,7 +812,16 @@ fn run(command: Command) -> Result<ExitCode> {
             let sources = args.rules.sources();
             let rules = sources.load()?;
             warn_missing_defaults(&sources, &rules);
-            let results = match (&args.manifests, &args.namespaces_file) {
+            let reports = audit::ReportOptions {
+                api: args.report_api.into(),
+                max_results: args.max_results_per_report,
+                timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
+            };
+            // Buffered: stdout is line-buffered, and pretty JSON of 40,000 results is 700,000 lines.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut err = std::io::stderr().lock();
+            let mut printer = audit::Printer::new(args.output, &reports, &mut out, &mut err);
+            match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
                     let nodes = match &args.nodes_file {
@@ -808,24 +844,16 @@ fn run(command: Command) -> Result<ExitCode> {
                         nodes: nodes.as_ref(),
                         pools: pools.as_ref(),
                     };
-                    audit::manifests(&inputs, &rules)?
+                    printer.results(&audit::manifests(&inputs, &rules)?)?;
                 }
-                _ => cluster_audit(args.kubeconfig.as_deref(), args.namespace_selector, rules)?,
+                _ => cluster_audit(
+                    args.kubeconfig.as_deref(),
+                    args.namespace_selector,
+                    rules,
+                    &mut printer,
+                )?,
             };
-            let reports = audit::ReportOptions {
-                api: args.report_api.into(),
-                max_results: args.max_results_per_report,
-                timestamp: crate::audit::schedule::timestamp(std::time::SystemTime::now()),
-            };
-            // Buffered: stdout is line-buffered, and pretty JSON of 40,000 results is 700,000 lines.
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let clean = audit::print(
-                &results,
-                args.output,
-                &reports,
-                &mut out,
-                &mut std::io::stderr().lock(),
-            )?;
+            let clean = printer.finish()?;
             std::io::Write::flush(&mut out).context("writing the results")?;
             Ok(if clean {
                 ExitCode::SUCCESS

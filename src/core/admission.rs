@@ -26,19 +26,45 @@ pub const MAX_DEPTH: usize = 64;
 /// take more than [`MAX_PARSED_BYTES`] or nest deeper than [`MAX_DEPTH`] is refused before any
 /// of it is built.
 pub fn parse_review(body: &[u8]) -> Result<Value, BadReview> {
-    let cost = parsed_cost(body, MAX_DEPTH)?;
-    if cost > MAX_PARSED_BYTES {
-        return Err(BadReview(format!(
-            "the AdmissionReview is too large once parsed: its {} bytes would take about {} MiB, at most {} MiB are accepted",
-            body.len(),
-            cost.div_ceil(1024 * 1024),
-            MAX_PARSED_BYTES / (1024 * 1024)
-        )));
+    Estimate::of(body)?.parse()
+}
+
+/// A body whose parsed size is estimated ([`parsed_cost`]) and within [`MAX_PARSED_BYTES`]:
+/// the server reserves [`Estimate::bytes`] of its parse budget, then [`Estimate::parse`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct Estimate<'a> {
+    body: &'a [u8],
+    bytes: usize,
+}
+
+impl<'a> Estimate<'a> {
+    /// The estimate of `body`, refused when over [`MAX_PARSED_BYTES`] or deeper than
+    /// [`MAX_DEPTH`].
+    pub fn of(body: &'a [u8]) -> Result<Estimate<'a>, BadReview> {
+        let bytes = parsed_cost(body, MAX_DEPTH)?;
+        if bytes > MAX_PARSED_BYTES {
+            return Err(BadReview(format!(
+                "the AdmissionReview is too large once parsed: its {} bytes would take about {} MiB, at most {} MiB are accepted",
+                body.len(),
+                bytes.div_ceil(1024 * 1024),
+                MAX_PARSED_BYTES / (1024 * 1024)
+            )));
+        }
+        Ok(Estimate { body, bytes })
     }
-    let review: Value = serde_json::from_slice(body)
-        .map_err(|e| BadReview(format!("the body is not valid JSON: {e}")))?;
-    check_review(&review)?;
-    Ok(review)
+
+    /// Bytes the parsed document may take (an over-estimate).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Parses and checks the review.
+    pub fn parse(self) -> Result<Value, BadReview> {
+        let review: Value = serde_json::from_slice(self.body)
+            .map_err(|e| BadReview(format!("the body is not valid JSON: {e}")))?;
+        check_review(&review)?;
+        Ok(review)
+    }
 }
 
 /// Bytes that parsing `body` into a [`Value`] may take, over-estimated, found in one pass over

@@ -167,6 +167,22 @@ impl Listed {
         }
     }
 
+    /// The API path that lists this resource in `namespace` (a DNS label, as the API server
+    /// names namespaces).
+    pub fn namespaced_path(&self, namespace: &str) -> String {
+        if self.group.is_empty() {
+            format!(
+                "/api/{}/namespaces/{namespace}/{}",
+                self.version, self.plural
+            )
+        } else {
+            format!(
+                "/apis/{}/{}/namespaces/{namespace}/{}",
+                self.group, self.version, self.plural
+            )
+        }
+    }
+
     /// The API path that lists this resource in every namespace.
     pub fn list_path(&self) -> String {
         if self.group.is_empty() {
@@ -507,6 +523,14 @@ mod tests {
         }
         assert_eq!(LISTED[0].list_path(), "/api/v1/pods");
         assert_eq!(LISTED[2].list_path(), "/apis/apps/v1/deployments");
+        assert_eq!(
+            LISTED[0].namespaced_path("team-a"),
+            "/api/v1/namespaces/team-a/pods"
+        );
+        assert_eq!(
+            LISTED[2].namespaced_path("team-a"),
+            "/apis/apps/v1/namespaces/team-a/deployments"
+        );
         assert_eq!(LISTED[7].api_version(), "batch/v1");
         // Every kind with a pod spec is listed.
         for (group, kind) in [

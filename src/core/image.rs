@@ -1,11 +1,14 @@
-//! Container image reference parsing, as the container runtime does it.
+//! Container image reference parsing, as containerd does it.
 //!
-//! containerd (CRI plugin) and CRI-O turn the `image:` string of a pod into a
-//! registry location with `ParseNormalizedNamed` from
-//! `github.com/distribution/reference` (v0.6.0), and validate digests with
-//! `github.com/opencontainers/go-digest` (v1.0.0). This module reproduces that
-//! behaviour with a hand-written, single-pass scanner: no regular expressions,
-//! no backtracking, no allocation beyond the result, no panics, no I/O, std only.
+//! containerd (CRI plugin) turns the `image:` string of a pod into a registry
+//! location with `ParseNormalizedNamed` from
+//! `github.com/distribution/reference` (v0.6.0), and validates digests with
+//! `github.com/opencontainers/go-digest` (v1.0.0). CRI-O differs for short
+//! names (no registry component): it tries the node's unqualified search
+//! registries (containers-registries.conf), which no admission webhook can see.
+//! This module reproduces containerd's behaviour with a hand-written,
+//! single-pass scanner: no regular expressions, no backtracking, no allocation
+//! beyond the result, no panics, no I/O, std only.
 //! Running time is linear in the length of the input.
 //!
 //! # Normalisation (what `ParseNormalizedNamed` does)

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod audit;
+pub mod audit_tally;
 pub mod config;
 pub mod documents;
 pub mod image;

@@ -14,7 +14,7 @@ use kube::Client;
 
 use super::store::{self, Change, Contents, Location, COMMANDS, CURRENT, PREVIOUS, STATE};
 use crate::server::metrics::Metrics;
-use poolguard_core::audit::AuditResult;
+use poolguard_core::audit_tally::Tally;
 use poolguard_core::rollout::observe::{self, ReplicaCounts};
 use poolguard_core::rollout::view::StoredVersion;
 use poolguard_core::rollout::{self, Change as Moved, Observations, RolloutState, Transition};
@@ -32,8 +32,8 @@ pub struct Controller {
     at: Location,
     recorder: Recorder,
     metrics: std::sync::Arc<Metrics>,
-    /// The last audit pass's results for policies under a rollout.
-    results: Vec<AuditResult>,
+    /// The last audit pass's result counts.
+    tally: Tally,
     /// The replicas' would-be denials as of the last step, per (policy, version, group): a step
     /// observes the ones counted since, so a group proves itself by a stretch of time without
     /// any (a new leader starts from what it first reads).
@@ -61,18 +61,14 @@ impl Controller {
             at,
             recorder,
             metrics,
-            results: Vec::new(),
+            tally: Tally::default(),
             would_deny_seen: WouldDeny::new(),
         }
     }
 
-    /// Keeps an audit pass's results for the policies under a rollout.
-    pub fn observe(&mut self, results: &[AuditResult], rules: &RuleSet) {
-        self.results = results
-            .iter()
-            .filter(|r| rules.config.rollout(&r.policy).is_some())
-            .cloned()
-            .collect();
+    /// Keeps an audit pass's result counts (the groups' objects and violations).
+    pub fn observe(&mut self, tally: &Tally) {
+        self.tally = tally.clone();
     }
 
     /// Steps every rollout once at `now` (Unix seconds) and writes the result.
@@ -93,7 +89,7 @@ impl Controller {
                 return Ok(());
             }
             let mut seen = self.would_deny_seen.clone();
-            let plan = plan(rules, &contents, &self.results, &mut seen, now);
+            let plan = plan(rules, &contents, &self.tally, &mut seen, now);
             if store::apply(&self.client, &self.at, &contents, &plan.changes).await? {
                 self.would_deny_seen = seen;
                 self.report(&plan.transitions).await;
@@ -167,7 +163,7 @@ struct Plan {
 fn plan(
     rules: &RuleSet,
     contents: &Contents,
-    results: &[AuditResult],
+    tally: &Tally,
     seen: &mut WouldDeny,
     now: i64,
 ) -> Plan {
@@ -199,7 +195,7 @@ fn plan(
         let version = rules.policies.version(name).to_string();
         let old = contents.state(name);
         let queued = contents.commands(name);
-        let mut groups = observe::observations(results, spec, name, &version, &counts);
+        let mut groups = observe::observed(tally, spec, name, &version, &counts);
         for (group, o) in groups.iter_mut() {
             let key = (name.clone(), version.clone(), group.clone());
             let total = o.would_deny;
@@ -308,7 +304,7 @@ mod tests {
         let mut contents = Contents::default();
         let mut seen = WouldDeny::new();
         // First step: a new rollout; its version stored, no previous one.
-        let step = plan(&v1, &contents, &[], &mut seen, 100);
+        let step = plan(&v1, &contents, &Tally::default(), &mut seen, 100);
         apply(&mut contents, step.changes);
         assert!(!step.transitions.is_empty());
         let current = contents.stored(CURRENT, "repos").unwrap();
@@ -317,19 +313,19 @@ mod tests {
         assert!(contents.stored(PREVIOUS, "repos").is_none());
         // Empty groups, minSuccessTime 0: the rollout finishes step by step.
         for now in 101..110 {
-            let step = plan(&v1, &contents, &[], &mut seen, now);
+            let step = plan(&v1, &contents, &Tally::default(), &mut seen, now);
             apply(&mut contents, step.changes);
         }
         assert_eq!(statuses(&contents), vec![GroupStatus::Succeeded; 2]);
         // A step that changes nothing still reports every state (the metrics show all of them).
-        let idle = plan(&v1, &contents, &[], &mut seen, 150);
+        let idle = plan(&v1, &contents, &Tally::default(), &mut seen, 150);
         assert!(idle.changes.is_empty());
         assert_eq!(idle.states.len(), 1);
         assert_eq!(idle.states[0].0, "repos");
 
         // A new version: it becomes current, the finished one previous, the rollout restarts.
         let v2 = rules("v2");
-        let step = plan(&v2, &contents, &[], &mut seen, 200);
+        let step = plan(&v2, &contents, &Tally::default(), &mut seen, 200);
         apply(&mut contents, step.changes);
         assert!(contents
             .stored(CURRENT, "repos")
@@ -350,13 +346,13 @@ mod tests {
             format!("{COMMANDS}repos"),
             "[{\"command\":\"pause\",\"at\":1}]".into(),
         );
-        let step = plan(&v2, &contents, &[], &mut seen, 201);
+        let step = plan(&v2, &contents, &Tally::default(), &mut seen, 201);
         apply(&mut contents, step.changes);
         assert!(contents.state("repos").unwrap().is_paused());
         assert!(!contents.data.contains_key(&format!("{COMMANDS}repos")));
         let mut without = v2.clone();
         without.config = Config::parse("policies:\n  repos:\n    parameters: {}\n", "t").unwrap();
-        let step = plan(&without, &contents, &[], &mut seen, 202);
+        let step = plan(&without, &contents, &Tally::default(), &mut seen, 202);
         apply(&mut contents, step.changes);
         assert!(
             contents
@@ -378,16 +374,16 @@ mod tests {
         let mut contents = Contents::default();
         let mut seen = WouldDeny::new();
         contents.data.insert("counts.a".into(), counts(5));
-        let step = plan(&rules, &contents, &[], &mut seen, 100);
+        let step = plan(&rules, &contents, &Tally::default(), &mut seen, 100);
         apply(&mut contents, step.changes);
         // The first reading is the baseline; 2 more since: the next step sees 2.
         contents.data.insert("counts.a".into(), counts(7));
-        let step = plan(&rules, &contents, &[], &mut seen, 101);
+        let step = plan(&rules, &contents, &Tally::default(), &mut seen, 101);
         apply(&mut contents, step.changes);
         let state = contents.state("repos").unwrap();
         assert_eq!(state.groups[0].failures, 2, "{state:?}");
         // Nothing new: no failures.
-        let step = plan(&rules, &contents, &[], &mut seen, 102);
+        let step = plan(&rules, &contents, &Tally::default(), &mut seen, 102);
         apply(&mut contents, step.changes);
         assert_eq!(contents.state("repos").unwrap().groups[0].failures, 0);
     }

@@ -31,6 +31,13 @@ pub enum Refusal {
         reserved: usize,
         budget: usize,
     },
+    /// The parse budget could not hold the review's parsed estimate before its deadline.
+    ParseOverBudget {
+        bytes: u64,
+        estimate: usize,
+        reserved: usize,
+        budget: usize,
+    },
     /// The client's stream failed (reset, malformed chunk).
     Broken(String),
 }
@@ -40,7 +47,9 @@ impl Refusal {
         match self {
             Refusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::TimedOut { .. } => StatusCode::REQUEST_TIMEOUT,
-            Refusal::OverBudget { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::OverBudget { .. } | Refusal::ParseOverBudget { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Refusal::Broken(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -48,7 +57,9 @@ impl Refusal {
     /// The body's size as far as known: declared or read so far.
     pub fn bytes(&self) -> Option<u64> {
         match self {
-            Refusal::TooLarge { bytes, .. } | Refusal::OverBudget { bytes, .. } => Some(*bytes),
+            Refusal::TooLarge { bytes, .. }
+            | Refusal::OverBudget { bytes, .. }
+            | Refusal::ParseOverBudget { bytes, .. } => Some(*bytes),
             Refusal::TimedOut { received, .. } => Some(*received as u64),
             Refusal::Broken(_) => None,
         }
@@ -59,7 +70,7 @@ impl Refusal {
         match self {
             Refusal::TooLarge { .. } => "too_large",
             Refusal::TimedOut { .. } => "body_timeout",
-            Refusal::OverBudget { .. } => "overloaded",
+            Refusal::OverBudget { .. } | Refusal::ParseOverBudget { .. } => "overloaded",
             Refusal::Broken(_) => "invalid",
         }
     }
@@ -84,6 +95,15 @@ impl fmt::Display for Refusal {
             } => write!(
                 f,
                 "overloaded: {bytes} more body bytes do not fit the {budget}-byte budget ({reserved} held by requests in flight); retry"
+            ),
+            Refusal::ParseOverBudget {
+                bytes,
+                estimate,
+                reserved,
+                budget,
+            } => write!(
+                f,
+                "overloaded: parsing this {bytes}-byte review takes about {estimate} bytes, which did not fit the {budget}-byte parse budget before the deadline ({reserved} held by requests in flight); retry"
             ),
             Refusal::Broken(e) => write!(f, "reading the request body failed: {e}"),
         }

@@ -19,8 +19,8 @@ use poolguard_core::ruleset::{Budget, RuleSet};
 use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 
-use super::body::{self, Refusal};
-use super::limits::NoSlot;
+use super::body::{self, Received, Refusal};
+use super::limits::{Gates, Limits, NoSlot};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
@@ -105,9 +105,31 @@ async fn handle(
     } else {
         None
     };
-    let parsed = admission::parse_review(&received.bytes);
-    let reservation = received.reservation;
-    drop(received.bytes);
+    // The parsed review's memory is reserved from the process-wide parse budget first, so that
+    // many large reviews at once cannot together take more than the budget.
+    let Received {
+        bytes,
+        mut reservation,
+    } = received;
+    let estimate = match admission::Estimate::of(&bytes) {
+        Ok(estimate) => estimate,
+        Err(e) => return refuse_malformed(&app, webhook, &e),
+    };
+    if !app
+        .gates
+        .reserve_parse(&mut reservation, estimate.bytes(), deadline)
+        .await
+    {
+        let refusal = Refusal::ParseOverBudget {
+            bytes: bytes.len() as u64,
+            estimate: estimate.bytes(),
+            reserved: app.gates.parse_bytes_reserved(),
+            budget: app.gates.limits().parse_budget_bytes,
+        };
+        return refuse_body(&app, webhook, &refusal, version, None).await;
+    }
+    let parsed = estimate.parse();
+    drop(bytes);
     // Shared with the blocking pool, which decides on it while `req` here borrows from it.
     let review = match parsed {
         Ok(review) => Arc::new(review),
@@ -226,7 +248,7 @@ async fn refuse_body(
         Refusal::TooLarge { .. } | Refusal::OverBudget { .. } => refusal
             .bytes()
             .is_some_and(|bytes| bytes <= 2 * limits.max_body_bytes as u64),
-        Refusal::TimedOut { .. } | Refusal::Broken(_) => false,
+        Refusal::TimedOut { .. } | Refusal::ParseOverBudget { .. } | Refusal::Broken(_) => false,
     };
     if version < Version::HTTP_2 && moderate {
         if let Some(rest) = unread {
@@ -235,7 +257,7 @@ async fn refuse_body(
         }
     }
     let mut response = body::answer(refusal.status(), format!("{refusal}\n"), version, unread);
-    if let Refusal::OverBudget { .. } = refusal {
+    if let Refusal::OverBudget { .. } | Refusal::ParseOverBudget { .. } = refusal {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -23,6 +23,13 @@ pub struct Limits {
     /// `Content-Length` (or, without one, each chunk as it arrives) before reading, and keeps the
     /// reservation until it is answered; past the budget the answer is 503 with `Retry-After`.
     pub body_budget_bytes: usize,
+    /// Bytes that all requests' parsed reviews together may take, as
+    /// `poolguard_core::admission::Estimate` estimates them (a review takes up to about 30
+    /// times its size once parsed). A request reserves its estimate before parsing, waiting at
+    /// most until its deadline, and keeps it until it is answered; when it cannot, the answer is
+    /// 503 with `Retry-After` and the API server applies the webhook's failure policy. At least
+    /// `admission::MAX_PARSED_BYTES`, so that every review accepted alone can be parsed.
+    pub parse_budget_bytes: usize,
     /// Time a request's body gets to arrive in full (408 after it).
     pub body_timeout: Duration,
     /// Policy evaluations (validating decisions) running at once. They are CPU-bound, so more
@@ -58,6 +65,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 24 * MIB,
             body_budget_bytes: 32 * MIB,
+            parse_budget_bytes: 64 * MIB,
             body_timeout: Duration::from_secs(10),
             max_evaluations: cpus,
             max_queued_evaluations: 64,
@@ -73,6 +81,7 @@ impl Default for Limits {
 pub struct Gates {
     limits: Limits,
     body_budget: Arc<Semaphore>,
+    parse_budget: Arc<Semaphore>,
     evaluations: Arc<Semaphore>,
     waiting: Arc<AtomicUsize>,
     connections: Arc<Semaphore>,
@@ -87,9 +96,11 @@ pub enum NoSlot {
     Deadline,
 }
 
-/// Bytes of the body budget held by one request; given back when dropped.
+/// Bytes of the body budget (and, once its parse is estimated, of the parse budget) held by one
+/// request; given back when dropped.
 pub struct Reservation {
     permit: Option<OwnedSemaphorePermit>,
+    parse: Option<OwnedSemaphorePermit>,
 }
 
 impl Reservation {
@@ -116,6 +127,7 @@ impl Gates {
         let permits = |n: usize| Arc::new(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS)));
         Gates {
             body_budget: permits(limits.body_budget_bytes),
+            parse_budget: permits(limits.parse_budget_bytes),
             evaluations: permits(limits.max_evaluations),
             waiting: Arc::new(AtomicUsize::new(0)),
             connections: permits(limits.max_connections),
@@ -129,7 +141,10 @@ impl Gates {
 
     /// An empty reservation, to [`Reservation::grow`] as chunks arrive.
     pub fn nothing_reserved(&self) -> Reservation {
-        Reservation { permit: None }
+        Reservation {
+            permit: None,
+            parse: None,
+        }
     }
 
     /// `bytes` of the body budget, if they are free now (no waiting: a request over budget is
@@ -142,7 +157,46 @@ impl Gates {
         let permit = self.body_budget.clone().try_acquire_many_owned(n).ok()?;
         Some(Reservation {
             permit: Some(permit),
+            parse: None,
         })
+    }
+
+    /// Adds `bytes` of the parse budget to `reservation`, waiting for them until `deadline` at
+    /// most (first come, first served). False when they did not come free in time, or are more
+    /// than the whole budget.
+    pub async fn reserve_parse(
+        &self,
+        reservation: &mut Reservation,
+        bytes: usize,
+        deadline: Instant,
+    ) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let Ok(n) = u32::try_from(bytes) else {
+            return false;
+        };
+        if bytes > self.limits.parse_budget_bytes {
+            return false;
+        }
+        let wanted = self.parse_budget.clone().acquire_many_owned(n);
+        match tokio::time::timeout_at(deadline, wanted).await {
+            Ok(Ok(permit)) => {
+                match &mut reservation.parse {
+                    Some(held) => held.merge(permit),
+                    held @ None => *held = Some(permit),
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Parse-budget bytes held by requests in flight.
+    pub fn parse_bytes_reserved(&self) -> usize {
+        self.limits
+            .parse_budget_bytes
+            .saturating_sub(self.parse_budget.available_permits())
     }
 
     /// Body bytes reserved by requests in flight.
@@ -233,6 +287,34 @@ mod tests {
         drop((b, c));
         assert_eq!(gates.body_bytes_reserved(), 0);
         assert!(gates.try_reserve(usize::MAX).is_none());
+    }
+
+    #[tokio::test]
+    async fn the_parse_budget_is_shared_waited_for_until_the_deadline_and_given_back() {
+        let gates = Gates::new(Limits {
+            parse_budget_bytes: 100,
+            ..small()
+        });
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let mut a = gates.nothing_reserved();
+        assert!(gates.reserve_parse(&mut a, 70, soon()).await);
+        assert_eq!(gates.parse_bytes_reserved(), 70);
+        // Another request's estimate does not fit beside it: refused at its deadline.
+        let mut b = gates.nothing_reserved();
+        assert!(!gates.reserve_parse(&mut b, 40, soon()).await);
+        assert_eq!(gates.parse_bytes_reserved(), 70);
+        // More than the whole budget is refused at once, not waited for.
+        let far = Instant::now() + Duration::from_secs(30);
+        assert!(!gates.reserve_parse(&mut b, 101, far).await);
+        // Waiting, it gets the bytes as soon as the first request is answered.
+        let (got, ()) = tokio::join!(gates.reserve_parse(&mut b, 40, far), async {
+            tokio::task::yield_now().await;
+            drop(a);
+        });
+        assert!(got);
+        assert_eq!(gates.parse_bytes_reserved(), 40);
+        drop(b);
+        assert_eq!(gates.parse_bytes_reserved(), 0);
     }
 
     #[tokio::test]

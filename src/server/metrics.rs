@@ -8,7 +8,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use poolguard_core::audit::AuditResult;
+use poolguard_core::audit_tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -339,19 +339,19 @@ impl Metrics {
     /// Records a finished audit pass: its results and objects replace the last pass's.
     pub fn audit_pass(
         &self,
-        results: &[AuditResult],
+        tally: &Tally,
         objects: &[(&str, usize)],
         seconds: f64,
         finished_unix: i64,
     ) {
         self.audit_results.clear();
-        for r in results {
+        for ((policy, result), count) in &tally.by_policy {
             self.audit_results
                 .get_or_create(&AuditResultLabels {
-                    policy: r.policy.clone(),
-                    result: r.result.as_str().to_string(),
+                    policy: policy.clone(),
+                    result: result.to_string(),
                 })
-                .inc();
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
         }
         self.audit_objects.clear();
         for (kind, count) in objects {
@@ -447,6 +447,7 @@ mod tests {
     #[test]
     fn an_audit_pass_replaces_the_last_ones_results() {
         use poolguard_core::audit::{AuditResult, Resource, Severity, Verdict};
+        use poolguard_core::audit_tally::Tally;
         let result = |policy: &str, verdict| AuditResult {
             resource: Resource::default(),
             policy: policy.to_string(),
@@ -462,7 +463,7 @@ mod tests {
             result("placement", Verdict::Fail),
             result("repos", Verdict::Pass),
         ];
-        m.audit_pass(&first, &[("Pod", 2)], 1.5, 1_700_000_000);
+        m.audit_pass(&Tally::of(&first), &[("Pod", 2)], 1.5, 1_700_000_000);
         let text = m.encode();
         assert!(
             text.contains(r#"poolguard_audit_results{policy="placement",result="fail"} 2"#),
@@ -477,7 +478,7 @@ mod tests {
             "{text}"
         );
         m.audit_pass(
-            &[result("repos", Verdict::Pass)],
+            &Tally::of(&[result("repos", Verdict::Pass)]),
             &[("Pod", 1)],
             0.5,
             1_700_000_600,

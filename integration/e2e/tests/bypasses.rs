@@ -263,14 +263,17 @@ async fn large_storable_objects_are_decided() {
 
 /// A pod poolguard cannot read (here: an image ID, which it refuses at creation) that exists all
 /// the same, created while its namespace had no pool and so was not checked: an ephemeral
-/// container with a foreign image added to it is refused. The old object's error does not make
-/// the new one's "nothing new": the new object is judged on its own.
+/// container with a foreign image added to it is refused, and so is an UPDATE that swaps its
+/// image for a foreign one. The old object's error does not make the new one's "nothing new":
+/// the new object is judged on its own.
 #[tokio::test]
 async fn unreadable_pods_get_no_foreign_ephemeral_containers() {
     run("unreadable_pods_get_no_foreign_ephemeral_containers", |env| async move {
         let ns = env.namespace("unread", None).await?;
         let image_id = format!("sha256:{}", "a".repeat(64));
-        let mut pod = serde_json::to_value(env.pod("unread", &image_id, None)?)?;
+        // With its pool's selector already, so that after the relabel only its images are wrong.
+        let selector = [(env.selector_key.as_str(), env.pool1())];
+        let mut pod = serde_json::to_value(env.pod("unread", &image_id, Some(&selector))?)?;
         pod["spec"]["containers"][0]["name"] = json!("main");
         let created = env.create_pod(&ns, &from_json(pod)?).await;
         // Where the validating webhook covers namespaces without a pool too (the chart's default:
@@ -292,6 +295,15 @@ async fn unreadable_pods_get_no_foreign_ephemeral_containers() {
             .patch_subresource("ephemeralcontainers", "unread", &PatchParams::default(), &Patch::Strategic(debug))
             .await;
         expect_refused("foreign ephemeral container on an unreadable pod", result, 400, &["image ID"])?;
+        // The main resource too: a pod's container images may be changed by UPDATE. The old
+        // object cannot be read, so the new one is judged on its own and its foreign image found.
+        env.say("check: swapping the unreadable pod's image for one from a registry that is not allowed is refused");
+        let swap = json!({"spec": {"containers": [{"name": "main", "image": env.denied_image}]}});
+        let result = env
+            .pods(&ns)
+            .patch("unread", &PatchParams::default(), &Patch::Strategic(swap))
+            .await;
+        expect_refused("foreign image swapped into an unreadable pod", result, 403, &["allowedrepositories"])?;
         Ok(())
     })
     .await;

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::machine::GroupObservation;
-use crate::audit::{AuditResult, Verdict, POLICY_VERSION, ROLLOUT_GROUP};
+use crate::audit::AuditResult;
+use crate::audit_tally::Tally;
 use crate::config::rollout::RolloutSpec;
 
 /// What one replica counted at admission for one policy version and group.
@@ -38,23 +39,26 @@ pub fn observations(
     version: &str,
     replicas: &[ReplicaCounts],
 ) -> BTreeMap<String, GroupObservation> {
+    observed(&Tally::of(results), spec, policy, version, replicas)
+}
+
+/// [`observations`] from a pass's [`Tally`] (what the background audit keeps of its results).
+pub fn observed(
+    tally: &Tally,
+    spec: &RolloutSpec,
+    policy: &str,
+    version: &str,
+    replicas: &[ReplicaCounts],
+) -> BTreeMap<String, GroupObservation> {
     let mut groups: BTreeMap<String, GroupObservation> = spec
         .groups
         .iter()
         .map(|g| (g.name.clone(), GroupObservation::default()))
         .collect();
-    for r in results.iter().filter(|r| r.policy == policy) {
-        let Some(group) = r
-            .properties
-            .get(ROLLOUT_GROUP)
-            .and_then(|g| groups.get_mut(g))
-        else {
-            continue;
-        };
-        group.objects += 1;
-        let this_version = r.properties.get(POLICY_VERSION).map(String::as_str) == Some(version);
-        if this_version && matches!(r.result, Verdict::Fail | Verdict::Error) {
-            group.violations += 1;
+    for (name, group) in groups.iter_mut() {
+        if let Some(t) = tally.groups.get(&(policy.to_string(), name.clone())) {
+            group.objects += t.objects;
+            group.violations += t.violations.get(version).copied().unwrap_or(0);
         }
     }
     for counts in replicas {
@@ -74,7 +78,7 @@ pub fn observations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{Resource, Severity};
+    use crate::audit::{Resource, Severity, Verdict, POLICY_VERSION, ROLLOUT_GROUP};
 
     fn spec() -> RolloutSpec {
         crate::config::Config::parse(
