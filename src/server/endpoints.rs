@@ -20,7 +20,7 @@ use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 
 use super::body::{self, Received, Refusal};
-use super::limits::{Gates, Limits, NoSlot};
+use super::limits::NoSlot;
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };

@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::image_cel::{self, literal};
 use super::{metadata, selectors, workloads, Native, Options, Skipped, API_VERSION};
-use crate::config::{Config, Enforcement};
 use crate::config::dependencies::Compliance;
+use crate::config::{Config, Enforcement};
 use crate::policy::template;
 use crate::ruleset::RuleSet;
 
