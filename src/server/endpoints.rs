@@ -51,6 +51,14 @@ impl ServerState {
         deadline: Duration,
         limits: Limits,
     ) -> ServerState {
+        let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // As many as the gates allow (at least one slot).
+        metrics
+            .evaluation_slots
+            .set(clamp(limits.max_evaluations.max(1)));
+        metrics
+            .evaluation_queue_capacity
+            .set(clamp(limits.max_queued_evaluations));
         ServerState {
             rules: ArcSwap::from_pointee(rules),
             namespaces,
@@ -180,13 +188,20 @@ async fn handle(
             Ok(labels) => {
                 namespace_found = labels.is_some();
                 match slot {
-                    Some(Err(why)) => unevaluated(
-                        webhook,
-                        &req,
-                        labels.as_ref(),
-                        &rules,
-                        &busy(why, app.deadline),
-                    ),
+                    Some(Err(why)) => {
+                        let reason = match why {
+                            NoSlot::Deadline => "deadline",
+                            NoSlot::QueueFull { .. } => "queue_full",
+                        };
+                        app.metrics.unfinished(webhook.as_str(), reason);
+                        unevaluated(
+                            webhook,
+                            &req,
+                            labels.as_ref(),
+                            &rules,
+                            &busy(why, app.deadline),
+                        )
+                    }
                     // Policies run on the blocking pool, so that a slow one holds up no other
                     // request and the deadline can answer for it. The evaluation keeps its slot and
                     // the body's reservation until its work stops, which the deadline also bounds
@@ -211,17 +226,25 @@ async fn handle(
                             )
                         });
                         match tokio::time::timeout_at(deadline, task).await {
-                            Ok(Ok(decision)) => decision,
+                            Ok(Ok((decision, Late(late)))) => {
+                                if late {
+                                    app.metrics.unfinished(webhook.as_str(), "deadline");
+                                }
+                                decision
+                            }
                             Ok(Err(e)) => {
                                 Decision::deny(500, format!("internal error while deciding: {e}"))
                             }
-                            Err(_) => unevaluated(
-                                webhook,
-                                &req,
-                                labels.as_ref(),
-                                &rules,
-                                &late(app.deadline),
-                            ),
+                            Err(_) => {
+                                app.metrics.unfinished(webhook.as_str(), "deadline");
+                                unevaluated(
+                                    webhook,
+                                    &req,
+                                    labels.as_ref(),
+                                    &rules,
+                                    &late(app.deadline),
+                                )
+                            }
                         }
                     }
                     // Placement alone is decided right here; a thread hand-off would cost more
@@ -301,7 +324,8 @@ fn refuse_malformed(
 /// there (it was checked before, so the error arm is not expected). Each policy's time limit is
 /// cut to its share of the time left before `deadline`, so that the work stops about when the
 /// answer is given, not when the configured limits run out; work cut short that ends past the
-/// deadline is answered as the deadline answers (the handler may have already).
+/// deadline is answered as the deadline answers (the handler may have already), and says so
+/// (`Late`: the handler counts it, unless it answered first).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
@@ -309,13 +333,17 @@ fn decide_review(
     rules: &RuleSet,
     deadline: Instant,
     budget: Duration,
-) -> Decision {
+) -> (Decision, Late) {
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
-        Err(e) => return Decision::deny(400, e.0),
+        Err(e) => return (Decision::deny(400, e.0), Late(false)),
+    };
+    let late_answer = |scope: Scope| {
+        let decision = unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        (decision, Late(true))
     };
     if Instant::now() >= deadline {
-        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        return late_answer(scope);
     }
     let runs = webhook.policy_count(rules);
     let cut = within_deadline(&rules.config, runs, req.operation, deadline);
@@ -329,10 +357,13 @@ fn decide_review(
         &rules.placement,
     );
     if cut.is_some() && Instant::now() >= deadline {
-        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        return late_answer(scope);
     }
-    decision
+    (decision, Late(false))
 }
+
+/// Whether a decision is the deadline's answer (the policies were not evaluated in time).
+struct Late(bool);
 
 /// The config with `evaluation.timeoutMillis` lowered to what each policy evaluation may take
 /// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
