@@ -175,6 +175,7 @@ async fn handle(
     let mut namespace_found = false;
     let decision = match slot {
         Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(&req) => {
+            count_no_slot(&app.metrics, webhook, &why);
             on_error(&rules, &busy(why, app.deadline))
         }
         slot => match lookup(&app, &subject.namespace).await {
@@ -189,11 +190,7 @@ async fn handle(
                 namespace_found = labels.is_some();
                 match slot {
                     Some(Err(why)) => {
-                        let reason = match why {
-                            NoSlot::Deadline => "deadline",
-                            NoSlot::QueueFull { .. } => "queue_full",
-                        };
-                        app.metrics.unfinished(webhook.as_str(), reason);
+                        count_no_slot(&app.metrics, webhook, &why);
                         unevaluated(
                             webhook,
                             &req,
@@ -399,6 +396,15 @@ async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, St
 fn late(deadline: Duration) -> String {
     let ms = deadline.as_millis();
     format!("poolguard did not decide within the {ms} ms deadline")
+}
+
+/// Counts a request left to `evaluation.onError` for want of an evaluation slot.
+fn count_no_slot(metrics: &Metrics, webhook: Webhook, why: &NoSlot) {
+    let reason = match why {
+        NoSlot::Deadline => "deadline",
+        NoSlot::QueueFull { .. } => "queue_full",
+    };
+    metrics.unfinished(webhook.as_str(), reason);
 }
 
 /// Why a request got no evaluation slot.
