@@ -21,7 +21,7 @@ if ((EUID != 0)); then
     lack "root (step 5 runs a real node: kubelet, containerd, runc, nftables)" "run the suite as root (sudo bash integration/run-tests.sh)"
 fi
 command -v cargo >/dev/null || lack "cargo" "install Rust with rustup (stable)"
-command -v go >/dev/null || lack "go (builds the control plane, kubelet, containerd, CNI and helm)" "install Go (a release recent enough for the pinned Kubernetes modules)"
+command -v go >/dev/null || lack "go (builds the control plane, kubelet, containerd, CNI, helm and promtool)" "install Go (a release recent enough for the pinned Kubernetes modules)"
 if command -v rustup >/dev/null; then
     rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl ||
         lack "the Rust musl target (poolguard's image)" "rustup target add x86_64-unknown-linux-musl"

@@ -8,7 +8,10 @@
 #      server on 127.0.0.1:8443 and :9090), and a short run of every fuzz target
 #      (integration/fuzz/smoke.sh, FUZZ_SECONDS each, default 20);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
-#      (a real helm, built from its Go module when none is installed);
+#      (a real helm, built from its Go module when none is installed); the alerting rules
+#      (`promtool test rules`, promtool built from the Prometheus Go module) and `promtool check
+#      metrics` over a real /metrics scrape, and the Grafana dashboard's metrics
+#      (integration/monitoring/test.sh);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
 #   5. poolguard's own image on a real node (kubelet, containerd, runc, CNI, kube-proxy), installed
 #      with the chart by helm: the e2e suites through the Service and operations under load
@@ -42,6 +45,8 @@ if [[ -n ${CI:-} ]]; then rm -rf target/fuzz-build; fi
 step "helm chart"
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
+step "alerts and dashboard (integration/monitoring/test.sh)"
+bash integration/monitoring/test.sh
 step "end to end"
 bash integration/e2e.sh
 step "poolguard's image on a real node, installed with the chart (integration/node/test.sh)"

@@ -621,6 +621,16 @@ async fn without_a_free_evaluation_slot_the_failure_behaviour_applies() {
             text.contains("did not decide within the 1500 ms deadline"),
             "{text}"
         );
+        // Both left to onError are counted, each with its reason; the capacities are shown.
+        let metrics = app.metrics.encode();
+        for line in [
+            r#"poolguard_evaluations_unfinished_total{webhook="validate",reason="queue_full"} 1"#,
+            r#"poolguard_evaluations_unfinished_total{webhook="validate",reason="deadline"} 1"#,
+            "poolguard_evaluation_slots 1",
+            "poolguard_evaluation_queue_capacity 0",
+        ] {
+            assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+        }
     }
 }
 

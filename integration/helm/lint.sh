@@ -72,6 +72,10 @@ cases=(
     "provided|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-string certificates.caBundle=$(printf '%s' "$ca_pem" | base64 -w0)"
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
     "servicemonitor|--set serviceMonitor.enabled=true --set serviceMonitor.labels.release=prometheus"
+    # The alerting rules as a PrometheusRule: only where the cluster serves monitoring.coreos.com/v1.
+    "prometheusrule|--api-versions monitoring.coreos.com/v1/PrometheusRule --set serviceMonitor.enabled=true --set prometheusRule.job=pg-metrics --set prometheusRule.labels.release=prometheus"
+    "prometheusrule-off|--api-versions monitoring.coreos.com/v1/PrometheusRule --set prometheusRule.enabled=false"
+    "grafana-dashboard|--set grafanaDashboard.enabled=true --set grafanaDashboard.namespace=monitoring"
     "policies|-f ${chart}/ci/policies-values.yaml"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
@@ -93,8 +97,13 @@ failures=0
 passed=0
 lint() {
     local name="$1"; shift
-    local output
-    if output="$("$helm" lint --strict "$chart" --namespace "$namespace" "$@" 2>&1)"; then
+    local output args=()
+    # helm lint has no --api-versions (it lints as for a cluster without extra APIs).
+    while (($#)); do
+        if [[ "$1" == --api-versions ]]; then shift 2; continue; fi
+        args+=("$1"); shift
+    done
+    if output="$("$helm" lint --strict "$chart" --namespace "$namespace" ${args[@]+"${args[@]}"} 2>&1)"; then
         log "lint ${name}: ok"
         passed=$((passed + 1))
     else
@@ -832,6 +841,62 @@ if output="$("$poolguard" eval --namespaces-file integration/helm/testdata/place
 else
     printf '%s\n' "$output" >&2
     log "poolguard chooses pools with the placement case: FAILED (want plain -> general, trainer -> gpu)"
+    failures=$((failures + 1))
+fi
+
+# The PrometheusRule: absent without the monitoring.coreos.com/v1 API (every other case) or when
+# turned off; with the API, the chart's rules file itself (one source), with prometheusRule.job
+# in up's selector, and the ServiceMonitor names its job after the chart (what the rules select).
+# The Grafana dashboard ConfigMap likewise holds the dashboard file, only when enabled.
+if python3 - "$out" "$chart" "${cases[@]%%|*}" <<'PY'; then
+import json, sys, yaml
+out, chart, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+errors = []
+rules_text = open(f"{chart}/files/alerts.rules.yaml").read()
+for name in names:
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    rules = [d for d in docs if d.get("kind") == "PrometheusRule"]
+    if name != "prometheusrule":
+        if rules:
+            errors.append(f"{name}: a PrometheusRule is rendered ({'prometheusRule.enabled=false' if name == 'prometheusrule-off' else 'no monitoring.coreos.com/v1 API'})")
+        continue
+    if len(rules) != 1:
+        errors.append(f"{name}: {len(rules)} PrometheusRules, want 1")
+        continue
+    rule = rules[0]
+    want = yaml.safe_load(rules_text.replace('job="poolguard"', 'job="pg-metrics"'))
+    if rule["spec"] != want:
+        errors.append(f"{name}: the PrometheusRule's spec is not {chart}/files/alerts.rules.yaml with job=\"pg-metrics\"")
+    if rule["apiVersion"] != "monitoring.coreos.com/v1" or rule["metadata"]["labels"].get("release") != "prometheus":
+        errors.append(f"{name}: apiVersion {rule['apiVersion']}, labels {rule['metadata']['labels']}")
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
+    if not monitors or monitors[0]["spec"].get("jobLabel") != "app.kubernetes.io/name":
+        errors.append(f"{name}: the ServiceMonitor does not name its job by app.kubernetes.io/name")
+    print(f"[helm-lint] prometheusrule: {len(alerts)} alerts: {', '.join(alerts)}", file=sys.stderr)
+# The dashboard ConfigMap: only when asked for, the dashboard file itself, with the sidecar's label.
+dashboard_text = open(f"{chart}/files/grafana-dashboard.json").read()
+for name in names:
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    maps = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"].endswith("-grafana-dashboard")]
+    if name != "grafana-dashboard":
+        if maps:
+            errors.append(f"{name}: a Grafana dashboard ConfigMap although grafanaDashboard.enabled is false")
+        continue
+    if len(maps) != 1:
+        errors.append(f"{name}: {len(maps)} dashboard ConfigMaps, want 1")
+        continue
+    cm = maps[0]
+    if json.loads(cm["data"]["poolguard.json"]) != json.loads(dashboard_text):
+        errors.append(f"{name}: the ConfigMap's poolguard.json is not {chart}/files/grafana-dashboard.json")
+    if cm["metadata"]["labels"].get("grafana_dashboard") != "1" or cm["metadata"]["namespace"] != "monitoring":
+        errors.append(f"{name}: labels {cm['metadata']['labels']}, namespace {cm['metadata']['namespace']}")
+for e in errors:
+    print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    passed=$((passed + 1))
+else
     failures=$((failures + 1))
 fi
 

@@ -102,6 +102,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    metrics
+        .audit_interval_seconds
+        .set(i64::try_from(settings.interval.as_secs()).unwrap_or(i64::MAX));
     let mut retry = Duration::from_secs(1);
     let leadership = loop {
         match leader::compete(client.clone(), &settings.lease).await {

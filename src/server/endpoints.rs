@@ -152,6 +152,7 @@ async fn handle(
     let mut namespace_found = false;
     let decision = match slot {
         Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(&req) => {
+            count_no_slot(&app.metrics, webhook, &why);
             on_error(&rules, &busy(why, app.deadline))
         }
         slot => match lookup(&app, &subject.namespace).await {
@@ -165,13 +166,16 @@ async fn handle(
             Ok(labels) => {
                 namespace_found = labels.is_some();
                 match slot {
-                    Some(Err(why)) => unevaluated(
-                        webhook,
-                        &req,
-                        labels.as_ref(),
-                        &rules,
-                        &busy(why, app.deadline),
-                    ),
+                    Some(Err(why)) => {
+                        count_no_slot(&app.metrics, webhook, &why);
+                        unevaluated(
+                            webhook,
+                            &req,
+                            labels.as_ref(),
+                            &rules,
+                            &busy(why, app.deadline),
+                        )
+                    }
                     // Policies run on the blocking pool, so that a slow one holds up no other
                     // request and the deadline can answer for it. The evaluation keeps its slot and
                     // the body's reservation until its work stops, which the deadline also bounds
@@ -196,17 +200,25 @@ async fn handle(
                             )
                         });
                         match tokio::time::timeout_at(deadline, task).await {
-                            Ok(Ok(decision)) => decision,
+                            Ok(Ok((decision, Late(late)))) => {
+                                if late {
+                                    app.metrics.unfinished(webhook.as_str(), "deadline");
+                                }
+                                decision
+                            }
                             Ok(Err(e)) => {
                                 Decision::deny(500, format!("internal error while deciding: {e}"))
                             }
-                            Err(_) => unevaluated(
-                                webhook,
-                                &req,
-                                labels.as_ref(),
-                                &rules,
-                                &late(app.deadline),
-                            ),
+                            Err(_) => {
+                                app.metrics.unfinished(webhook.as_str(), "deadline");
+                                unevaluated(
+                                    webhook,
+                                    &req,
+                                    labels.as_ref(),
+                                    &rules,
+                                    &late(app.deadline),
+                                )
+                            }
                         }
                     }
                     // Placement alone is decided right here; a thread hand-off would cost more
@@ -284,7 +296,8 @@ fn refuse_malformed(
 /// there (it was checked before, so the error arm is not expected). Each policy's time limit is
 /// cut to its share of the time left before `deadline`, so that the work stops about when the
 /// answer is given, not when the configured limits run out; work cut short that ends past the
-/// deadline is answered as the deadline answers (the handler may have already).
+/// deadline is answered as the deadline answers (the handler may have already), and says so
+/// (`Late`: the handler counts it, unless it answered first).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
@@ -292,22 +305,29 @@ fn decide_review(
     rules: &RuleSet,
     deadline: Instant,
     budget: Duration,
-) -> Decision {
+) -> (Decision, Late) {
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
-        Err(e) => return Decision::deny(400, e.0),
+        Err(e) => return (Decision::deny(400, e.0), Late(false)),
+    };
+    let late_answer = |scope: Scope| {
+        let decision = unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        (decision, Late(true))
     };
     if Instant::now() >= deadline {
-        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        return late_answer(scope);
     }
     let runs = webhook.policy_count(rules);
     let cut = within_deadline(&rules.config, runs, req.operation, deadline);
     let decision = rules.decide(webhook, &req, scope, cut.unwrap_or(Budget::FULL));
     if cut.is_some() && Instant::now() >= deadline {
-        return unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        return late_answer(scope);
     }
-    decision
+    (decision, Late(false))
 }
+
+/// Whether a decision is the deadline's answer (the policies were not evaluated in time).
+struct Late(bool);
 
 /// The budget that lowers `evaluation.timeoutMillis` to what each policy evaluation may take
 /// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
@@ -340,6 +360,15 @@ async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, St
 fn late(deadline: Duration) -> String {
     let ms = deadline.as_millis();
     format!("poolguard did not decide within the {ms} ms deadline")
+}
+
+/// Counts a request left to `evaluation.onError` for want of an evaluation slot.
+fn count_no_slot(metrics: &Metrics, webhook: Webhook, why: &NoSlot) {
+    let reason = match why {
+        NoSlot::Deadline => "deadline",
+        NoSlot::QueueFull { .. } => "queue_full",
+    };
+    metrics.unfinished(webhook.as_str(), reason);
 }
 
 /// Why a request got no evaluation slot.

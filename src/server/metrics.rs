@@ -1,6 +1,6 @@
 //! The Prometheus metrics poolguard publishes on the operations port.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -95,6 +95,13 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnfinishedLabels {
+    pub webhook: String,
+    /// deadline (no slot, or the evaluation not done, by the request deadline) | queue_full
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RolloutGroupLabels {
     pub policy: String,
     pub group: String,
@@ -115,6 +122,22 @@ pub struct RolloutTransitionLabels {
     pub to: String,
 }
 
+/// A family of labelled metrics that the scrape declares (`# HELP`, `# TYPE`) before its first
+/// sample too, so that Prometheus, its rules and dashboards know every metric poolguard exports
+/// from the first scrape on (`prometheus_client` leaves an empty family out).
+#[derive(Debug)]
+struct Declared<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+}
+
 /// Every metric, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -126,6 +149,15 @@ pub struct Metrics {
     pub namespace_cache_size: Gauge,
     pub evaluations_running: Gauge,
     pub evaluations_waiting: Gauge,
+    /// Evaluation slots (`--max-evaluations`), set once at start.
+    pub evaluation_slots: Gauge,
+    /// Waiting places for a slot (`--max-queued-evaluations`), set once at start.
+    pub evaluation_queue_capacity: Gauge,
+    pub evaluations_unfinished: Family<UnfinishedLabels, Counter>,
+    /// The serving certificate's notAfter (Unix time), set whenever one is loaded.
+    pub certificate_expiry: Gauge,
+    /// 1 while /readyz answers 200, else 0 (set at each scrape).
+    pub ready: Gauge,
     pub body_bytes_reserved: Gauge,
     pub connections: Gauge,
     pub connections_evicted: Counter,
@@ -139,6 +171,10 @@ pub struct Metrics {
     pub audit_duration_seconds: Gauge<f64, AtomicU64>,
     pub audit_last_success: Gauge,
     pub audit_leader: Gauge,
+    /// `--audit-interval` in seconds, set when the audit starts (0 while it is off).
+    pub audit_interval_seconds: Gauge,
+    /// What each memo may hold (`evaluation.resultCacheMiB`), set at each scrape.
+    pub memo_capacity_bytes: Family<MemoLabels, Gauge>,
     pub rollout_status: Family<RolloutStatusLabels, Gauge>,
     pub rollout_failures: Family<RolloutGroupLabels, Gauge>,
     pub rollout_transitions: Family<RolloutTransitionLabels, Counter>,
@@ -157,7 +193,7 @@ impl Metrics {
         registry.register(
             "admission_requests",
             "Admission requests answered, by webhook, operation, kind and decision",
-            requests.clone(),
+            Declared(requests.clone()),
         );
         let latency = Family::<WebhookLabels, Histogram>::new_with_constructor(|| {
             // 50 µs .. ~3.3 s
@@ -168,25 +204,25 @@ impl Metrics {
         registry.register(
             "admission_request_duration_seconds",
             "Time from request body received to response ready",
-            latency.clone(),
+            Declared(latency.clone()),
         );
         let policy_evaluations = Family::<PolicyLabels, Counter>::default();
         registry.register(
             "policy_evaluations",
             "Policy evaluations by policy, enforcement action and result",
-            policy_evaluations.clone(),
+            Declared(policy_evaluations.clone()),
         );
         let infringements = Family::<InfringementLabels, Counter>::default();
         registry.register(
             "policy_infringements",
             "Infringement messages by policy and enforcement action",
-            infringements.clone(),
+            Declared(infringements.clone()),
         );
         let reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "reloads",
             "Reloads of TLS files, config and policies, by result",
-            reloads.clone(),
+            Declared(reloads.clone()),
         );
         let namespace_cache_size = Gauge::default();
         registry.register(
@@ -209,6 +245,32 @@ impl Metrics {
             "evaluations_waiting",
             "Validating requests waiting for an evaluation slot",
         );
+        let evaluation_slots = gauge(
+            &mut registry,
+            "evaluation_slots",
+            "Policy evaluations that may run at once (--max-evaluations)",
+        );
+        let evaluation_queue_capacity = gauge(
+            &mut registry,
+            "evaluation_queue_capacity",
+            "Validating requests that may wait for an evaluation slot (--max-queued-evaluations)",
+        );
+        let evaluations_unfinished = Family::<UnfinishedLabels, Counter>::default();
+        registry.register(
+            "evaluations_unfinished",
+            "Requests whose policies were not evaluated in time (no slot by the deadline, the evaluation not done by it, or the queue full): evaluation.onError decided",
+            Declared(evaluations_unfinished.clone()),
+        );
+        let certificate_expiry = gauge(
+            &mut registry,
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (its notAfter, Unix time)",
+        );
+        let ready = gauge(
+            &mut registry,
+            "ready",
+            "1 while this replica is ready (/readyz answers 200), else 0",
+        );
         let body_bytes_reserved = gauge(
             &mut registry,
             "request_body_bytes_reserved",
@@ -229,17 +291,17 @@ impl Metrics {
         registry.register(
             "audit_results",
             "Results of the last audit pass, by policy (or placement) and result",
-            audit_results.clone(),
+            Declared(audit_results.clone()),
         );
         let audit_objects = Family::<KindLabels, Gauge>::default();
         registry.register(
             "audit_objects",
             "Objects the last audit pass listed, by kind",
-            audit_objects.clone(),
+            Declared(audit_objects.clone()),
         );
         let memo_family = |registry: &mut Registry, name: &str, help: &str| {
             let family = Family::<MemoLabels, Gauge>::default();
-            registry.register(name, help, family.clone());
+            registry.register(name, help, Declared(family.clone()));
             family
         };
         let memo_hits = memo_family(
@@ -257,11 +319,16 @@ impl Metrics {
             "result_memo_bytes",
             "Bytes held by remembered results (as counted against evaluation.resultCacheMiB)",
         );
+        let memo_capacity_bytes = memo_family(
+            &mut registry,
+            "result_memo_capacity_bytes",
+            "Bytes each memo may hold (evaluation.resultCacheMiB)",
+        );
         let audit_runs = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "audit_runs",
             "Audit passes by this replica, by result",
-            audit_runs.clone(),
+            Declared(audit_runs.clone()),
         );
         let audit_duration_seconds = Gauge::<f64, AtomicU64>::default();
         registry.register(
@@ -279,23 +346,28 @@ impl Metrics {
             "audit_leader",
             "1 while this replica holds the audit lease, else 0",
         );
+        let audit_interval_seconds = gauge(
+            &mut registry,
+            "audit_interval_seconds",
+            "Time between two audit passes (--audit-interval); 0 while the audit is off",
+        );
         let rollout_status = Family::<RolloutStatusLabels, Gauge>::default();
         registry.register(
             "rollout_group_status",
             "1 for each rollout group's current status (as last written by this replica as leader)",
-            rollout_status.clone(),
+            Declared(rollout_status.clone()),
         );
         let rollout_failures = Family::<RolloutGroupLabels, Gauge>::default();
         registry.register(
             "rollout_group_failures",
             "Failures (violations plus would-be denials) of each rollout group at its last step",
-            rollout_failures.clone(),
+            Declared(rollout_failures.clone()),
         );
         let rollout_transitions = Family::<RolloutTransitionLabels, Counter>::default();
         registry.register(
             "rollout_transitions",
             "Rollout transitions made by this replica as leader, by policy and new status or event",
-            rollout_transitions.clone(),
+            Declared(rollout_transitions.clone()),
         );
         Metrics {
             registry,
@@ -311,6 +383,8 @@ impl Metrics {
             audit_duration_seconds,
             audit_last_success,
             audit_leader,
+            audit_interval_seconds,
+            memo_capacity_bytes,
             requests,
             latency,
             policy_evaluations,
@@ -319,6 +393,11 @@ impl Metrics {
             namespace_cache_size,
             evaluations_running,
             evaluations_waiting,
+            evaluation_slots,
+            evaluation_queue_capacity,
+            evaluations_unfinished,
+            certificate_expiry,
+            ready,
             body_bytes_reserved,
             connections,
             connections_evicted,
@@ -332,6 +411,16 @@ impl Metrics {
             .get_or_create(&ReloadLabels {
                 what: what.to_string(),
                 result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts one request whose policies were not evaluated in time.
+    pub fn unfinished(&self, webhook: &str, reason: &str) {
+        self.evaluations_unfinished
+            .get_or_create(&UnfinishedLabels {
+                webhook: webhook.to_string(),
+                reason: reason.to_string(),
             })
             .inc();
     }
@@ -442,6 +531,40 @@ mod tests {
         );
         assert!(text.contains(r#"poolguard_admission_requests_total{webhook="mutate",operation="CREATE",kind="Pod",decision="patched"} 1"#), "{text}");
         assert!(text.contains("poolguard_namespace_cache_size 3"), "{text}");
+    }
+
+    #[test]
+    fn unevaluated_requests_and_capacities_show_in_the_text_format() {
+        let m = Metrics::new();
+        // Declared before anything is counted: the alerting rules and the dashboard read them.
+        let text = m.encode();
+        for family in [
+            "# TYPE poolguard_evaluations_unfinished counter",
+            "# TYPE poolguard_evaluation_slots gauge",
+            "# TYPE poolguard_evaluation_queue_capacity gauge",
+            "# TYPE poolguard_tls_certificate_expiry_timestamp_seconds gauge",
+            "# TYPE poolguard_ready gauge",
+            "# TYPE poolguard_audit_interval_seconds gauge",
+            "# TYPE poolguard_result_memo_capacity_bytes gauge",
+        ] {
+            assert!(text.contains(family), "{family} missing from:\n{text}");
+        }
+        m.unfinished("validate", "deadline");
+        m.unfinished("validate", "deadline");
+        m.unfinished("validate", "queue_full");
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"poolguard_evaluations_unfinished_total{webhook="validate",reason="deadline"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"poolguard_evaluations_unfinished_total{webhook="validate",reason="queue_full"} 1"#
+            ),
+            "{text}"
+        );
     }
 
     #[test]

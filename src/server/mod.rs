@@ -142,10 +142,10 @@ pub async fn start(opts: Options) -> Result<Running> {
             bundle = Some(managed_bundle);
             (tls, None)
         }
-        (None, Some(files), _) => (Arc::new(ArcSwap::new(files.server_config()?)), Some(files.clone())),
+        (None, Some(files), _) => (Arc::new(ArcSwap::new(load_tls(files, &metrics)?)), Some(files.clone())),
         (None, None, true) => {
             let files = dev_certificates(Path::new(DEV_CERT_DIR))?;
-            (Arc::new(ArcSwap::new(files.server_config()?)), Some(files))
+            (Arc::new(ArcSwap::new(load_tls(&files, &metrics)?)), Some(files))
         }
         (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
     };
@@ -332,16 +332,17 @@ async fn managed_tls(
         }),
         None => None,
     };
+    let expiry = metrics.clone();
     let build = move |stored: &Stored| {
         let pem = |text: &str, origin: &str| tls::Pem {
             bytes: text.as_bytes().to_vec(),
             origin: origin.to_string(),
         };
-        tls::server_config(
-            &pem(&stored.tls_crt, "tls.crt"),
-            &pem(&stored.tls_key, "tls.key"),
-            client_ca.as_ref(),
-        )
+        let cert = pem(&stored.tls_crt, "tls.crt");
+        let config =
+            tls::server_config(&cert, &pem(&stored.tls_key, "tls.key"), client_ca.as_ref())?;
+        expiry.certificate_expiry.set(tls::not_after(&cert)?);
+        Ok::<_, anyhow::Error>(config)
     };
     // Steps are paced (a minimum interval, backoff on errors) from the first one on.
     let pacing = Pacing::new(managed.check_interval);
@@ -474,6 +475,13 @@ fn cluster_name(kubeconfig: Option<&Path>) -> String {
     )
 }
 
+/// The TLS configuration from files; the certificate's expiry goes to the metrics.
+fn load_tls(files: &TlsFiles, metrics: &Metrics) -> Result<Arc<rustls::ServerConfig>> {
+    let (config, not_after) = files.load()?;
+    metrics.certificate_expiry.set(not_after);
+    Ok(config)
+}
+
 fn reload_targets(
     opts: &Options,
     tls_files: Option<&TlsFiles>,
@@ -482,12 +490,12 @@ fn reload_targets(
 ) -> Vec<reload::Target> {
     let mut targets = Vec::new();
     if let Some(files) = tls_files {
-        let (files, swap) = (files.clone(), tls.clone());
+        let (files, swap, metrics) = (files.clone(), tls.clone(), app.metrics.clone());
         targets.push(reload::Target {
             what: "tls",
             dirs: dedup(files.paths().into_iter().map(reload::dir_of)),
             reload: Box::new(move || {
-                swap.store(files.server_config()?);
+                swap.store(load_tls(&files, &metrics)?);
                 Ok(())
             }),
         });

@@ -23,24 +23,30 @@ pub fn router(app: Arc<ServerState>) -> Router {
 /// the node cache too (TLS, config and policies are loaded before the server starts listening,
 /// and reloads never leave them unloaded).
 async fn readyz(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
+    match not_ready(&app) {
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+        None => (StatusCode::OK, "ok\n".to_string()),
+    }
+}
+
+/// Why this replica is not ready, if it is not.
+fn not_ready(app: &ServerState) -> Option<&'static str> {
     let chooses = app.rules.load().config.placement.is_some();
     if !app.namespaces.ready() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the namespace cache has not synced yet\n".to_string(),
-        )
+        Some("the namespace cache has not synced yet")
     } else if chooses && !app.pools.ready() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the node cache has not synced yet (placement policies choose pools from it)\n".to_string(),
-        )
+        Some("the node cache has not synced yet (placement policies choose pools from it)")
     } else {
-        (StatusCode::OK, "ok\n".to_string())
+        None
     }
 }
 
 async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
     let (m, gates) = (&app.metrics, &app.gates);
+    m.ready.set(i64::from(not_ready(&app).is_none()));
     m.namespace_cache_size.set(app.namespaces.len() as i64);
     m.evaluations_running
         .set(gates.evaluations_running() as i64);
@@ -59,6 +65,14 @@ async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
         m.memo_hits.get_or_create(&labels).set(clamp(hits));
         m.memo_misses.get_or_create(&labels).set(clamp(misses));
         m.memo_bytes.get_or_create(&labels).set(clamp(bytes));
+        let capacity = rules
+            .config
+            .evaluation
+            .result_cache_mib
+            .saturating_mul(1024 * 1024);
+        m.memo_capacity_bytes
+            .get_or_create(&labels)
+            .set(clamp(capacity));
     }
     (
         [(

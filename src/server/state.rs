@@ -37,6 +37,14 @@ impl ServerState {
         deadline: Duration,
         limits: Limits,
     ) -> ServerState {
+        let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // As many as the gates allow (at least one slot).
+        metrics
+            .evaluation_slots
+            .set(clamp(limits.max_evaluations.max(1)));
+        metrics
+            .evaluation_queue_capacity
+            .set(clamp(limits.max_queued_evaluations));
         ServerState {
             rules: ArcSwap::from_pointee(rules),
             namespaces,

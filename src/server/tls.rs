@@ -27,6 +27,12 @@ impl TlsFiles {
 
     /// Reads the files and builds the configuration.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>> {
+        self.load().map(|(config, _)| config)
+    }
+
+    /// Reads the files once and builds the configuration; with it, when the serving
+    /// certificate expires (Unix time).
+    pub fn load(&self) -> Result<(Arc<ServerConfig>, i64)> {
         let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
         let client_ca = match &self.client_ca {
             Some(path) => Some(Pem {
@@ -35,17 +41,19 @@ impl TlsFiles {
             }),
             None => None,
         };
-        server_config(
-            &Pem {
-                bytes: read(&self.cert)?,
-                origin: self.cert.display().to_string(),
-            },
+        let cert = Pem {
+            bytes: read(&self.cert)?,
+            origin: self.cert.display().to_string(),
+        };
+        let config = server_config(
+            &cert,
             &Pem {
                 bytes: read(&self.key)?,
                 origin: self.key.display().to_string(),
             },
             client_ca.as_ref(),
-        )
+        )?;
+        Ok((config, not_after(&cert)?))
     }
 }
 
@@ -94,6 +102,14 @@ pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<A
     Ok(Arc::new(config))
 }
 
+/// When the first (serving) certificate of a PEM chain expires: its notAfter, Unix time.
+pub fn not_after(cert: &Pem) -> Result<i64> {
+    let certs = read_certs(cert)?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&certs[0])
+        .map_err(|e| anyhow!("{}: not an X.509 certificate: {e}", cert.origin))?;
+    Ok(parsed.validity().not_after.timestamp())
+}
+
 fn read_certs(pem: &Pem) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(&pem.bytes)
         .collect::<std::result::Result<Vec<_>, _>>()
@@ -139,5 +155,40 @@ mod tests {
             let err = format!("{:#}", f.server_config().err().unwrap());
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    #[test]
+    fn the_serving_certificate_expiry_is_its_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        // The serving certificate lives 3 days, its CA 30: the expiry is the serving one's.
+        crate::certs::authority::serving_bundle(&["localhost".into()], &[], 3)
+            .unwrap()
+            .write(dir.path())
+            .unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: None,
+        };
+        let (_, not_after) = files.load().unwrap();
+        let three_days = 3 * 86_400;
+        assert!(
+            (not_after - (now + three_days)).abs() < 3_600,
+            "not_after {not_after}, now {now}"
+        );
+        let err = not_after_of(b"not a certificate");
+        assert!(err.contains("no certificate found"), "{err}");
+    }
+
+    fn not_after_of(bytes: &[u8]) -> String {
+        let pem = Pem {
+            bytes: bytes.to_vec(),
+            origin: "x.crt".into(),
+        };
+        format!("{:#}", not_after(&pem).unwrap_err())
     }
 }
