@@ -125,9 +125,15 @@ EOF
 created=1
 "${kind}" create cluster --name "${cluster}" --config "${work}/kind.yaml" --kubeconfig "${KUBECONFIG}" \
     --image "${node_image}" --wait 240s
+# kind waits for the control plane only; the workers' network comes up once they have joined.
+deadline=$((SECONDS + 240))
+until [[ "$(kubectl get nodes -o json | jq '[.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True"))] | length')" == 4 ]]; do
+    ((SECONDS < deadline)) || break
+    sleep 2
+done
 kubectl get nodes -o wide
 not_ready="$(kubectl get nodes -o json | jq -r '.items[] | select(any(.status.conditions[]; .type == "Ready" and .status != "True")) | .metadata.name')"
-[[ -z "${not_ready}" ]] && ok "4 kind nodes Ready (kubelet $(kubectl get nodes -o jsonpath='{.items[0].status.nodeInfo.kubeletVersion}'))" \
+[[ -z "${not_ready}" && "$(kubectl get nodes -o name | grep -c .)" == 4 ]] && ok "4 kind nodes Ready (kubelet $(kubectl get nodes -o jsonpath='{.items[0].status.nodeInfo.kubeletVersion}'))" \
     || die "nodes not Ready: ${not_ready}"
 kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2 \
     && ok "coredns (built from its Go module) is ready" || bad "coredns did not become ready"
