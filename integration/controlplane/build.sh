@@ -6,8 +6,9 @@
 #   BIN=$(integration/controlplane/build.sh kubelet kube-proxy | tail -1)
 #
 # Arguments name extra commands of the same Kubernetes module to provide as
-# well (only kubelet and kube-proxy, for integration/node); without arguments
-# nothing but the control plane is built.
+# well (kubelet and kube-proxy for integration/node, and kubeadm for kind's node
+# image, integration/kind); without arguments nothing but the control plane is
+# built.
 # The last line on stdout is the directory holding the binaries; every log line
 # goes to stderr.
 #
@@ -38,8 +39,8 @@ k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler)
 extra_cmds=()
 for arg in "$@"; do
     case "${arg}" in
-        kubelet | kube-proxy) extra_cmds+=("${arg}") ;;
-        *) die "unknown extra command '${arg}' (known: kubelet kube-proxy)" ;;
+        kubelet | kube-proxy | kubeadm) extra_cmds+=("${arg}") ;;
+        *) die "unknown extra command '${arg}' (known: kubelet kube-proxy kubeadm)" ;;
     esac
 done
 
@@ -83,6 +84,7 @@ is_current() { # name path
     case "$1" in
         etcd) [[ "$(first_line "$2" --version)" == "etcd Version: ${ETCD_VERSION#v}" ]] ;;
         kubectl) [[ "$(first_line "$2" version --client)" == "Client Version: ${K8S_VERSION}" ]] ;;
+        kubeadm) [[ "$(first_line "$2" version -o short)" == "${K8S_VERSION}" ]] ;;
         *) [[ "$(first_line "$2" --version)" == "Kubernetes ${K8S_VERSION}" ]] ;;
     esac
 }

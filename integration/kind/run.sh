@@ -1,84 +1,150 @@
 #!/usr/bin/env bash
-# poolguard's end-to-end tests on a kind cluster: the same image, chart and tests as
-# integration/node/test.sh, on kind's nodes instead of the local real node.
+# poolguard's end-to-end tests on a kind cluster, as a user runs them: kind nodes, poolguard's
+# image loaded into them, the chart installed by helm with its defaults.
 #
-#   integration/kind/run.sh          # KEEP_CLUSTER=1 keeps the cluster afterwards
+#   sudo integration/kind/run.sh      # KEEP_CLUSTER=1 keeps the cluster afterwards
 #
-# Needs kind, kubectl and cargo, and a container engine kind can use: Docker, or podman with
-# KIND_EXPERIMENTAL_PROVIDER=podman (kind's own switch). helm comes from HELM or
-# integration/helm/helm.sh. KIND_NODE_IMAGE picks kind's node image (default: kind's own).
+# Needs root, podman (kind's podman provider), buildah, mmdebstrap, musl-gcc, go, cargo, jq (all
+# checked by ../preflight.sh). kind comes from kind.sh (built from its Go module), the node image
+# from build-node-image.sh (built here, cached), helm from HELM or ../helm/helm.sh.
 #
-# 1. creates a cluster with workers in two pools (agentpool=pool1 x2, agentpool=gpu);
-# 2. builds poolguard's image: `docker build` of the top-level Dockerfile when Docker runs,
-#    otherwise integration/image/build.sh (the Dockerfile's definition built with buildah; needs
-#    root) as an OCI archive; loads it into every node (kind load docker-image / image-archive);
-# 3. installs the chart (charts/poolguard) with its defaults (2 replicas, PodDisruptionBudget,
-#    certificates managed by poolguard, validation in every namespace) plus the image
-#    (pullPolicy Never) and the e2e config;
-# 4. runs tests/e2e.rs, tests/bypasses.rs, tests/fail_closed.rs (the Deployment scaled to 0 and
-#    back) and the under_load harness (rollout restart, deleting a replica's pod, draining a
-#    replica's node while pods are created).
-# CI does not run this: kind cannot run on the CI machines (see README.md).
+# 1. the node image and kind; podman set up for kind on these machines (podman-env.sh);
+# 2. a cluster of 1 control plane and 3 workers in two pools (agentpool=pool1 x2, agentpool=gpu),
+#    kube-proxy in nftables mode, kubelet allowed on cgroup v1 (failCgroupV1: false);
+# 3. poolguard's image built by ../image/build.sh (the Dockerfile's definition, buildah) as an
+#    OCI archive, loaded into every node with `kind load image-archive`;
+# 4. `helm install` of charts/poolguard with its defaults (2 replicas, preferred anti-affinity
+#    across nodes, PodDisruptionBudget, certificates managed by poolguard, validation in every
+#    namespace) plus the image (pullPolicy Never) and the e2e config; checks that the two
+#    replicas run on two different workers;
+# 5. tests/e2e.rs, tests/bypasses.rs, tests/fail_closed.rs (the Deployment scaled to 0 and back)
+#    and the under_load harness: rollout restart, deleting a replica's pod, SIGKILL of a
+#    replica's poolguard, draining a replica's worker to completion, stopping a replica's whole
+#    worker (podman kill of its node), pods created at 20/s throughout; the harness judges each
+#    row by poolguard's promise (docs/operations.md) and prints the table.
+# Prints "N passed, N failed" and the time of each phase; the cluster is deleted on exit.
+#
+# Environment: KEEP_CLUSTER=1, KIND_CLUSTER_NAME (default poolguard-e2e), HELM,
+# POOLGUARD_UNDER_LOAD_RATE (default 20), POOLGUARD_UNDER_LOAD_SECONDS (default 30),
+# POOLGUARD_UNDER_LOAD_OPERATIONS (default rollout-restart,delete-pod,kill-replica,drain,stop-worker),
+# POOLGUARD_KIND_CACHE (default ~/.cache/poolguard/kind).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${root}"
 
 log() { printf '[kind] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+die() { log "error (${phase:-setup}): $*"; exit 1; }
 
-for cmd in kind kubectl cargo jq; do
-    command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required"
+((EUID == 0)) || die "run as root: podman runs kind's nodes as privileged containers"
+for cmd in podman buildah mmdebstrap cargo jq go; do
+    command -v "${cmd}" >/dev/null 2>&1 || die "${cmd} is required (see integration/preflight.sh)"
 done
 cluster="${KIND_CLUSTER_NAME:-poolguard-e2e}"
 release=poolguard
 ns=poolguard-system
-engine=docker
-if [[ "${KIND_EXPERIMENTAL_PROVIDER:-}" == podman ]] || ! docker info >/dev/null 2>&1; then
-    engine=archive
-fi
-helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+label=agentpool
+pools=(pool1 gpu)
+sel="app.kubernetes.io/instance=${release}"
+
+passed=0 failed=0
+ok() { passed=$((passed + 1)); log "ok: $*"; }
+bad() { failed=$((failed + 1)); log "FAILED: $*"; }
+declare -A timing=()
+timing_order=()
+phase="" phase_start=${SECONDS} t_total=${SECONDS}
+begin() {
+    if [[ -n "${phase}" ]]; then
+        timing["${phase}"]=$((SECONDS - phase_start))
+        timing_order+=("${phase}")
+    fi
+    phase="$1" phase_start=${SECONDS}
+    log "=== $1"
+}
+
 work="$(mktemp -d "${TMPDIR:-/tmp}/poolguard-kind.XXXXXX")"
 created=0
 cleanup() {
-    if ((created)) && [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then
-        kind delete cluster --name "${cluster}"
+    local rc=$?
+    if ((created)); then
+        if ((rc != 0 || failed > 0)); then
+            log "nodes' state at the end:"
+            kubectl get nodes -o wide >&2 2>/dev/null || true
+            kubectl get pods -A -o wide >&2 2>/dev/null || true
+        fi
+        if [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then
+            "${kind}" delete cluster --name "${cluster}" >&2 || true
+        else
+            log "kept: cluster ${cluster} (KUBECONFIG=${work}/kubeconfig)"
+        fi
     fi
-    rm -rf -- "${work}"
+    [[ "${KEEP_CLUSTER:-0}" == 1 ]] || rm -rf -- "${work}"
 }
 trap cleanup EXIT
 export KUBECONFIG="${work}/kubeconfig"
 
-# --- 1. cluster ------------------------------------------------------------------------------
-cat >"${work}/kind.yaml" <<'EOF'
+# --- 1. builds ---------------------------------------------------------------------------------
+begin "builds"
+kind="$(integration/kind/kind.sh | tail -n1)"
+node_image="$(integration/kind/build-node-image.sh | tail -n1)"
+helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+archive="$(integration/image/build.sh | tail -n1)"
+image="$(tar -xOf "${archive}" index.json | jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]')"
+[[ "${image}" == *:* ]] || die "cannot read the image's name from ${archive}"
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --no-run
+cargo build --locked -p poolguard-e2e --bin under_load
+target_dir="$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)"
+under_load="${target_dir}/debug/under_load"
+# shellcheck source=podman-env.sh
+source integration/kind/podman-env.sh
+kind_podman_setup "${work}"
+
+# --- 2. the cluster ----------------------------------------------------------------------------
+begin "kind create cluster"
+if "${kind}" get clusters 2>/dev/null | grep -qx "${cluster}"; then
+    log "deleting a cluster ${cluster} left by an earlier run"
+    "${kind}" delete cluster --name "${cluster}" >&2
+fi
+cat >"${work}/kind.yaml" <<EOF
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  kubeProxyMode: nftables
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
 nodes:
   - role: control-plane
   - role: worker
-    labels: {agentpool: pool1}
+    labels: {${label}: ${pools[0]}}
   - role: worker
-    labels: {agentpool: pool1}
+    labels: {${label}: ${pools[0]}}
   - role: worker
-    labels: {agentpool: gpu}
+    labels: {${label}: ${pools[1]}}
 EOF
 created=1
-kind create cluster --name "${cluster}" --config "${work}/kind.yaml" --kubeconfig "${KUBECONFIG}" --wait 180s \
-    ${KIND_NODE_IMAGE:+--image "${KIND_NODE_IMAGE}"}
+"${kind}" create cluster --name "${cluster}" --config "${work}/kind.yaml" --kubeconfig "${KUBECONFIG}" \
+    --image "${node_image}" --wait 240s
+# kind waits for the control plane only; the workers' network comes up once they have joined.
+deadline=$((SECONDS + 240))
+until [[ "$(kubectl get nodes -o json | jq '[.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True"))] | length')" == 4 ]]; do
+    ((SECONDS < deadline)) || break
+    sleep 2
+done
+kubectl get nodes -o wide
+not_ready="$(kubectl get nodes -o json | jq -r '.items[] | select(any(.status.conditions[]; .type == "Ready" and .status != "True")) | .metadata.name')"
+[[ -z "${not_ready}" && "$(kubectl get nodes -o name | grep -c .)" == 4 ]] && ok "4 kind nodes Ready (kubelet $(kubectl get nodes -o jsonpath='{.items[0].status.nodeInfo.kubeletVersion}'))" \
+    || die "nodes not Ready: ${not_ready}"
+kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2 \
+    && ok "coredns (built from its Go module) is ready" || bad "coredns did not become ready"
 
-# --- 2. the image ------------------------------------------------------------------------------
-if [[ "${engine}" == docker ]]; then
-    image=poolguard:e2e
-    docker build -t "${image}" -f Dockerfile .
-    kind load docker-image "${image}" --name "${cluster}"
-else
-    ((EUID == 0)) || die "without Docker the image is built by integration/image/build.sh, which needs root"
-    archive="$(integration/image/build.sh | tail -n1)"
-    image="$(tar -xOf "${archive}" index.json | jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]')"
-    kind load image-archive "${archive}" --name "${cluster}"
-fi
+# --- 3. the image ------------------------------------------------------------------------------
+begin "kind load image-archive"
+"${kind}" load image-archive "${archive}" --name "${cluster}"
 log "image ${image} loaded into every node"
 
-# --- 3. the chart ------------------------------------------------------------------------------
+# --- 4. the chart ------------------------------------------------------------------------------
+begin "helm install"
 {
     printf 'image: {repository: %s, tag: "%s", pullPolicy: Never}\n' "${image%:*}" "${image##*:}"
     printf 'config:\n'
@@ -87,19 +153,84 @@ log "image ${image} loaded into every node"
 "${helm}" --kubeconfig "${KUBECONFIG}" install "${release}" charts/poolguard -n "${ns}" --create-namespace \
     -f "${work}/values.yaml" --wait --timeout 5m
 kubectl -n "${ns}" get pods -o wide
-# Webhook registrations (and the injected CA) take effect asynchronously.
-integration/e2e/await-webhooks.sh agentpool pool1 gpu 120
+integration/e2e/await-webhooks.sh "${label}" "${pools[0]}" "${pools[1]}" 120
+mapfile -t replica_nodes < <(kubectl -n "${ns}" get pods -l "${sel}" -o json |
+    jq -r '.items[] | select(any(.status.conditions[]; .type == "Ready" and .status == "True")) | .spec.nodeName')
+distinct="$(printf '%s\n' "${replica_nodes[@]}" | sort -u | grep -c . || true)"
+if ((${#replica_nodes[@]} == 2 && distinct == 2)); then
+    ok "the chart's 2 replicas are Ready on two different workers (${replica_nodes[*]}), spread by its default anti-affinity"
+else
+    bad "replicas Ready on: ${replica_nodes[*]:-none} (want 2 on different workers)"
+fi
 
-# --- 4. the tests ------------------------------------------------------------------------------
-export POOLGUARD_E2E_POOLS=pool1,gpu POOLGUARD_E2E_VALIDATES_UNLABELLED=1
-sel="app.kubernetes.io/instance=${release}"
-export POOLGUARD_E2E_STOP_CMD="kubectl -n ${ns} scale deployment/${release} --replicas=0 >/dev/null &&
-  while [ -n \"\$(kubectl -n ${ns} get pods -l ${sel} -o name)\" ]; do sleep 1; done"
-export POOLGUARD_E2E_START_CMD="kubectl -n ${ns} scale deployment/${release} --replicas=2 >/dev/null &&
-  kubectl -n ${ns} rollout status deployment/${release} --timeout=180s"
-cargo test --locked -p poolguard-e2e --test e2e -- --nocapture
-cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture
-cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
-cargo run --locked -p poolguard-e2e --bin under_load -- --namespace "${ns}" --release "${release}" \
-    --rate "${POOLGUARD_UNDER_LOAD_RATE:-20}" --seconds "${POOLGUARD_UNDER_LOAD_SECONDS:-30}"
-log "PASSED"
+# --- 5. the tests ------------------------------------------------------------------------------
+export POOLGUARD_E2E_POOLS="${pools[0]},${pools[1]}" POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
+# The chart's default validating.requireNamespaceLabel=false: unlabelled namespaces are validated.
+export POOLGUARD_E2E_VALIDATES_UNLABELLED=1
+suite() { # name cargo-test-args... : runs one test binary, adds its results to the counts
+    local name="$1" rc result p f
+    shift
+    set +e
+    cargo test --locked -p poolguard-e2e "$@" 2>&1 | tee "${work}/test.log" >&2
+    rc=${PIPESTATUS[0]}
+    set -e
+    result="$(grep -E '^test result:' "${work}/test.log" | tail -n1 || true)"
+    p="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"${result}")"
+    f="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"${result}")"
+    p="${p:-0}" f="${f:-0}"
+    ((rc != 0 && f == 0)) && f=1
+    passed=$((passed + p))
+    failed=$((failed + f))
+    log "${name} against kind: ${p} passed, ${f} failed"
+}
+begin "e2e tests"
+suite tests/e2e.rs --test e2e -- --nocapture
+begin "bypass tests"
+suite tests/bypasses.rs --test bypasses -- --nocapture
+begin "fail-closed test"
+k="kubectl --request-timeout=10s -n ${ns}"
+printf '%s\n' "set -eu" \
+    "${k} scale deployment/${release} --replicas=0 >/dev/null" \
+    "until [ -z \"\$(${k} get pods -l ${sel} -o name)\" ]; do sleep 0.5; done" \
+    "until [ -z \"\$(${k} get endpointslices -l kubernetes.io/service-name=${release} -o jsonpath='{.items[*].endpoints[*].addresses[*]}')\" ]; do sleep 0.5; done" \
+    "echo 'poolguard scaled to 0: no pod, no endpoint'" >"${work}/poolguard-stop.sh"
+printf '%s\n' "set -eu" \
+    "${k} scale deployment/${release} --replicas=2 >/dev/null" \
+    "${k} rollout status deployment/${release} --timeout=150s" \
+    "until [ \"\$(${k} get endpointslices -l kubernetes.io/service-name=${release} -o json | jq '[.items[].endpoints // [] | .[] | select(.conditions.ready == true)] | length')\" = 2 ]; do sleep 0.5; done" \
+    "echo 'poolguard back to 2 ready replicas'" >"${work}/poolguard-start.sh"
+export POOLGUARD_E2E_STOP_CMD="bash ${work}/poolguard-stop.sh" POOLGUARD_E2E_START_CMD="bash ${work}/poolguard-start.sh"
+suite tests/fail_closed.rs --test fail_closed -- --ignored --nocapture
+
+begin "operations under load"
+ops="${POOLGUARD_UNDER_LOAD_OPERATIONS:-rollout-restart,delete-pod,kill-replica,drain,stop-worker}"
+set +e
+"${under_load}" --rate "${POOLGUARD_UNDER_LOAD_RATE:-20}" --seconds "${POOLGUARD_UNDER_LOAD_SECONDS:-30}" \
+    --operations "${ops}" --namespace "${ns}" --release "${release}" --pool "${pools[0]}" --label "${label}" \
+    --stop-node-cmd "podman kill --signal KILL {node}" \
+    >"${work}/under-load.out" 2> >(tee "${work}/under-load.log" | sed 's/^/[kind]   /' >&2)
+ul_rc=$?
+set -e
+sleep 0.2
+log "operations under load (2 replicas on 3 workers):"
+sed 's/^/[kind]   /' "${work}/under-load.out" >&2
+while read -r row; do
+    [[ "${row}" =~ op=([a-z]+)\ attempted=([0-9]+)\ admitted=([0-9]+)\ failed=([0-9]+)\ lost=([0-9]+)\ unplaced=([0-9]+).*retried=([0-9]+)\ retries_failed=([0-9]+)\ kept=(true|false) ]] || continue
+    r=("${BASH_REMATCH[@]}")
+    if [[ "${r[9]}" == true ]]; then
+        ok "under load, ${r[1]}: ${r[2]} pod CREATEs, ${r[3]} admitted with their pool, ${r[4]} failed (each retried: $((r[7] - r[8])) admitted), 0 lost"
+    else
+        bad "under load, ${r[1]}: ${r[2]} attempted, ${r[4]} failed, ${r[5]} lost, ${r[6]} admitted without their pool, ${r[8]} retries failed"
+    fi
+done < <(grep -o 'row: .*' "${work}/under-load.log" || true)
+((ul_rc == 0 || ul_rc == 1)) || bad "under_load stopped with an error (exit ${ul_rc}, see above)"
+[[ -s "${work}/under-load.out" ]] || bad "under_load printed no table"
+
+begin summary
+log "timings:"
+for p in "${timing_order[@]}"; do
+    printf '[kind]   %-28s %6ss\n' "${p}" "${timing[${p}]}" >&2
+done
+printf '[kind]   %-28s %6ss\n' total "$((SECONDS - t_total))" >&2
+echo "${passed} passed, ${failed} failed"
+((failed == 0))

@@ -153,51 +153,21 @@ pub async fn generate(client: Client, spec: Spec, stop: Arc<AtomicBool>) -> Vec<
             Some((image, every)) if n.is_multiple_of(*every) => (image.as_str(), true),
             _ => (spec.image.as_str(), false),
         };
-        let (pods, key, pool) = (pods.clone(), spec.selector_key.clone(), spec.pool.clone());
-        let pod: Pod = match serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {LOAD_LABEL: spec.run_id}},
-            "spec": {
-                "schedulerName": NO_SCHEDULER,
-                "containers": [{"name": "main", "image": image}],
-                "terminationGracePeriodSeconds": 0,
-            }
-        })) {
+        let pod = match pod(&spec, &name, image) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("[load] building pod {name}: {e}");
                 continue;
             }
         };
+        let (pods, key, pool) = (pods.clone(), spec.selector_key.clone(), spec.pool.clone());
         tasks.spawn(async move {
             let started = Instant::now();
-            let result =
-                tokio::time::timeout(CREATE_TIMEOUT, pods.create(&PostParams::default(), &pod))
-                    .await;
-            let latency = started.elapsed();
-            let outcome = match result {
-                Err(_) => {
-                    Outcome::Failed(format!("no answer within {}s", CREATE_TIMEOUT.as_secs()))
-                }
-                Ok(Ok(p)) => {
-                    let sel = node_selector(&p);
-                    if sel.get(&key) == Some(&pool) {
-                        Outcome::Placed
-                    } else {
-                        Outcome::Unplaced(sel)
-                    }
-                }
-                Ok(Err(kube::Error::Api(s))) => Outcome::Refused {
-                    code: s.code,
-                    message: truncate(&s.message, 300),
-                },
-                Ok(Err(e)) => {
-                    Outcome::Failed(truncate(&format!("{:#}", anyhow::Error::from(e)), 300))
-                }
-            };
+            let outcome = create(&pods, &pod, &key, &pool).await;
             Attempt {
                 name,
                 started,
-                latency,
+                latency: started.elapsed(),
                 refusal_expected,
                 outcome,
             }
@@ -211,6 +181,59 @@ pub async fn generate(client: Client, spec: Spec, stop: Arc<AtomicBool>) -> Vec<
     }
     attempts.sort_by_key(|a| a.started);
     attempts
+}
+
+/// The load's pod `name` of run `spec` with `image`.
+pub fn pod(spec: &Spec, name: &str, image: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {LOAD_LABEL: spec.run_id}},
+        "spec": {
+            "schedulerName": NO_SCHEDULER,
+            "containers": [{"name": "main", "image": image}],
+            "terminationGracePeriodSeconds": 0,
+        }
+    }))?)
+}
+
+/// Sends one CREATE of `pod` (bounded by [`CREATE_TIMEOUT`]); what it came to, judged by the
+/// nodeSelector `selector_key: pool` an admitted pod must carry.
+pub async fn create(pods: &Api<Pod>, pod: &Pod, selector_key: &str, pool: &str) -> Outcome {
+    match tokio::time::timeout(CREATE_TIMEOUT, pods.create(&PostParams::default(), pod)).await {
+        Err(_) => Outcome::Failed(format!("no answer within {}s", CREATE_TIMEOUT.as_secs())),
+        Ok(Ok(p)) => placement(&p, selector_key, pool),
+        Ok(Err(kube::Error::Api(s))) => Outcome::Refused {
+            code: s.code,
+            message: truncate(&s.message, 300),
+        },
+        Ok(Err(e)) => Outcome::Failed(truncate(&format!("{:#}", anyhow::Error::from(e)), 300)),
+    }
+}
+
+/// Placed or Unplaced, by the pod's nodeSelector.
+fn placement(pod: &Pod, selector_key: &str, pool: &str) -> Outcome {
+    let sel = node_selector(pod);
+    if sel.get(selector_key).map(String::as_str) == Some(pool) {
+        Outcome::Placed
+    } else {
+        Outcome::Unplaced(sel)
+    }
+}
+
+/// A client's retry of the failed CREATE of pod `name` (the run's allowed image): the same pod
+/// sent again. Where the first CREATE was stored after all (409), the stored pod is judged.
+pub async fn retry(client: &Client, spec: &Spec, name: &str) -> Outcome {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &spec.namespace);
+    let pod = match pod(spec, name, &spec.image) {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("building pod {name}: {e}")),
+    };
+    match create(&pods, &pod, &spec.selector_key, &spec.pool).await {
+        Outcome::Refused { code: 409, .. } => match pods.get(name).await {
+            Ok(p) => placement(&p, &spec.selector_key, &spec.pool),
+            Err(e) => Outcome::Failed(format!("reading the stored pod {name}: {e}")),
+        },
+        other => other,
+    }
 }
 
 /// The run's pods as stored: name -> pod.

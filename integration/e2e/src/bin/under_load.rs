@@ -2,7 +2,15 @@
 //! of pod CREATEs in a namespace of a pool goes through both webhooks while an operator restarts
 //! the rollout, deletes one replica's pod, or drains the node of a replica. Counts what was
 //! attempted, refused or failed, and whether any admitted pod was lost or left without its pool;
-//! prints a table. Exit status 1 when anything failed.
+//! prints a table. Exit status 1 when poolguard did not keep its promise (docs/operations.md,
+//! "Replicas under operations"):
+//! * orderly operations (rollout restart, deleting a pod, a drain): every CREATE admitted with its
+//!   pool, none failed, none lost;
+//! * a replica that dies abruptly (SIGKILL of its process, its whole worker stopped): no admitted
+//!   pod lost, none admitted without its pool; a CREATE may fail, but only visibly (the API server's
+//!   `failed calling webhook`, failurePolicy Fail), only while the dead replica is still routed
+//!   (from the death until the replica is back, or its endpoint was removed, plus
+//!   [`ROUTING_SLACK`]), and the client's retry of every such CREATE is admitted with its pool.
 //!
 //! Needs KUBECONFIG (the cluster admin: the harness creates a namespace and runs kubectl drain)
 //! and poolguard installed by the chart. `integration/node/test.sh` runs it against the real
@@ -16,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -36,9 +44,12 @@ usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the char
   --tail N            load seconds after the operation has finished (default 5)
   --lead N            load seconds before the operation starts (default 3)
   --operations LIST   comma-separated, in order: baseline, rollout-restart, delete-pod,
-                      kill-replica, drain (default rollout-restart,delete-pod,drain);
+                      kill-replica, drain, stop-worker (default rollout-restart,delete-pod,drain);
                       kill-replica sends SIGKILL to a replica's poolguard process, so the
-                      harness must run as root on that replica's node
+                      harness must run as root on that replica's node; stop-worker stops the
+                      node of a replica with --stop-node-cmd, waits until that replica's
+                      endpoint is removed, then force-deletes the replica's pod (the node stays
+                      down) so that the Deployment replaces it
   --namespace NS      poolguard's namespace (default poolguard-system)
   --release NAME      its Deployment and Service (default poolguard)
   --pool NAME         pool of the load's namespace (default pool1)
@@ -46,9 +57,17 @@ usage: under_load [options]   (needs KUBECONFIG; poolguard installed by the char
   --selector-key KEY  poolguard's nodeSelectorKey (default: the label)
   --image IMAGE       an image the config allows (default registry.k8s.io/pause:3.10)
   --drain-timeout N   kubectl drain --timeout seconds (default 30)
+  --stop-node-cmd CMD shell command that stops node {node} at once, its kubelet and containers
+                      (default: podman kill --signal KILL {node}, a kind node under podman)
   --kubectl PATH      kubectl to run (default $KUBECTL, else kubectl)";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
+/// After a replica died, how long the API server may still route a CREATE to it once the harness
+/// saw it back or its endpoint removed: kube-proxy's sync on the control plane's node, and the
+/// API server's pooled connection to the dead replica ended by its HTTP/2 health check.
+const ROUTING_SLACK: Duration = Duration::from_secs(15);
+/// How the API server says that it could not get an answer from a webhook (failurePolicy Fail).
+const WEBHOOK_CALL_FAILED: &str = "failed calling webhook";
 const POLL: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -58,6 +77,7 @@ enum Operation {
     DeletePod,
     KillReplica,
     Drain,
+    StopWorker,
 }
 
 impl Operation {
@@ -68,9 +88,10 @@ impl Operation {
             "delete-pod" => Operation::DeletePod,
             "kill-replica" => Operation::KillReplica,
             "drain" => Operation::Drain,
+            "stop-worker" => Operation::StopWorker,
             other => bail!(
                 "unknown operation {other:?} (known: baseline, rollout-restart, delete-pod, \
-                 kill-replica, drain)"
+                 kill-replica, drain, stop-worker)"
             ),
         })
     }
@@ -82,6 +103,7 @@ impl Operation {
             Operation::DeletePod => "delete",
             Operation::KillReplica => "kill",
             Operation::Drain => "drain",
+            Operation::StopWorker => "stop",
         }
     }
 
@@ -92,7 +114,13 @@ impl Operation {
             Operation::DeletePod => "delete one replica's pod",
             Operation::KillReplica => "SIGKILL one replica's poolguard",
             Operation::Drain => "drain a replica's node",
+            Operation::StopWorker => "stop a replica's worker",
         }
+    }
+
+    /// The replica dies without its pod being stopped in order (no preStop, no drain).
+    fn abrupt(self) -> bool {
+        matches!(self, Operation::KillReplica | Operation::StopWorker)
     }
 }
 
@@ -109,6 +137,7 @@ struct Args {
     selector_key: Option<String>,
     image: String,
     drain_timeout: u64,
+    stop_node_cmd: String,
     kubectl: String,
 }
 
@@ -131,6 +160,7 @@ impl Args {
             selector_key: None,
             image: "registry.k8s.io/pause:3.10".into(),
             drain_timeout: 30,
+            stop_node_cmd: "podman kill --signal KILL {node}".into(),
             kubectl: std::env::var("KUBECTL")
                 .ok()
                 .filter(|k| !k.is_empty())
@@ -172,6 +202,12 @@ impl Args {
                 "--selector-key" => a.selector_key = Some(value),
                 "--image" => a.image = value,
                 "--kubectl" => a.kubectl = value,
+                "--stop-node-cmd" => {
+                    if !value.contains("{node}") {
+                        bail!("--stop-node-cmd must name the node as {{node}}, got {value:?}");
+                    }
+                    a.stop_node_cmd = value
+                }
                 other => bail!("unknown option {other}\n{USAGE}"),
             }
         }
@@ -202,6 +238,28 @@ struct Row {
     min_ready: usize,
     outcome: String,
     failures: BTreeMap<String, usize>,
+    /// Abrupt operations: failed CREATEs outside the window in which the dead replica was still
+    /// routed, or not told as a failed webhook call.
+    failed_otherwise: usize,
+    /// Abrupt operations: the client's retries of the failed CREATEs, and those not admitted
+    /// with their pool.
+    retried: usize,
+    retries_failed: usize,
+}
+
+impl Row {
+    /// Whether the row keeps poolguard's promise for its operation (see the module's doc).
+    fn kept(&self) -> bool {
+        let failures_allowed = if self.operation.abrupt() {
+            self.failed_otherwise == 0 && self.retried == self.failed && self.retries_failed == 0
+        } else {
+            self.failed == 0
+        };
+        failures_allowed
+            && self.lost == 0
+            && self.unplaced == 0
+            && !self.outcome.starts_with("operation failed")
+    }
 }
 
 struct Harness {
@@ -212,6 +270,9 @@ struct Harness {
     /// matchLabels of poolguard's Deployment, as a label selector.
     pod_selector: String,
     replicas: i32,
+    /// Set by an abrupt operation: (the replica's death, when it was seen back or its endpoint
+    /// removed).
+    dead_window: Mutex<Option<(Instant, Instant)>>,
 }
 
 /// Ready endpoints in the EndpointSlices of Service `namespace/service`.
@@ -259,6 +320,7 @@ impl Harness {
             ns,
             pod_selector,
             replicas,
+            dead_window: Mutex::new(None),
         })
     }
 
@@ -312,6 +374,35 @@ impl Harness {
             .iter()
             .map(|c| c.restart_count)
             .sum())
+    }
+
+    /// The IP of poolguard's pod `name`.
+    async fn pod_ip(&self, name: &str) -> Result<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.args.namespace);
+        pods.get(name)
+            .await?
+            .status
+            .and_then(|s| s.pod_ip)
+            .with_context(|| format!("pod {name} has no IP"))
+    }
+
+    /// Whether the Service lists `ip` as a ready endpoint.
+    async fn endpoint_ready(&self, ip: &str) -> Result<bool> {
+        let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &self.args.namespace);
+        let list = slices
+            .list(
+                &ListParams::default()
+                    .labels(&format!("kubernetes.io/service-name={}", self.args.release)),
+            )
+            .await?;
+        Ok(list
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .any(|e| {
+                e.addresses.iter().any(|a| a == ip)
+                    && e.conditions.as_ref().and_then(|c| c.ready) == Some(true)
+            }))
     }
 
     /// Waits until the Deployment is fully rolled out: all replicas updated, ready and
@@ -449,10 +540,64 @@ impl Harness {
                 }
                 let restarted = start.elapsed();
                 self.wait_rolled_out().await?;
+                *self.dead_window.lock().expect("window lock") = Some((start, Instant::now()));
                 Ok(format!(
                     "SIGKILLed poolguard in {pod} (on {node}, pid {pid}): restarted after {:.1}s, \
                      {} ready again after {:.1}s",
                     restarted.as_secs_f64(),
+                    self.replicas,
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            Operation::StopWorker => {
+                let pods = self.ready_pods().await?;
+                let (pod, node) = pods.first().context("no ready poolguard pod")?;
+                let ip = self.pod_ip(pod).await?;
+                let cmd = self.args.stop_node_cmd.replace("{node}", node);
+                let start = Instant::now();
+                log(format!("$ {cmd}"));
+                let (ok, text) =
+                    load::command("sh", &["-c", &cmd], Duration::from_secs(60), log).await?;
+                if !ok {
+                    bail!("{cmd} failed: {}", text.trim());
+                }
+                // The node controller marks the node's pods not ready once the node's status is
+                // older than its grace period; the endpoint goes with it.
+                while self.endpoint_ready(&ip).await? {
+                    if start.elapsed() > READY_TIMEOUT {
+                        bail!(
+                            "{pod}'s endpoint {ip} still ready {}s after {node} stopped",
+                            READY_TIMEOUT.as_secs()
+                        );
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                let removed = Instant::now();
+                *self.dead_window.lock().expect("window lock") = Some((start, removed));
+                // The node stays down: the replica's pod is force-deleted, as an operator does for
+                // a node that is gone, so that the Deployment replaces it on another worker.
+                let (ok, text) = self
+                    .kubectl(
+                        &[
+                            "-n",
+                            ns,
+                            "delete",
+                            "pod",
+                            pod,
+                            "--force",
+                            "--grace-period=0",
+                        ],
+                        long,
+                    )
+                    .await?;
+                if !ok {
+                    bail!("kubectl delete pod --force failed: {}", text.trim());
+                }
+                self.wait_rolled_out().await?;
+                Ok(format!(
+                    "stopped {node} (with {pod}, {ip}): its endpoint removed after {:.1}s; pod \
+                     force-deleted, {} ready again after {:.1}s",
+                    (removed - start).as_secs_f64(),
                     self.replicas,
                     start.elapsed().as_secs_f64()
                 ))
@@ -511,6 +656,54 @@ impl Harness {
         }
     }
 
+    /// An abrupt operation's failed CREATEs: each must be a failed webhook call sent while the
+    /// dead replica was still routed (its window, plus ROUTING_SLACK), and the client's retry of
+    /// each must be admitted with its pool.
+    async fn judge_abrupt(&self, row: &mut Row, attempts: &[load::Attempt], spec: &load::Spec) {
+        let window = *self.dead_window.lock().expect("window lock");
+        let Some((died, gone)) = window else {
+            // The operation failed before the replica died: no failure is explained.
+            row.failed_otherwise = row.failed;
+            return;
+        };
+        for a in attempts {
+            let Some(msg) = a.outcome.failure() else {
+                continue;
+            };
+            let in_window = a.ended() >= died && a.started <= gone + ROUTING_SLACK;
+            if !in_window || !msg.contains(WEBHOOK_CALL_FAILED) {
+                row.failed_otherwise += 1;
+                log(format!(
+                    "pod {}: failed {:+.1}s after the death ({}s window + {}s): {msg}",
+                    a.name,
+                    signed_secs(a.started, died),
+                    (gone - died).as_secs(),
+                    ROUTING_SLACK.as_secs()
+                ));
+            }
+            row.retried += 1;
+            let retry = load::retry(&self.client, spec, &a.name).await;
+            if !matches!(retry, load::Outcome::Placed) {
+                row.retries_failed += 1;
+                log(format!(
+                    "pod {}: the retry was not admitted with its pool: {retry:?}",
+                    a.name
+                ));
+            }
+        }
+        log(format!(
+            "{}: the dead replica was routed for {:.1}s; {} CREATE(s) failed, {} of them outside \
+             that window (+{}s) or not as a failed webhook call; {} retried, {} retries not admitted",
+            row.operation.title(),
+            (gone - died).as_secs_f64(),
+            row.failed,
+            row.failed_otherwise,
+            ROUTING_SLACK.as_secs(),
+            row.retried,
+            row.retries_failed
+        ));
+    }
+
     /// One operation under load.
     async fn run(&self, op: Operation, index: usize) -> Result<Row> {
         let settled = self.wait_rolled_out().await?;
@@ -544,17 +737,19 @@ impl Harness {
         };
 
         let stop_load = Arc::new(AtomicBool::new(false));
+        let spec = load::Spec {
+            namespace: self.ns.clone(),
+            run_id: run_id.clone(),
+            rate: self.args.rate,
+            image: self.args.image.clone(),
+            refused: None,
+            selector_key: self.args.selector_key().to_string(),
+            pool: self.args.pool.clone(),
+        };
+        *self.dead_window.lock().expect("window lock") = None;
         let load = tokio::spawn(load::generate(
             self.client.clone(),
-            load::Spec {
-                namespace: self.ns.clone(),
-                run_id: run_id.clone(),
-                rate: self.args.rate,
-                image: self.args.image.clone(),
-                refused: None,
-                selector_key: self.args.selector_key().to_string(),
-                pool: self.args.pool.clone(),
-            },
+            spec.clone(),
             stop_load.clone(),
         ));
         let started = Instant::now();
@@ -596,6 +791,9 @@ impl Harness {
             },
             outcome,
             failures: BTreeMap::new(),
+            failed_otherwise: 0,
+            retried: 0,
+            retries_failed: 0,
         };
         for a in &attempts {
             match a.outcome.failure() {
@@ -620,18 +818,26 @@ impl Harness {
             }
         }
         (row.p50_ms, row.p99_ms, row.max_ms) = load::latency_ms(&attempts);
+        if op.abrupt() {
+            self.judge_abrupt(&mut row, &attempts, &spec).await;
+        }
         for (msg, n) in &row.failures {
             log(format!("{n} x {msg}"));
         }
         log(format!(
-            "row: op={} attempted={} admitted={} failed={} lost={} unplaced={} min_ready={}",
+            "row: op={} attempted={} admitted={} failed={} lost={} unplaced={} min_ready={} \
+             failed_otherwise={} retried={} retries_failed={} kept={}",
             op.id(),
             row.attempted,
             row.admitted,
             row.failed,
             row.lost,
             row.unplaced,
-            row.min_ready
+            row.min_ready,
+            row.failed_otherwise,
+            row.retried,
+            row.retries_failed,
+            row.kept()
         ));
         log(format!(
             "{}: {} attempted in {load_secs:.1}s, {} admitted, {} failed, {} lost, {} unplaced; \
@@ -648,6 +854,15 @@ impl Harness {
         // The load's pods go before the next operation.
         load::delete_run(&self.client, &self.ns, &run_id).await?;
         Ok(row)
+    }
+}
+
+/// Seconds from `origin` to `t`, negative when `t` came first.
+fn signed_secs(t: Instant, origin: Instant) -> f64 {
+    if t >= origin {
+        (t - origin).as_secs_f64()
+    } else {
+        -(origin - t).as_secs_f64()
     }
 }
 
@@ -690,7 +905,7 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.rate, args.pool
     );
     println!(
-        "{:<26} {:>6} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7} {:>7} {:>7} {:>9}",
+        "{:<32} {:>6} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>5}",
         "operation",
         "load s",
         "attempted",
@@ -701,11 +916,13 @@ fn print_table(args: &Args, rows: &[Row]) {
         "p50 ms",
         "p99 ms",
         "max ms",
-        "min ready"
+        "min ready",
+        "retry ok",
+        "kept"
     );
     for r in rows {
         println!(
-            "{:<26} {:>6.1} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7.0} {:>7.0} {:>7.0} {:>9}",
+            "{:<32} {:>6.1} {:>9} {:>8} {:>6} {:>5} {:>8} {:>7.0} {:>7.0} {:>7.0} {:>9} {:>9} {:>5}",
             r.operation.title(),
             r.load_secs,
             r.attempted,
@@ -716,7 +933,13 @@ fn print_table(args: &Args, rows: &[Row]) {
             r.p50_ms,
             r.p99_ms,
             r.max_ms,
-            r.min_ready
+            r.min_ready,
+            if r.operation.abrupt() {
+                format!("{}/{}", r.retried - r.retries_failed, r.failed)
+            } else {
+                "-".to_string()
+            },
+            if r.kept() { "yes" } else { "NO" }
         );
     }
     for r in rows {
@@ -751,13 +974,7 @@ async fn main_inner() -> Result<bool> {
     if let Some(e) = error {
         return Err(e);
     }
-    let clean = rows.iter().all(|r| {
-        r.failed == 0
-            && r.lost == 0
-            && r.unplaced == 0
-            && !r.outcome.starts_with("operation failed")
-    });
-    Ok(clean)
+    Ok(rows.iter().all(Row::kept))
 }
 
 #[tokio::main]
@@ -765,7 +982,11 @@ async fn main() -> ExitCode {
     match main_inner().await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            log("FAILED: admissions failed, or pods were lost or admitted without their pool");
+            log(
+                "FAILED: a row did not keep poolguard's promise (failed CREATEs where none may \
+                 fail or outside a dead replica's window, failed retries, pods lost or admitted \
+                 without their pool)",
+            );
             ExitCode::FAILURE
         }
         Err(e) => {
