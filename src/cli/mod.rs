@@ -475,11 +475,12 @@ struct LimitArgs {
     /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
     #[arg(long, value_name = "SECONDS")]
     body_timeout_seconds: Option<u64>,
-    /// Policy evaluations running at once [default: the CPUs, at most 4]
+    /// Policy evaluations running at once [default: the CPUs poolguard may use, a cgroup CPU
+    /// limit counted]
     #[arg(long, value_name = "N")]
     max_evaluations: Option<usize>,
     /// Validating requests waiting for an evaluation; beyond it evaluation.onError decides
-    /// [default: 64]
+    /// [default: 16 per evaluation slot, at least 64]
     #[arg(long, value_name = "N")]
     max_queued_evaluations: Option<usize>,
     /// Open HTTPS connections; at the cap a new one closes an idle connection of the client

@@ -33,12 +33,15 @@ pub struct Limits {
     /// Time a request's body gets to arrive in full (408 after it).
     pub body_timeout: Duration,
     /// Policy evaluations (validating decisions) running at once. They are CPU-bound, so more
-    /// than the CPUs adds no throughput, only memory: an evaluation takes about 50 times its
-    /// review's size (24 MB for a 470 KB Deployment). Default: the CPUs, at most 4 (without a
-    /// CPU limit the count is the node's).
+    /// than the CPUs adds no throughput. Default: the CPUs the process may use
+    /// ([`evaluation_slots_for`]; a cgroup CPU quota counts, so a pod with `limits.cpu: 2` gets
+    /// 2; without a CPU limit the count is the node's). Their memory does not grow with the
+    /// slots: an evaluation takes about 50 times its review's size (24 MB for a 470 KB
+    /// Deployment), and the request holds its share of `parse_budget_bytes` until it is
+    /// answered, so big reviews wait for the budget, not for a slot.
     pub max_evaluations: usize,
     /// Validating requests that may wait for an evaluation slot; beyond it, or past the deadline
-    /// while waiting, `evaluation.onError` decides.
+    /// while waiting, `evaluation.onError` decides. Default: [`queued_evaluations_for`] the slots.
     pub max_queued_evaluations: usize,
     /// Open HTTPS connections (TLS handshakes included). At the cap a new connection closes an
     /// idle one: of the client address holding more connections than every other address, one
@@ -59,16 +62,29 @@ pub struct Limits {
     pub http2_max_concurrent_streams: u32,
 }
 
+/// Default evaluation slots for `cpus` usable CPUs (what `available_parallelism` reports: the
+/// affinity mask and a cgroup CPU quota, rounded up, count): one per CPU.
+pub fn evaluation_slots_for(cpus: usize) -> usize {
+    cpus.max(1)
+}
+
+/// Default places in the wait queue for `slots` evaluation slots: 16 per slot, at least 64, so a
+/// burst waits up to about 16 evaluations' time before `evaluation.onError` decides.
+pub fn queued_evaluations_for(slots: usize) -> usize {
+    slots.saturating_mul(16).max(64)
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let slots = evaluation_slots_for(cpus);
         Limits {
             max_body_bytes: 24 * MIB,
             body_budget_bytes: 32 * MIB,
             parse_budget_bytes: 64 * MIB,
             body_timeout: Duration::from_secs(10),
-            max_evaluations: cpus,
-            max_queued_evaluations: 64,
+            max_evaluations: slots,
+            max_queued_evaluations: queued_evaluations_for(slots),
             max_connections: 64,
             idle_timeout: Duration::from_secs(120),
             header_timeout: Duration::from_secs(10),
@@ -268,6 +284,25 @@ mod tests {
             max_queued_evaluations: 1,
             ..Limits::default()
         }
+    }
+
+    #[test]
+    fn slots_follow_the_cpus_and_the_queue_the_slots() {
+        let table = [
+            (0, 1, 64),
+            (1, 1, 64),
+            (2, 2, 64),
+            (4, 4, 64),
+            (8, 8, 128),
+            (64, 64, 1024),
+        ];
+        for (cpus, slots, queue) in table {
+            assert_eq!(evaluation_slots_for(cpus), slots, "{cpus} CPUs");
+            assert_eq!(queued_evaluations_for(slots), queue, "{slots} slots");
+        }
+        assert_eq!(queued_evaluations_for(usize::MAX), usize::MAX);
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(Limits::default().max_evaluations, cpus);
     }
 
     #[test]
