@@ -16,6 +16,7 @@
 #   FLOOR_RATE (2000, poolguard /mutate open loop) CONNS (16, closed loop) OPEN_CONNS (32, open loop) LOADGEN_THREADS (2) NAMESPACES (10000)
 #   OPA_VERSION (v1.22.2) PG_PORT (18443) PG_METRICS_PORT (19090) OPA_PORT (18181)
 #   CARGO_TARGET_DIR (default: target/)
+#   CORES (unset; e.g. "1 2 4 8"): also run the cores sweep, bench/cores.sh, with these cells
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,26 +57,10 @@ stop() { if [ -n "$1" ]; then kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/nu
 cleanup() { stop "$PG_PID"; stop "$OPA_PID"; }
 trap cleanup EXIT
 
-# --- build ---------------------------------------------------------------------------------
-log "building poolguard (release) and the load generator"
-cargo build --release --locked --bin poolguard
-cargo build --release --locked -p poolguard-loadgen
-POOLGUARD=$TARGET/release/poolguard
-LOADGEN=$TARGET/release/poolguard-loadgen
-
-if [ ! -x "$OPA_DIR/opa" ]; then
-  log "building OPA $OPA_VERSION from its Go module into $OPA_DIR (first time only; several minutes on 2 cores)"
-  mkdir -p "$OPA_DIR"
-  (cd "$W" && GOBIN=$OPA_DIR nice go install "github.com/open-policy-agent/opa@$OPA_VERSION")
-fi
-OPA=$OPA_DIR/opa
-
-# --- inputs --------------------------------------------------------------------------------
+# --- build and inputs ----------------------------------------------------------------------
 python3 -c 'import matplotlib' 2>/dev/null || { log "installing matplotlib"; python3 -m pip install -q matplotlib; }
-python3 "$B/gen.py" "$W" "$NAMESPACES" >&2
-"$POOLGUARD" certs --out-dir "$W/certs" --dns-name localhost --ip 127.0.0.1 >&2
-log "opa test bench/opa (the Rego written for this benchmark)"
-"$OPA" test "$B/opa" >&2
+# shellcheck source=bench/prepare.sh
+. "$B/prepare.sh"
 
 RESULTS=$W/runs.jsonl
 META=$W/meta.json
@@ -137,14 +122,11 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$SERVER_PID/status"; }
 # --- poolguard -----------------------------------------------------------------------------
 log "starting poolguard serve with $NAMESPACES namespaces"
 T0=$(date +%s%N)
-"$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROOT/testdata/config/example.yaml" \
-  --policies-dir "$ROOT/policies" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key" \
-  --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT" >"$W/poolguard.log" 2>&1 &
+"${PG_CMD[@]}" >"$W/poolguard.log" 2>&1 &
 SERVER_PID=$! PG_PID=$!
 PG_READY_MS=$(wait_ready "http://127.0.0.1:$PG_METRICS_PORT/readyz")
 PG_IDLE_RSS=$(rss_kib)
 log "poolguard ready in ${PG_READY_MS} ms, RSS $PG_IDLE_RSS KiB"
-PG_URL=https://localhost:$PG_PORT/validate
 for f in "$W"/reviews/pg/*.json; do
   curl -sS --cacert "$W/certs/ca.crt" "$PG_URL" --data-binary @"$f" -H 'content-type: application/json'; echo
 done >"$W/poolguard-responses.jsonl"
@@ -152,14 +134,11 @@ curl -sS --cacert "$W/certs/ca.crt" "$PG_URL" --data-binary @"$W/bad/pg.json" -H
 # --- OPA -----------------------------------------------------------------------------------
 log "starting OPA $OPA_VERSION with $NAMESPACES namespaces as data"
 T0=$(date +%s%N)
-"$OPA" run --server --disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT" \
-  --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key" \
-  "$B/opa/poolguard.rego" "$W/opa-data.json" >"$W/opa.log" 2>&1 &
+"${OPA_CMD[@]}" >"$W/opa.log" 2>&1 &
 SERVER_PID=$! OPA_PID=$!
 OPA_READY_MS=$(wait_ready "https://localhost:$OPA_PORT/health" --cacert "$W/certs/ca.crt")
 OPA_IDLE_RSS=$(rss_kib)
 log "OPA ready in ${OPA_READY_MS} ms, RSS $OPA_IDLE_RSS KiB"
-OPA_URL=https://localhost:$OPA_PORT/v1/data/poolguard/bench/decision
 for f in "$W"/reviews/opa/*.json; do
   curl -sS --cacert "$W/certs/ca.crt" "$OPA_URL" --data-binary @"$f" -H 'content-type: application/json'; echo
 done >"$W/opa-responses.jsonl"
@@ -206,6 +185,11 @@ cat >"$META" <<EOF
  "loadgen_threads": $LOADGEN_THREADS, "tput_seconds": $TPUT_SECONDS, "tput_runs": $TPUT_RUNS, "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
 EOF
 python3 "$B/report.py" "$W" "$R"
+
+if [ -n "${CORES:-}" ]; then
+  log "/validate throughput by server cores: CORES=\"$CORES\" (bench/cores.sh)"
+  POOLGUARD_BIN=$POOLGUARD LOADGEN_BIN=$LOADGEN OPA_BIN=$OPA bash "$B/cores.sh"
+fi
 
 if [ "${E2E:-1}" != 0 ]; then
   log "pod CREATE latency through kube-apiserver (bench/e2e-latency.sh)"

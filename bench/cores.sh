@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# poolguard vs OPA /validate throughput as the server gets more cores: for each N in CORES, each
+# server in turn is started pinned to the first N CPUs (taskset, default settings: poolguard's
+# evaluation slots and worker threads follow the CPUs it may use), the load generator runs on the
+# CPUs after them (at most 8), closed loop, on ReplicaSet-shaped pods ("replicas": one spec,
+# remembered results help) and on pods all different ("distinct": every request a new image tag).
+# CORE_RUNS alternating rounds (poolguard first in odd rounds, OPA first in even ones); each cell
+# reports the median and the range, the ratio of the medians, poolguard's peak RSS, and the
+# scaling from the smallest to the largest cell. Writes bench/results/cores.{md,json}.
+#
+# A cell needs N + 1 CPUs (at least one for the load generator); cells that do not fit this
+# machine are skipped and the report says so (a 2-core machine runs the 1-core cell only).
+#
+# Knobs (environment): CORES ("1 2 4 8") CORE_RUNS (3) CORE_SECONDS (5) CORE_CONNS (64)
+#   LOADGEN_MAX_THREADS (8) NAMESPACES (10000) OPA_VERSION (v1.22.2) PG_PORT (18443)
+#   PG_METRICS_PORT (19090) OPA_PORT (18181) CARGO_TARGET_DIR (default: target/)
+#   POOLGUARD_BIN LOADGEN_BIN OPA_BIN: prebuilt binaries (nothing is built; for a machine that
+#   reaches no registry, with bench/work's inputs made beforehand or by this script).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+B=$ROOT/bench
+W=$B/work
+R=$B/results
+mkdir -p "$W" "$R"
+
+CORES=${CORES:-"1 2 4 8"}
+CORE_RUNS=${CORE_RUNS:-3}
+CORE_SECONDS=${CORE_SECONDS:-5}
+CORE_CONNS=${CORE_CONNS:-64}
+LOADGEN_MAX_THREADS=${LOADGEN_MAX_THREADS:-8}
+NAMESPACES=${NAMESPACES:-10000}
+OPA_VERSION=${OPA_VERSION:-v1.22.2}
+PG_PORT=${PG_PORT:-18443}
+PG_METRICS_PORT=${PG_METRICS_PORT:-19090}
+OPA_PORT=${OPA_PORT:-18181}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+export CARGO_TARGET_DIR=$TARGET
+OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
+
+log() { printf '[cores %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+command -v taskset >/dev/null || { echo "cores.sh: taskset (util-linux) is required" >&2; exit 1; }
+
+SERVER_PID=
+stop_server() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  SERVER_PID=
+}
+trap stop_server EXIT
+
+# shellcheck source=bench/prepare.sh
+. "$B/prepare.sh"
+
+# The CPUs this script may use, in order.
+mapfile -t CPUS < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
+join() { local IFS=,; echo "$*"; }
+
+RESULTS=$W/cores.jsonl
+: >"$RESULTS"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+SKIPPED=()
+
+wait_ready() {
+  for _ in $(seq 1 3000); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$@" || true)" = 200 ] && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { log "server exited"; return 1; }
+    sleep 0.01
+  done
+  log "not ready after ~30 s: $*"; return 1
+}
+
+# cell SERVER N RUN: start SERVER on the first N CPUs, load it from the others, stop it.
+cell() {
+  local server=$1 n=$2 run=$3 sub url
+  local server_cpus loadgen_cpus threads
+  server_cpus=$(join "${CPUS[@]:0:n}")
+  loadgen_cpus=("${CPUS[@]:n:LOADGEN_MAX_THREADS}")
+  threads=${#loadgen_cpus[@]}
+  if [ "$server" = poolguard ]; then
+    taskset -c "$server_cpus" "${PG_CMD[@]}" >"$W/cores-poolguard.log" 2>&1 &
+    SERVER_PID=$!
+    wait_ready "http://127.0.0.1:$PG_METRICS_PORT/readyz"
+    sub=pg url=$PG_URL
+  else
+    taskset -c "$server_cpus" "${OPA_CMD[@]}" >"$W/cores-opa.log" 2>&1 &
+    SERVER_PID=$!
+    wait_ready "https://localhost:$OPA_PORT/health" --cacert "$W/certs/ca.crt"
+    sub=opa url=$OPA_URL
+  fi
+  for workload in replicas distinct; do
+    local dir=reviews args=()
+    [ "$workload" = distinct ] && dir=reviews-distinct
+    for f in "$W/$dir/$sub"/*.json; do args+=(--body "$f"); done
+    log "$n cores, round $run/$CORE_RUNS: $server, $workload pods, server on CPUs $server_cpus, load generator on $(join "${loadgen_cpus[@]}")"
+    taskset -c "$(join "${loadgen_cpus[@]}")" "$LOADGEN" --label "cores:$n:$server:$workload:$run" --url "$url" \
+      --ca "$W/certs/ca.crt" "${args[@]}" --seq-token seqno --mode closed --connections "$CORE_CONNS" \
+      --duration "$CORE_SECONDS" --threads "$threads" >>"$RESULTS"
+  done
+  printf '{"label": "hwm:%s:%s:%s", "vmhwm_kib": %s}\n' "$n" "$server" "$run" \
+    "$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status")" >>"$RESULTS"
+  stop_server
+}
+
+for n in $CORES; do
+  if ((n + 1 > ${#CPUS[@]})); then
+    SKIPPED+=("$n")
+    log "skipping $n cores: a cell needs $((n + 1)) CPUs ($n for the server, 1+ for the load generator); this machine gives ${#CPUS[@]}"
+    continue
+  fi
+  for run in $(seq 1 "$CORE_RUNS"); do
+    if ((run % 2)); then order="poolguard opa"; else order="opa poolguard"; fi
+    for server in $order; do cell "$server" "$n" "$run"; done
+  done
+done
+
+python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
+  "$CORE_SECONDS" "$CORE_CONNS" "$OPA_VERSION" "${SKIPPED[*]:-}" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, statistics, sys, datetime
+results, out, cpus, arch, model, seconds, conns, opa, skipped, load_start, load_end = sys.argv[1:12]
+rows = [json.loads(l) for l in open(results) if l.strip()]
+tput, hwm = {}, {}
+for r in rows:
+    parts = r["label"].split(":")
+    if parts[0] == "cores":
+        _, n, server, workload, _run = parts
+        tput.setdefault((int(n), workload, server), []).append(r["throughput_rps"])
+    elif parts[0] == "hwm":
+        _, n, server, _run = parts
+        hwm.setdefault((int(n), server), []).append(int(r["vmhwm_kib"]))
+cells = sorted({(n, w) for (n, w, _) in tput}, key=lambda c: (c[0], c[1] != "replicas"))
+table, data = [], []
+for n, w in cells:
+    pg, op = tput.get((n, w, "poolguard"), []), tput.get((n, w, "opa"), [])
+    if not pg or not op:
+        continue
+    mp, mo = statistics.median(pg), statistics.median(op)
+    peak = max(hwm.get((n, "poolguard"), [0])) / 1024
+    data.append({"cores": n, "workload": w, "poolguard_rps": pg, "opa_rps": op,
+                 "poolguard_median": mp, "opa_median": mo, "ratio": mp / mo, "poolguard_vmhwm_mib": peak})
+    table.append(f"| {n} | {w} | {mp:,.0f} ({min(pg):,.0f}–{max(pg):,.0f}) | {mo:,.0f} ({min(op):,.0f}–{max(op):,.0f}) "
+                 f"| {mp / mo:.1f}× | {peak:.1f} MiB |")
+lines = [
+    "# /validate throughput by server cores: poolguard vs OPA",
+    "",
+    f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {cpus} CPUs ({arch}, {model}), OPA {opa}, "
+    f"closed loop, {conns} connections, {seconds} s per round, default settings (no flags). "
+    "Server on the first N CPUs, load generator on the next ones (at most 8). Median of the rounds (range). "
+    f"Load average before: {load_start}, after: {load_end} (a busy machine makes every number here meaningless).",
+    "",
+    "| server cores | workload | poolguard req/s | OPA req/s | ratio | poolguard peak RSS |",
+    "|---:|---|---:|---:|---:|---:|",
+    *table,
+    "",
+]
+for w in ("replicas", "distinct"):
+    ns = sorted(d["cores"] for d in data if d["workload"] == w)
+    if len(ns) > 1:
+        first = next(d for d in data if d["workload"] == w and d["cores"] == ns[0])
+        last = next(d for d in data if d["workload"] == w and d["cores"] == ns[-1])
+        lines.append(f"- {w}: {ns[0]}→{ns[-1]} cores, poolguard ×{last['poolguard_median'] / first['poolguard_median']:.1f}, "
+                     f"OPA ×{last['opa_median'] / first['opa_median']:.1f}")
+if skipped:
+    lines.append(f"- Not run on this {cpus}-CPU machine (a cell needs N + 1 CPUs): {skipped.replace(' ', ', ')} cores.")
+text = "\n".join(lines) + "\n"
+open(f"{out}/cores.md", "w").write(text)
+json.dump({"cpus": int(cpus), "cells": data, "skipped": skipped.split(), "loadavg": [load_start, load_end]}, open(f"{out}/cores.json", "w"), indent=1)
+print(text)
+PY
