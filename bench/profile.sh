@@ -2,7 +2,7 @@
 # Where poolguard spends its CPU on /validate: poolguard pinned to the first PROFILE_CORES CPUs
 # (default settings), the load generator on the next ones, closed loop on pods all different
 # ("distinct", every request misses the remembered results; WORKLOAD=replicas for the hit path),
-# and `perf record` on the server for PROFILE_SECONDS. Writes the top frames by self time and by
+# and `perf record --call-graph dwarf` on the server for PROFILE_SECONDS. Writes the top frames by self time and by
 # inclusive time to bench/results/profile-<workload>-<cores>c.txt, and the raw perf.data into
 # bench/work/.
 #
@@ -72,8 +72,8 @@ taskset -c "$(join "${LOADGEN_CPUS[@]}")" "$LOADGEN" --label "profile:$WORKLOAD"
 LOAD_PID=$!
 sleep 2
 DATA=$W/perf-$WORKLOAD-${PROFILE_CORES}c.data
-log "perf record -g on poolguard for ${PROFILE_SECONDS}s"
-perf record -F 999 -g -p "$SERVER_PID" -o "$DATA" -- sleep "$PROFILE_SECONDS" 2>/dev/null
+log "perf record (dwarf call graphs) on poolguard for ${PROFILE_SECONDS}s"
+perf record -F 299 --call-graph dwarf,16384 -p "$SERVER_PID" -o "$DATA" -- sleep "$PROFILE_SECONDS" 2>/dev/null
 wait "$LOAD_PID"
 OUTFILE=$R/profile-$WORKLOAD-${PROFILE_CORES}c.txt
 {
