@@ -410,11 +410,35 @@ struct ServeAuditArgs {
     /// (policies with `rollout`): the audit's leader writes it, every replica decides with it.
     #[arg(long, default_value = "poolguard-rollouts", value_name = "NAME")]
     rollout_configmap: String,
+    /// The audit's leader also writes the native admission objects (`poolguard native`:
+    /// MutatingAdmissionPolicy/ValidatingAdmissionPolicy and bindings,
+    /// admissionregistration.k8s.io/v1, Kubernetes 1.36+) by server-side apply (field manager
+    /// `poolguard`) whenever the config, policies or rollout state change them, and deletes the
+    /// objects labelled app.kubernetes.io/managed-by=poolguard it no longer generates. Where the
+    /// v1 APIs are not served it logs one line and the webhook stays the only path. Needs the
+    /// audit (its leader election): refused with --audit-interval 0.
+    #[arg(long)]
+    native_apply: bool,
+    /// With --native-apply: a namespace the bindings never select (repeatable; the chart's
+    /// excluded namespaces), as `poolguard native --exclude-namespace`.
+    #[arg(
+        long = "native-exclude-namespace",
+        value_name = "NAME",
+        requires = "native_apply"
+    )]
+    native_excluded_namespaces: Vec<String>,
+    /// With --native-apply: validate only namespaces that carry the pool label, as
+    /// `poolguard native --require-namespace-label`.
+    #[arg(long, requires = "native_apply")]
+    native_require_namespace_label: bool,
 }
 
 impl ServeAuditArgs {
     fn settings(self) -> Result<Option<crate::audit::schedule::Settings>> {
         if self.audit_interval.is_zero() {
+            if self.native_apply {
+                anyhow::bail!("--native-apply needs the audit's leader election, which --audit-interval 0 turns off");
+            }
             return Ok(None);
         }
         if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
@@ -435,6 +459,10 @@ impl ServeAuditArgs {
                 namespace: self.lease_namespace.clone(),
                 name: self.rollout_configmap,
             },
+            native: self.native_apply.then(|| poolguard_core::native::Options {
+                excluded_namespaces: self.native_excluded_namespaces,
+                require_namespace_label: self.native_require_namespace_label,
+            }),
             lease: crate::audit::leader::LeaseSettings {
                 name: self.lease_name,
                 namespace: self.lease_namespace,

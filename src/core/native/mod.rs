@@ -11,6 +11,7 @@ pub mod image_cel;
 mod placement;
 mod policies;
 mod selectors;
+pub mod sync_plan;
 mod workloads;
 
 use serde_json::Value;
