@@ -459,10 +459,12 @@ impl ServeAuditArgs {
                 namespace: self.lease_namespace.clone(),
                 name: self.rollout_configmap,
             },
-            native: self.native_apply.then(|| poolguard_core::native::Options {
-                excluded_namespaces: self.native_excluded_namespaces,
-                require_namespace_label: self.native_require_namespace_label,
-            }),
+            native: self
+                .native_apply
+                .then_some(poolguard_core::native::Options {
+                    excluded_namespaces: self.native_excluded_namespaces,
+                    require_namespace_label: self.native_require_namespace_label,
+                }),
             lease: crate::audit::leader::LeaseSettings {
                 name: self.lease_name,
                 namespace: self.lease_namespace,

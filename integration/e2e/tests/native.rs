@@ -10,7 +10,7 @@
 //! parser's unit tests) goes through once more as the only image of a Pod.
 //!
 //! Needs a control plane without poolguard's webhooks (a webhook would decide too):
-//! `integration/e2e/native.sh` starts one. `POOLGUARD_E2E_NATIVE_PODS` sets the corpus size
+//! `integration/e2e.sh` runs it as suite `native` before it registers them. `POOLGUARD_E2E_NATIVE_PODS` sets the corpus size
 //! (default 10000).
 
 use std::collections::BTreeSet;

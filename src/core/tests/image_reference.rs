@@ -23,7 +23,6 @@ use std::time::Duration;
 mod image_reference_table;
 use image_reference_table::{table, Fields, D1, HEX64};
 
-
 fn fields(r: &ImageRef) -> Fields {
     (
         r.registry.clone(),
