@@ -413,7 +413,8 @@ struct ServeAuditArgs {
     /// The audit's leader also writes the native admission objects (`poolguard native`:
     /// MutatingAdmissionPolicy/ValidatingAdmissionPolicy and bindings,
     /// admissionregistration.k8s.io/v1, Kubernetes 1.36+) by server-side apply (field manager
-    /// `poolguard`) whenever the config, policies or rollout state change them, and deletes the
+    /// `poolguard`) whenever the config, policies or rollout state change them (and every 10
+    /// minutes, repairing edits), and deletes the
     /// objects labelled app.kubernetes.io/managed-by=poolguard it no longer generates. Where the
     /// v1 APIs are not served it logs one line and the webhook stays the only path. Needs the
     /// audit (its leader election): refused with --audit-interval 0.
