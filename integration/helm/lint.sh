@@ -90,7 +90,7 @@ cases=(
     # webhook.skipUnchangedUpdates off: the same configurations without matchConditions.
     "no-skip|--set webhook.skipUnchangedUpdates=false"
     # Native admission: written by the leader, or rendered verbatim from `poolguard native`.
-    "native-apply|--set native.mode=apply --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring}"
+    "native-apply|--set native.mode=apply --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring} --set-string webhook.namespaceMatchLabels.poolguard=on"
     "native-static|--set native.mode=static --set-file native.objects=${out}/native.yaml"
     "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
 )
@@ -195,7 +195,6 @@ refuse "zero lease duration" "/audit/leaseDuration" --set audit.leaseDuration=0s
 refuse "no results per report" "/audit/maxResultsPerReport" --set audit.maxResultsPerReport=0
 refuse "unknown native mode" "/native/mode" --set native.mode=on
 refuse "native apply without the audit" "needs the audit's leader election" --set native.mode=apply --set audit.interval=0
-refuse "native apply with namespaceMatchLabels" "does not support webhook.namespaceMatchLabels" --set native.mode=apply --set-string webhook.namespaceMatchLabels.poolguard=on
 refuse "native static without objects" "native.mode static needs native.objects" --set native.mode=static
 refuse "native static with something else" "native.mode static needs native.objects" --set native.mode=static --set-string native.objects=kind:\ ConfigMap
 
@@ -225,8 +224,9 @@ for name in names:
         errors.append(f"{name}: renders policy objects without native.mode static")
     if name == "native-apply":
         excluded = sorted(args[i + 1] for i, a in enumerate(args) if a == "--native-exclude-namespace")
+        matched = [args[i + 1] for i, a in enumerate(args) if a == "--native-namespace-match-label"]
         if "--native-apply" not in args or "--native-require-namespace-label" not in args \
-                or excluded != ["kube-system", "monitoring", "poolguard-system"]:
+                or excluded != ["kube-system", "monitoring", "poolguard-system"] or matched != ["poolguard=on"]:
             errors.append(f"{name}: args {args}")
         if len(writes) != 1 or sorted(writes[0]["resources"]) != [
                 "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
@@ -344,7 +344,7 @@ for name in names:
             guarded = (config.get("poolAuthority") or {}).get("guardedLabels") or []
     # The labels poolguard trusts beyond the pool label, which the chart must guard: the webhooks'
     # opt-in labels (webhook.namespaceMatchLabels) and the rollout groups' selector keys.
-    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"],
+    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"], "native-apply": ["poolguard"],
                   "policies": ["risk"]}.get(name, [])
     check(all(k in guarded for k in must_guard) and label not in guarded
           and len(set(guarded)) == len(guarded),
@@ -409,6 +409,9 @@ for name in names:
                           and cc["service"]["path"] == path, f"{kind} calls the Service at {path}")
                     if name == "selector":
                         check(wh["namespaceSelector"].get("matchLabels") == {"poolguard": "enabled", "example.com/tier": "gold"},
+                              f"{kind} requires webhook.namespaceMatchLabels")
+                    elif name == "native-apply":
+                        check(wh["namespaceSelector"].get("matchLabels") == {"poolguard": "on"},
                               f"{kind} requires webhook.namespaceMatchLabels")
                     else:
                         check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")

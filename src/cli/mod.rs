@@ -94,6 +94,10 @@ struct NativeArgs {
     /// validating.requireNamespaceLabel).
     #[arg(long)]
     require_namespace_label: bool,
+    /// Select only namespaces with this label and value (repeatable; the chart's
+    /// webhook.namespaceMatchLabels).
+    #[arg(long = "namespace-match-label", value_name = "KEY=VALUE", value_parser = key_value)]
+    namespace_match_labels: Vec<(String, String)>,
     /// Write them to the cluster instead of printing them: server-side apply (field manager
     /// `poolguard`), then delete the objects labelled app.kubernetes.io/managed-by=poolguard
     /// that are no longer generated. A cluster without the admissionregistration.k8s.io/v1
@@ -432,6 +436,15 @@ struct ServeAuditArgs {
     /// `poolguard native --require-namespace-label`.
     #[arg(long, requires = "native_apply")]
     native_require_namespace_label: bool,
+    /// With --native-apply: select only namespaces with this label and value (repeatable; the
+    /// chart's webhook.namespaceMatchLabels), as `poolguard native --namespace-match-label`.
+    #[arg(
+        long = "native-namespace-match-label",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        requires = "native_apply"
+    )]
+    native_namespace_match_labels: Vec<(String, String)>,
 }
 
 impl ServeAuditArgs {
@@ -465,6 +478,10 @@ impl ServeAuditArgs {
                 .then_some(poolguard_core::native::Options {
                     excluded_namespaces: self.native_excluded_namespaces,
                     require_namespace_label: self.native_require_namespace_label,
+                    namespace_match_labels: self
+                        .native_namespace_match_labels
+                        .into_iter()
+                        .collect(),
                 }),
             lease: crate::audit::leader::LeaseSettings {
                 name: self.lease_name,
@@ -946,6 +963,7 @@ fn run(command: Command) -> Result<ExitCode> {
             let options = poolguard_core::native::Options {
                 excluded_namespaces: args.excluded_namespaces,
                 require_namespace_label: args.require_namespace_label,
+                namespace_match_labels: args.namespace_match_labels.into_iter().collect(),
             };
             if !args.apply {
                 return native::print(
@@ -997,5 +1015,13 @@ fn run(command: Command) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A `KEY=VALUE` label requirement of the command line.
+fn key_value(text: &str) -> std::result::Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
 }

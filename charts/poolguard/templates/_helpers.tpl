@@ -321,18 +321,9 @@ matchConditions:
               || (has(object.metadata.annotations) && k in object.metadata.annotations)))))
 {{- end }}
 
-{{/*
-native.mode apply: the leader generates with the excluded namespaces and
-validating.requireNamespaceLabel only, so it refuses values whose webhooks look elsewhere
-(webhook.namespaceMatchLabels) and needs the audit's leader election.
-*/}}
+{{/* native.mode apply needs the audit's leader election. */}}
 {{- define "poolguard.nativeChecks" -}}
-{{- if eq .Values.native.mode "apply" }}
-{{- if not (include "poolguard.auditEnabled" .) }}
+{{- if and (eq .Values.native.mode "apply") (not (include "poolguard.auditEnabled" .)) }}
 {{- fail "native.mode apply needs the audit's leader election: set audit.interval, not 0" }}
-{{- end }}
-{{- if .Values.webhook.namespaceMatchLabels }}
-{{- fail "native.mode apply does not support webhook.namespaceMatchLabels (the native bindings would select more namespaces than the webhooks)" }}
-{{- end }}
 {{- end }}
 {{- end }}
