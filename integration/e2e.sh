@@ -242,6 +242,8 @@ suite() { [[ "${suites}" == *" $1 "* ]]; }
 if suite native; then
     log "suite: native"
     cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
+    # The leader keeps them written (serve --native-apply), and they decide with poolguard down.
+    KUBECTL="${cp_bin}/kubectl" integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader"
 fi
 
 # The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the

@@ -337,6 +337,11 @@ fn bad_input_is_a_clear_error_with_exit_2() {
             None,
             "--cert-validity 1m is too short",
         ),
+        (
+            vec!["serve", "--dev", "--native-apply", "--audit-interval", "0"],
+            None,
+            "--native-apply needs the audit's leader election",
+        ),
     ];
     for (args, stdin, want) in cases {
         let out = poolguard(&args, stdin);

@@ -89,9 +89,16 @@ cases=(
     "no-crd|--set audit.crd.install=false"
     # webhook.skipUnchangedUpdates off: the same configurations without matchConditions.
     "no-skip|--set webhook.skipUnchangedUpdates=false"
+    # Native admission: written by the leader, or rendered verbatim from `poolguard native`.
+    "native-apply|--set native.mode=apply --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring} --set-string webhook.namespaceMatchLabels.poolguard=on"
+    "native-static|--set native.mode=static --set-file native.objects=${out}/native.yaml"
     "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
+# What `poolguard native` prints for the example config, for the native-static case.
+"$poolguard" native --config testdata/config/example.yaml --policies-dir policies \
+    --exclude-namespace "$namespace" --exclude-namespace kube-system >"${out}/native.yaml" \
+    || die "poolguard native failed"
 
 failures=0
 passed=0
@@ -186,6 +193,60 @@ refuse "audit interval without unit" "/audit/interval" --set audit.interval=10
 refuse "audit interval not a duration" "/audit/interval" --set audit.interval=often
 refuse "zero lease duration" "/audit/leaseDuration" --set audit.leaseDuration=0s
 refuse "no results per report" "/audit/maxResultsPerReport" --set audit.maxResultsPerReport=0
+refuse "unknown native mode" "/native/mode" --set native.mode=on
+refuse "native apply without the audit" "needs the audit's leader election" --set native.mode=apply --set audit.interval=0
+refuse "native static without objects" "native.mode static needs native.objects" --set native.mode=static
+refuse "native static with something else" "native.mode static needs native.objects" --set native.mode=static --set-string native.objects=kind:\ ConfigMap
+
+# Native admission: no policy objects, RBAC for them or --native-apply unless native.mode says so;
+# mode static renders exactly what `poolguard native` printed (the chart generates nothing);
+# mode apply gives the leader --native-apply with the webhooks' scope and RBAC for the four kinds.
+if python3 - "$out" "${cases[@]%%|*}" <<'PY'; then
+import sys, yaml
+out, names = sys.argv[1], sys.argv[2:]
+errors = []
+kinds = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+generated = [d for d in yaml.safe_load_all(open(f"{out}/native.yaml")) if d]
+for name in names:
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    objects = [d for d in docs if d.get("kind") in kinds]
+    args = [a for d in docs if d.get("kind") == "Deployment"
+            for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", [])]
+    rules = [r for d in docs if d.get("kind") == "ClusterRole" for r in d.get("rules", [])]
+    writes = [r for r in rules if "validatingadmissionpolicies" in r.get("resources", [])]
+    if name == "native-static":
+        # helm orders documents by kind; each object exactly as printed.
+        key = lambda d: (d["kind"], d["metadata"]["name"])
+        if sorted(objects, key=key) != sorted(generated, key=key) or not generated:
+            errors.append(f"{name}: renders {len(objects)} policy objects, not the {len(generated)} poolguard native printed")
+    elif objects:
+        errors.append(f"{name}: renders policy objects without native.mode static")
+    if name == "native-apply":
+        excluded = sorted(args[i + 1] for i, a in enumerate(args) if a == "--native-exclude-namespace")
+        matched = [args[i + 1] for i, a in enumerate(args) if a == "--native-namespace-match-label"]
+        if "--native-apply" not in args or "--native-require-namespace-label" not in args \
+                or excluded != ["kube-system", "monitoring", "poolguard-system"] or matched != ["poolguard=on"]:
+            errors.append(f"{name}: args {args}")
+        if len(writes) != 1 or sorted(writes[0]["resources"]) != [
+                "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
+                "validatingadmissionpolicies", "validatingadmissionpolicybindings"] \
+                or sorted(writes[0]["verbs"]) != ["create", "delete", "get", "list", "patch"]:
+            errors.append(f"{name}: ClusterRole rules for the policy kinds: {writes}")
+    else:
+        if any(a.startswith("--native") for a in args):
+            errors.append(f"{name}: native flags without native.mode apply: {args}")
+        if writes:
+            errors.append(f"{name}: RBAC for admission policies without native.mode apply")
+for e in errors:
+    print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
+sys.exit(1 if errors else 0)
+PY
+    log "native admission objects, flags and RBAC per native.mode: ok"
+    passed=$((passed + 1))
+else
+    failures=$((failures + 1))
+fi
 
 # The chart README documents every value the schema knows (one table row per key).
 if python3 - "$chart" <<'PY'; then
@@ -283,14 +344,14 @@ for name in names:
             guarded = (config.get("poolAuthority") or {}).get("guardedLabels") or []
     # The labels poolguard trusts beyond the pool label, which the chart must guard: the webhooks'
     # opt-in labels (webhook.namespaceMatchLabels) and the rollout groups' selector keys.
-    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"],
+    must_guard = {"url": ["poolguard-bench"], "selector": ["poolguard", "example.com/tier"], "native-apply": ["poolguard"],
                   "policies": ["risk"]}.get(name, [])
     check(all(k in guarded for k in must_guard) and label not in guarded
           and len(set(guarded)) == len(guarded),
           f"config.poolAuthority.guardedLabels {guarded} lists {must_guard}, each once, not the pool label")
     authority_keys = []
     choose_unlabelled = placement.get("unlabelledNamespaces") == "choose"
-    requires_label = name in ("policies", "url", "selector")  # validating.requireNamespaceLabel
+    requires_label = name in ("policies", "url", "selector", "native-apply")  # validating.requireNamespaceLabel
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for cfg in kinds.get(kind, []):
             ann = (cfg["metadata"].get("annotations") or {})
@@ -348,6 +409,9 @@ for name in names:
                           and cc["service"]["path"] == path, f"{kind} calls the Service at {path}")
                     if name == "selector":
                         check(wh["namespaceSelector"].get("matchLabels") == {"poolguard": "enabled", "example.com/tier": "gold"},
+                              f"{kind} requires webhook.namespaceMatchLabels")
+                    elif name == "native-apply":
+                        check(wh["namespaceSelector"].get("matchLabels") == {"poolguard": "on"},
                               f"{kind} requires webhook.namespaceMatchLabels")
                     else:
                         check("matchLabels" not in wh["namespaceSelector"], f"{kind} has no matchLabels by default")

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::leader::{self, LeaseSettings};
 use super::report_writer::{self, Written};
 use super::scan::{self, Scan, ScanOptions};
+use crate::cluster::native_objects;
 use crate::rollout::controller::{Controller, STEP_EVERY};
 use crate::server::metrics::Metrics;
 use crate::wall_clock::unix_now;
@@ -34,6 +35,9 @@ pub struct Settings {
     pub lease: LeaseSettings,
     /// The rollout ConfigMap: the leader steps progressive enforcement after each pass.
     pub rollouts: crate::rollout::store::Location,
+    /// `Some`: the leader also writes the native admission objects these options generate
+    /// (`serve --native-apply`).
+    pub native: Option<poolguard_core::native::Options>,
 }
 
 /// The rules of the moment (they change when the config or policies are reloaded).
@@ -152,6 +156,7 @@ async fn lead_while_held(
     shutdown: &CancellationToken,
     leading: &mut watch::Receiver<bool>,
 ) {
+    let mut native = settings.native.clone().map(native_objects::Writer::new);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -168,8 +173,14 @@ async fn lead_while_held(
             &settings.lease.identity,
             metrics.clone(),
         );
+        if let Some(native) = &mut native {
+            native.reset();
+        }
         loop {
             let current = rules();
+            if let Some(native) = &mut native {
+                native.tick(client, &current).await;
+            }
             let work = pass(client, settings, current.clone(), SystemTime::now());
             let outcome = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -197,6 +208,10 @@ async fn lead_while_held(
                 let rules = rules();
                 if let Err(e) = controller.step(&rules, unix_now()).await {
                     tracing::warn!(error = %format!("{e:#}"), "rollout step failed; retrying");
+                }
+                // The native objects follow config, policy and rollout changes within a step.
+                if let Some(native) = &mut native {
+                    native.tick(client, &rules).await;
                 }
                 let wake = (Instant::now() + STEP_EVERY).min(next_pass);
                 tokio::select! {

@@ -94,6 +94,10 @@ struct NativeArgs {
     /// validating.requireNamespaceLabel).
     #[arg(long)]
     require_namespace_label: bool,
+    /// Select only namespaces with this label and value (repeatable; the chart's
+    /// webhook.namespaceMatchLabels).
+    #[arg(long = "namespace-match-label", value_name = "KEY=VALUE", value_parser = key_value)]
+    namespace_match_labels: Vec<(String, String)>,
     /// Write them to the cluster instead of printing them: server-side apply (field manager
     /// `poolguard`), then delete the objects labelled app.kubernetes.io/managed-by=poolguard
     /// that are no longer generated. A cluster without the admissionregistration.k8s.io/v1
@@ -410,11 +414,45 @@ struct ServeAuditArgs {
     /// (policies with `rollout`): the audit's leader writes it, every replica decides with it.
     #[arg(long, default_value = "poolguard-rollouts", value_name = "NAME")]
     rollout_configmap: String,
+    /// The audit's leader also writes the native admission objects (`poolguard native`:
+    /// MutatingAdmissionPolicy/ValidatingAdmissionPolicy and bindings,
+    /// admissionregistration.k8s.io/v1, Kubernetes 1.36+) by server-side apply (field manager
+    /// `poolguard`) whenever the config, policies or rollout state change them (and every 10
+    /// minutes, repairing edits), and deletes the
+    /// objects labelled app.kubernetes.io/managed-by=poolguard it no longer generates. Where the
+    /// v1 APIs are not served it logs one line and the webhook stays the only path. Needs the
+    /// audit (its leader election): refused with --audit-interval 0.
+    #[arg(long)]
+    native_apply: bool,
+    /// With --native-apply: a namespace the bindings never select (repeatable; the chart's
+    /// excluded namespaces), as `poolguard native --exclude-namespace`.
+    #[arg(
+        long = "native-exclude-namespace",
+        value_name = "NAME",
+        requires = "native_apply"
+    )]
+    native_excluded_namespaces: Vec<String>,
+    /// With --native-apply: validate only namespaces that carry the pool label, as
+    /// `poolguard native --require-namespace-label`.
+    #[arg(long, requires = "native_apply")]
+    native_require_namespace_label: bool,
+    /// With --native-apply: select only namespaces with this label and value (repeatable; the
+    /// chart's webhook.namespaceMatchLabels), as `poolguard native --namespace-match-label`.
+    #[arg(
+        long = "native-namespace-match-label",
+        value_name = "KEY=VALUE",
+        value_parser = key_value,
+        requires = "native_apply"
+    )]
+    native_namespace_match_labels: Vec<(String, String)>,
 }
 
 impl ServeAuditArgs {
     fn settings(self) -> Result<Option<crate::audit::schedule::Settings>> {
         if self.audit_interval.is_zero() {
+            if self.native_apply {
+                anyhow::bail!("--native-apply needs the audit's leader election, which --audit-interval 0 turns off");
+            }
             return Ok(None);
         }
         if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
@@ -435,6 +473,16 @@ impl ServeAuditArgs {
                 namespace: self.lease_namespace.clone(),
                 name: self.rollout_configmap,
             },
+            native: self
+                .native_apply
+                .then_some(poolguard_core::native::Options {
+                    excluded_namespaces: self.native_excluded_namespaces,
+                    require_namespace_label: self.native_require_namespace_label,
+                    namespace_match_labels: self
+                        .native_namespace_match_labels
+                        .into_iter()
+                        .collect(),
+                }),
             lease: crate::audit::leader::LeaseSettings {
                 name: self.lease_name,
                 namespace: self.lease_namespace,
@@ -916,6 +964,7 @@ fn run(command: Command) -> Result<ExitCode> {
             let options = poolguard_core::native::Options {
                 excluded_namespaces: args.excluded_namespaces,
                 require_namespace_label: args.require_namespace_label,
+                namespace_match_labels: args.namespace_match_labels.into_iter().collect(),
             };
             if !args.apply {
                 return native::print(
@@ -967,5 +1016,13 @@ fn run(command: Command) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// A `KEY=VALUE` label requirement of the command line.
+fn key_value(text: &str) -> std::result::Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
 }

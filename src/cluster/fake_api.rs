@@ -1,7 +1,9 @@
-//! A fake Kubernetes API server for the `selfcert` tests: objects kept in memory by path, every
-//! request recorded. It knows GET, POST (create), PUT (replace, with the resourceVersion
-//! precondition) and JSON PATCH (applied to the stored JSON, so fields nobody declared survive),
-//! and answers everything else 405.
+//! A fake Kubernetes API server for the `selfcert` and native-object tests: objects kept in
+//! memory by path, every request recorded. It knows GET (an object, or a collection listed with
+//! one `labelSelector` equality), POST (create), PUT (replace, with the resourceVersion
+//! precondition), JSON PATCH (applied to the stored JSON, so fields nobody declared survive),
+//! server-side apply (the applied object replaces the stored one) and DELETE, and answers
+//! everything else 405.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -53,6 +55,27 @@ impl State {
             .expect("a name")
             .to_string();
         self.objects.insert(format!("{collection}/{name}"), object);
+    }
+
+    /// The objects of `collection` whose labels match the query's `labelSelector=key%3Dvalue`
+    /// (one equality term), as a List.
+    fn list(&self, collection: &str, query: &str) -> Value {
+        let selector = query
+            .split('&')
+            .find_map(|p| p.strip_prefix("labelSelector="))
+            .unwrap_or_default()
+            .replace("%3D", "=")
+            .replace("%2F", "/");
+        let (key, value) = selector.split_once('=').unwrap_or((&selector, ""));
+        let prefix = format!("{collection}/");
+        let items: Vec<&Value> = self
+            .objects
+            .iter()
+            .filter(|(path, _)| path.strip_prefix(&prefix).is_some_and(|n| !n.contains('/')))
+            .map(|(_, object)| object)
+            .filter(|object| object["metadata"]["labels"][key] == json!(value))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})
     }
 
     /// Requests with this method whose path starts with `prefix`.
@@ -109,8 +132,29 @@ impl FakeApi {
         match parts.method {
             Method::GET => match state.objects.get(&path) {
                 Some(object) => reply(StatusCode::OK, object),
+                None if parts
+                    .uri
+                    .query()
+                    .is_some_and(|q| q.contains("labelSelector=")) =>
+                {
+                    reply(
+                        StatusCode::OK,
+                        &state.list(&path, parts.uri.query().unwrap()),
+                    )
+                }
                 None => status(404, "NotFound", &format!("{path} not found"), None),
             },
+            Method::DELETE => match state.objects.remove(&path) {
+                Some(object) => reply(StatusCode::OK, &object),
+                None => status(404, "NotFound", &format!("{path} not found"), None),
+            },
+            Method::PATCH if content_type.as_deref() == Some("application/apply-patch+yaml") => {
+                // Server-side apply, as far as these tests need it: the applied object replaces
+                // the stored one.
+                let collection = path.rsplit_once('/').unwrap().0.to_string();
+                state.put(&collection, body.expect("an object to apply"));
+                reply(StatusCode::OK, &state.objects[&path])
+            }
             Method::POST | Method::PUT if secret && state.secret_conflicts > 0 => {
                 state.secret_conflicts -= 1;
                 status(409, "Conflict", "the object has been modified", None)

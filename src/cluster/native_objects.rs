@@ -5,11 +5,14 @@
 //! anything is written.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Client;
-use poolguard_core::native::{Native, API_VERSION, MANAGED_LABEL, MANAGED_VALUE};
+use poolguard_core::native::sync_plan::{self, Due, Existing};
+use poolguard_core::native::{self, Native, Options, API_VERSION, MANAGED_LABEL, MANAGED_VALUE};
+use poolguard_core::ruleset::RuleSet;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "poolguard";
@@ -68,9 +71,15 @@ pub async fn check_served(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Applies `native` and removes the managed objects it no longer holds.
+/// Applies `native` and removes the managed objects it no longer holds
+/// ([`sync_plan::deletions`]: only objects with poolguard's label).
 pub async fn sync(client: &Client, native: &Native) -> Result<Synced> {
     check_served(client).await?;
+    write(client, native).await
+}
+
+/// [`sync`] on a cluster known to serve the v1 APIs.
+async fn write(client: &Client, native: &Native) -> Result<Synced> {
     let mut synced = Synced::default();
     for object in &native.objects {
         let kind = object["kind"].as_str().unwrap_or_default();
@@ -88,29 +97,107 @@ pub async fn sync(client: &Client, native: &Native) -> Result<Synced> {
             .with_context(|| format!("applying {kind}/{name}"))?;
         synced.applied += 1;
     }
-    let wanted: BTreeSet<(String, String)> = native.names().into_iter().collect();
-    // Bindings first, so no binding is left pointing at a deleted policy.
-    for (kind, plural) in KINDS.iter().rev() {
-        let api = api(client, kind, plural);
-        let list = api
+    let mut existing = Vec::new();
+    for (kind, plural) in KINDS {
+        let list = api(client, kind, plural)
             .list(&ListParams::default().labels(&format!("{MANAGED_LABEL}={MANAGED_VALUE}")))
             .await
             .with_context(|| format!("listing {plural}"))?;
-        for object in list {
-            let Some(name) = object.metadata.name else {
-                continue;
-            };
-            if wanted.contains(&(kind.to_string(), name.clone())) {
-                continue;
-            }
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => synced.deleted.push(format!("{kind}/{name}")),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => return Err(e).with_context(|| format!("deleting {kind}/{name}")),
-            }
+        existing.extend(list.into_iter().filter_map(|object| {
+            Some(Existing {
+                kind: kind.to_string(),
+                name: object.metadata.name?,
+                labels: object.metadata.labels.unwrap_or_default(),
+            })
+        }));
+    }
+    for (kind, name) in sync_plan::deletions(native, &existing) {
+        let Some((_, plural)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+            continue;
+        };
+        match api(client, &kind, plural)
+            .delete(&name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => synced.deleted.push(format!("{kind}/{name}")),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting {kind}/{name}")),
         }
     }
     Ok(synced)
+}
+
+/// How often the leader applies the objects again although they did not change (repairs an
+/// object someone edited or deleted), and asks again whether a cluster that did not serve the
+/// v1 APIs serves them now.
+pub const RESYNC_EVERY: Duration = Duration::from_secs(600);
+
+/// The leader's writer: called every few seconds with the rules of the moment, it writes the
+/// objects when they change ([`sync_plan::due`]). A cluster without the v1 APIs is logged once,
+/// in one line, and asked again every [`RESYNC_EVERY`]; the webhook path is unchanged there.
+pub struct Writer {
+    options: Options,
+    last: Option<(Native, Instant)>,
+    refused_at: Option<Instant>,
+}
+
+impl Writer {
+    pub fn new(options: Options) -> Writer {
+        Writer {
+            options,
+            last: None,
+            refused_at: None,
+        }
+    }
+
+    /// A new leader writes everything again.
+    pub fn reset(&mut self) {
+        self.last = None;
+    }
+
+    /// Writes the objects `rules` generate when a sync is due.
+    pub async fn tick(&mut self, client: &Client, rules: &RuleSet) {
+        if self
+            .refused_at
+            .is_some_and(|at| at.elapsed() < RESYNC_EVERY)
+        {
+            return;
+        }
+        let wanted = native::generate(rules, &self.options);
+        let due = match &self.last {
+            Some((last, at)) => sync_plan::due(Some(last), &wanted, at.elapsed(), RESYNC_EVERY),
+            None => sync_plan::due(None, &wanted, Duration::ZERO, RESYNC_EVERY),
+        };
+        if due == Due::No {
+            return;
+        }
+        if let Err(e) = check_served(client).await {
+            if self.refused_at.is_none() {
+                tracing::warn!(error = %format!("{e:#}"), "native admission objects not written");
+            }
+            self.refused_at = Some(Instant::now());
+            return;
+        }
+        self.refused_at = None;
+        match write(client, &wanted).await {
+            Ok(synced) => {
+                if due == Due::Changed || !synced.deleted.is_empty() {
+                    tracing::info!(
+                        applied = synced.applied,
+                        deleted = ?synced.deleted,
+                        on_webhook = wanted.skipped.len(),
+                        field_manager = FIELD_MANAGER,
+                        "native admission objects written"
+                    );
+                }
+                self.last = Some((wanted, Instant::now()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "writing the native admission objects failed; retrying");
+                self.last = None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +221,134 @@ mod tests {
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
             "resources": resources.iter().map(|r| json!({"name": r, "singularName": "",
                 "namespaced": false, "kind": "X", "verbs": ["get"]})).collect::<Vec<_>>()})
+    }
+
+    fn served(api: &FakeApi) {
+        api.state().objects.insert(
+            format!("/apis/{API_VERSION}"),
+            discovery(&KINDS.map(|(_, plural)| plural)),
+        );
+    }
+
+    /// The default config, with the shipped latesttag policy loaded or not.
+    fn rules(latesttag: bool) -> RuleSet {
+        let templates: Vec<_> = latesttag
+            .then(|| {
+                poolguard_core::policy::template::from_yaml(
+                    include_str!("../../policies/latesttag.yaml"),
+                    "policies/latesttag.yaml".into(),
+                )
+                .unwrap()
+            })
+            .into_iter()
+            .collect();
+        RuleSet::new(
+            poolguard_core::config::Config::parse(
+                if latesttag {
+                    "policies:\n  latesttag: {parameters: {}}\n"
+                } else {
+                    "{}"
+                },
+                "t",
+            )
+            .unwrap(),
+            poolguard_core::policy::PolicySet::compile(&templates).unwrap(),
+            Default::default(),
+            "t",
+        )
+        .unwrap()
+    }
+
+    fn stored(api: &FakeApi) -> Vec<String> {
+        api.state()
+            .objects
+            .keys()
+            .filter_map(|k| k.strip_prefix(&format!("/apis/{API_VERSION}/")))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_leader_writes_on_change_and_deletes_only_its_own_labelled_objects() {
+        let api = FakeApi::default();
+        served(&api);
+        let vap = format!("/apis/{API_VERSION}/validatingadmissionpolicies");
+        let vapb = format!("/apis/{API_VERSION}/validatingadmissionpolicybindings");
+        {
+            let mut state = api.state();
+            // A user's policy (no label) and a stale one of poolguard's (labelled).
+            state.put(&vap, json!({"metadata": {"name": "team-rules"}}));
+            state.put(
+                &vapb,
+                json!({"metadata": {"name": "poolguard-old",
+                "labels": {MANAGED_LABEL: MANAGED_VALUE}}}),
+            );
+        }
+        let client = api.client();
+        let mut writer = Writer::new(Options::default());
+        let mut current = rules(false);
+        writer.tick(&client, &current).await;
+        let first = stored(&api);
+        assert!(
+            first.contains(&"validatingadmissionpolicies/team-rules".to_string()),
+            "{first:?}"
+        );
+        assert!(
+            !first.iter().any(|k| k.ends_with("/poolguard-old")),
+            "{first:?}"
+        );
+        assert!(
+            first.contains(&"mutatingadmissionpolicies/poolguard-pool".to_string()),
+            "{first:?}"
+        );
+        let applies = |api: &FakeApi| {
+            api.state()
+                .requests
+                .iter()
+                .filter(|r| r.content_type.as_deref() == Some("application/apply-patch+yaml"))
+                .count()
+        };
+        let written = applies(&api);
+        assert_eq!(
+            written,
+            native::generate(&current, &Options::default())
+                .objects
+                .len()
+        );
+        assert!(api
+            .state()
+            .requests
+            .iter()
+            .any(|r| r.query.contains("fieldManager=poolguard")));
+
+        // Nothing changed: no write.
+        writer.tick(&client, &current).await;
+        assert_eq!(applies(&api), written);
+
+        // A policy added: everything applied again, and it is there.
+        current = rules(true);
+        writer.tick(&client, &current).await;
+        assert!(applies(&api) > written);
+        assert!(
+            stored(&api).iter().any(|k| k.contains("latesttag")),
+            "{:?}",
+            stored(&api)
+        );
+
+        // Removed again: its objects go, the user's policy stays.
+        writer.tick(&client, &rules(false)).await;
+        let last = stored(&api);
+        assert!(!last.iter().any(|k| k.contains("latesttag")), "{last:?}");
+        assert!(
+            last.contains(&"validatingadmissionpolicies/team-rules".to_string()),
+            "{last:?}"
+        );
+        assert!(api
+            .state()
+            .requests
+            .iter()
+            .filter(|r| r.method == Method::DELETE)
+            .all(|r| !r.path.ends_with("/team-rules")));
     }
 
     #[tokio::test]

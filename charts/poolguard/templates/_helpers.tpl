@@ -320,3 +320,10 @@ matchConditions:
             && oldObject.metadata.annotations.all(k, !k.startsWith("poolguard.io/")
               || (has(object.metadata.annotations) && k in object.metadata.annotations)))))
 {{- end }}
+
+{{/* native.mode apply needs the audit's leader election. */}}
+{{- define "poolguard.nativeChecks" -}}
+{{- if and (eq .Values.native.mode "apply") (not (include "poolguard.auditEnabled" .)) }}
+{{- fail "native.mode apply needs the audit's leader election: set audit.interval, not 0" }}
+{{- end }}
+{{- end }}

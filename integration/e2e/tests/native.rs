@@ -5,10 +5,12 @@
 //! created with `dryRun=All` in a namespace of each kind (a named pool, a pool with its own
 //! policy settings, no pool) and each outcome (allowed or not, the nodeSelector, the
 //! `poolguard.io/pool` annotation, warnings) is compared with what poolguard's webhooks decide
-//! for the same pod in-process (mutate, patch, validate), the reference.
+//! for the same pod in-process (mutate, patch, validate), the reference. Every reference of the
+//! image reference table (`src/core/tests/data/image_reference_table.rs`, shared with the
+//! parser's unit tests) goes through once more as the only image of a Pod.
 //!
 //! Needs a control plane without poolguard's webhooks (a webhook would decide too):
-//! `integration/e2e/native.sh` starts one. `POOLGUARD_E2E_NATIVE_PODS` sets the corpus size
+//! `integration/e2e.sh` runs it as suite `native` before it registers them. `POOLGUARD_E2E_NATIVE_PODS` sets the corpus size
 //! (default 10000).
 
 use std::collections::BTreeSet;
@@ -26,6 +28,9 @@ use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 use poolguard_e2e::{run_for, Env};
 use serde_json::{json, Value};
+
+#[path = "../../../src/core/tests/data/image_reference_table.rs"]
+mod image_reference_table;
 
 const CONFIG: &str = "
 policies:
@@ -657,6 +662,15 @@ async fn compare(
     for i in 0..count {
         let (ns, pool) = &namespaces[i % namespaces.len()];
         let object = object(&mut rng, i, &refs, &dict, round.key);
+        let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
+        cases.push((ns.clone(), object, want));
+    }
+    // Every reference of the image reference table once, as the only image of a Pod (the
+    // namespaces in turn).
+    for (j, case) in image_reference_table::table().into_iter().enumerate() {
+        let (ns, pool) = &namespaces[j % namespaces.len()];
+        let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("table-{j}")},
+            "spec": {"containers": [{"name": "c", "image": case.input}]}});
         let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
         cases.push((ns.clone(), object, want));
     }

@@ -11,6 +11,7 @@ pub mod image_cel;
 mod placement;
 mod policies;
 mod selectors;
+pub mod sync_plan;
 mod workloads;
 
 use serde_json::Value;
@@ -33,6 +34,9 @@ pub struct Options {
     /// Validate only namespaces that carry the pool label (the chart's
     /// `validating.requireNamespaceLabel`).
     pub require_namespace_label: bool,
+    /// Only namespaces carrying each of these labels with that value (the chart's
+    /// `webhook.namespaceMatchLabels`, which both webhooks require).
+    pub namespace_match_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Something the native objects do not decide, left to the webhook.

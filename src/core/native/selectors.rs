@@ -9,7 +9,11 @@ use crate::config::{Config, UnlabelledNamespaces};
 /// pods get their pool chosen by placement policies (the webhook keeps those).
 pub fn validated(config: &Config, options: &Options) -> Vec<Value> {
     let label = &config.namespace_label;
-    let mut out = Vec::new();
+    let mut out: Vec<Value> = options
+        .namespace_match_labels
+        .iter()
+        .map(|(key, value)| json!({"key": key, "operator": "In", "values": [value]}))
+        .collect();
     if options.require_namespace_label {
         out.push(json!({"key": label, "operator": "Exists"}));
     }

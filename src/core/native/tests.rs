@@ -33,6 +33,7 @@ fn a_pool_override_and_a_warn_policy_are_a_handful_of_bindings() {
         &Options {
             excluded_namespaces: vec!["kube-system".into()],
             require_namespace_label: false,
+            namespace_match_labels: Default::default(),
         },
     );
     assert_eq!(
@@ -130,4 +131,32 @@ fn a_policy_without_parameters_is_not_generated() {
         map["spec"]["variables"][0]["expression"],
         "namespaceObject.metadata.labels['team']"
     );
+}
+
+#[test]
+fn every_binding_selects_only_namespaces_with_the_webhooks_match_labels() {
+    let native = generate(
+        &rules(
+            "policies:\n  allowedrepositories: {parameters: {repositories: [registry.example.com/]}}\npools:\n  gpu:\n    policies:\n      allowedrepositories: {parameters: {repositories: [gpu.example.com]}}\n",
+        ),
+        &Options {
+            excluded_namespaces: vec!["kube-system".into()],
+            require_namespace_label: false,
+            namespace_match_labels: [("poolguard".to_string(), "on".to_string())].into(),
+        },
+    );
+    let bindings: Vec<_> = native
+        .objects
+        .iter()
+        .filter(|o| o["kind"].as_str().unwrap().ends_with("Binding"))
+        .collect();
+    assert_eq!(bindings.len(), 5, "{bindings:?}");
+    let wanted = serde_json::json!({"key": "poolguard", "operator": "In", "values": ["on"]});
+    for binding in bindings {
+        let requirements = binding["spec"]["matchResources"]["namespaceSelector"]
+            ["matchExpressions"]
+            .as_array()
+            .unwrap();
+        assert!(requirements.contains(&wanted), "{binding}");
+    }
 }

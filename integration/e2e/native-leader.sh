@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The leader keeps the native admission objects written, and they decide with poolguard down:
+# a second `poolguard serve --native-apply` (its own Lease and rollout ConfigMap, so it never
+# meets the suite's poolguard) against the control plane of integration/e2e.sh, before any
+# webhook of poolguard is registered. Checks, through the real kube-apiserver:
+#  1. it writes the objects `poolguard native` generates (field manager poolguard), and leaves a
+#     ValidatingAdmissionPolicy without poolguard's label alone;
+#  2. a config change that drops a pool's own settings deletes that pool's objects (and only them);
+#  3. with that poolguard stopped (no webhook registered at all), a pod in a pool's namespace gets
+#     its pool's nodeSelector and annotation, a foreign image and another pool are refused;
+#  4. everything it wrote is removed again (by its label).
+#
+#   integration/e2e/native-leader.sh POOLGUARD_BIN WORK_DIR     # KUBECONFIG set; kubectl in PATH
+#                                                                 # or KUBECTL
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+poolguard="$1" work="$2"
+mkdir -p "${work}"
+work="$(cd "${work}" && pwd)"
+kubectl="${KUBECTL:-kubectl}"
+log() { printf '[native-leader] %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; [[ -f "${work}/serve.log" ]] && tail -n 30 "${work}/serve.log" >&2; exit 1; }
+k() { "${kubectl}" --request-timeout=10s "$@"; }
+# shellcheck source=integration/controlplane/free-port.sh
+source integration/controlplane/free-port.sh
+kinds=validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings
+managed=app.kubernetes.io/managed-by=poolguard
+ns=pg-e2e-native-leader
+pid=""
+cleanup() {
+    [[ -n "${pid}" ]] && kill -TERM "${pid}" 2>/dev/null && wait "${pid}" 2>/dev/null
+    k delete "${kinds}" -l "${managed}" --ignore-not-found >/dev/null 2>&1 || true
+    k delete validatingadmissionpolicy pg-e2e-team-rules --ignore-not-found >/dev/null 2>&1 || true
+    k delete namespace "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# Waits up to 30 s for a command to succeed.
+await() { # what command...
+    local what="$1"; shift
+    local deadline=$((SECONDS + 30)) start=${SECONDS}
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "${what}: not after 30 s"
+        sleep 0.25
+    done
+    log "${what}: after $((SECONDS - start)) s"
+}
+# (The list is read whole before grep looks at it: grep -q stopping early must not fail it.)
+names() { k get "${kinds}" -o name; }
+has() { local all; all="$(names)" && grep -qx "$1" <<<"${all}"; }
+lacks() { local all; all="$(names)" && ! grep -q "$1" <<<"${all}"; }
+
+mkdir -p "${work}/config" "${work}/policies"
+cp testdata/config/example.yaml "${work}/config/config.yaml"
+cp policies/*.yaml policies/*.rego "${work}/policies/"
+rm -f "${work}/policies/"*_test.rego
+# A policy of someone else's, named like poolguard's, without its label.
+k apply -f - >/dev/null <<'YAML'
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: pg-e2e-team-rules}
+spec:
+  matchConstraints: {resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["configmaps"]}]}
+  validations: [{expression: "true"}]
+YAML
+
+port="" metrics=""
+pick_port port
+pick_port metrics
+# In the work directory: --dev writes its serving certificate into ./certs.
+(cd "${work}" && exec "${poolguard}" serve --dev --kubeconfig "${KUBECONFIG}" --addr "127.0.0.1:${port}" \
+    --metrics-addr "127.0.0.1:${metrics}" --config "${work}/config/config.yaml" \
+    --policies-dir "${work}/policies" --audit-interval 1h --lease-name pg-e2e-native-leader \
+    --lease-namespace default --rollout-configmap pg-e2e-native-leader-rollouts \
+    --native-apply --native-exclude-namespace kube-system >"${work}/serve.log" 2>&1) &
+pid=$!
+
+# 1. Written as generated.
+want="$("${poolguard}" native --config "${work}/config/config.yaml" --policies-dir "${work}/policies" \
+    --exclude-namespace kube-system | grep -c '^kind:')"
+count() { local all; all="$(k get "${kinds}" -l "${managed}" -o name)" && [[ "$(wc -l <<<"${all}")" -eq "${want}" ]]; }
+await "the leader wrote the ${want} generated objects" count
+has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories.pool-gpu ||
+    die "no policy for pool gpu's own settings"
+[[ "$(k get validatingadmissionpolicy poolguard-images -o jsonpath='{.metadata.managedFields[*].manager}')" == *poolguard* ]] ||
+    die "poolguard-images is not written by field manager poolguard"
+
+# 2. Pool gpu's own settings removed from the config: its objects go, the others stay.
+python3 - "${work}/config/config.yaml" <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+i, j = s.index("\npools:\n"), s.index("\nevaluation:")
+open(p + ".new", "w").write(s[:i] + s[j:])
+PY
+mv "${work}/config/config.yaml.new" "${work}/config/config.yaml"
+await "pool gpu's objects deleted after the config change" lacks pool-gpu
+has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories || die "the cluster-wide policy went too"
+has validatingadmissionpolicy.admissionregistration.k8s.io/pg-e2e-team-rules || die "a policy without poolguard's label was deleted"
+grep -q 'native admission objects written' "${work}/serve.log" || die "no log line of the writes"
+
+# 3. poolguard stopped: the API server decides alone.
+kill -TERM "${pid}"
+wait "${pid}" || true
+pid=""
+log "poolguard stopped"
+k create namespace "${ns}" >/dev/null
+k label namespace "${ns}" agentpool=blue >/dev/null
+await "the ServiceAccount controller created ${ns}/default" k -n "${ns}" get serviceaccount default
+got="$(k -n "${ns}" run placed --image=registry.example.com/app:1 --dry-run=server \
+    -o jsonpath='{.spec.nodeSelector.agentpool} {.metadata.annotations.poolguard\.io/pool}')"
+[[ "${got}" == "blue blue" ]] || die "a pod of pool blue's namespace got '${got}', not its pool"
+log "a pod in a pool's namespace gets nodeSelector agentpool=blue and poolguard.io/pool=blue"
+if out="$(k -n "${ns}" run foreign --image=docker.io/evil:1 --dry-run=server -o name 2>&1)"; then
+    die "a foreign image was admitted: ${out}"
+fi
+[[ "${out}" == *"poolguard-allowedrepositories"* ]] || die "a foreign image was refused, but not by poolguard-allowedrepositories: ${out}"
+log "a foreign image is refused (${out:0:120}...)"
+if out="$(k -n "${ns}" run override --image=registry.example.com/app:1 \
+    --overrides='{"spec":{"nodeSelector":{"agentpool":"red"}}}' --dry-run=server -o name 2>&1)"; then
+    die "another pool was admitted: ${out}"
+fi
+[[ "${out}" == *"poolguard-placement"* ]] || die "another pool was refused, but not by poolguard-placement: ${out}"
+log "another pool is refused (${out:0:120}...)"
+log "ok"
