@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
+use poolguard_core::gatekeeper;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
@@ -27,6 +28,9 @@ pub struct Sources {
     /// The placement (SAT) policies. No directory: `placement/` inside the policies directory
     /// when it exists, else none.
     pub placement_dir: Option<PathBuf>,
+    /// Gatekeeper ConstraintTemplates and constraints (`*.yaml`, `*.yml`, `*.json`, several
+    /// documents to a file allowed). No directory: none.
+    pub gatekeeper_dir: Option<PathBuf>,
 }
 
 impl Sources {
@@ -105,8 +109,46 @@ impl Sources {
             .config
             .as_ref()
             .map_or_else(|| "config".to_string(), |p| p.display().to_string());
-        RuleSet::new(config, policies, placement, &origin)
+        match &self.gatekeeper_dir {
+            None => RuleSet::new(config, policies, placement, &origin),
+            Some(dir) => {
+                let files = load_gatekeeper_files(dir)?;
+                let (rules, warnings) =
+                    gatekeeper::rules(config, policies, placement, &files, &origin)?;
+                for warning in warnings {
+                    tracing::warn!("{warning}");
+                }
+                Ok(rules)
+            }
+        }
     }
+}
+
+/// Every `*.yaml`, `*.yml` and `*.json` file directly in `dir`, in name order, with its text.
+pub fn load_gatekeeper_files(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let flag = "--gatekeeper-dir";
+    if !dir.is_dir() {
+        bail!("{flag} {}: no such directory", dir.display());
+    }
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {flag} {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .with_context(|| format!("reading {flag} {}", dir.display()))?;
+    paths.retain(|p| {
+        p.is_file()
+            && p.extension()
+                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+    });
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p)
+                .with_context(|| format!("reading {}", p.display()))?;
+            Ok((p, text))
+        })
+        .collect()
 }
 
 pub fn load_config(path: &Path) -> Result<Config> {

@@ -140,6 +140,7 @@ fn rules() -> RuleSet {
         config: Some("integration/e2e/manifests/poolguard-config.yaml".into()),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
     .load()
     .unwrap()

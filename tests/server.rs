@@ -132,6 +132,7 @@ fn example_rules() -> Sources {
         config: Some("testdata/config/example.yaml".into()),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
 }
 
@@ -200,6 +201,7 @@ fn slow_rules(dir: &Path, on_error: &str) -> Sources {
         config: Some(config),
         policies_dir: Some(policies),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
 }
 
@@ -490,6 +492,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
         config: Some(config),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     };
     let app = state(sources, Duration::from_secs(4), Limits::default());
     let version = app
@@ -891,6 +894,7 @@ async fn broken_policy_push_keeps_the_old_policy_and_is_counted() {
         config: Some("testdata/config/example.yaml".into()),
         policies_dir: Some(policies.clone()),
         placement_dir: None,
+        gatekeeper_dir: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await
@@ -942,6 +946,7 @@ async fn bad_dependency_push_keeps_the_last_good_rules() {
         config: Some(config.clone()),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod eval;
 pub mod native;
 pub mod rollout;
+pub mod verify;
 
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -81,6 +82,21 @@ enum Command {
     /// API server what the config and the shipped policies decide, as YAML; then, as comments,
     /// what stays on the webhook and why. Nothing is written to a cluster unless --apply.
     Native(NativeArgs),
+    /// Run gator-style suites of Gatekeeper ConstraintTemplates and constraints (`kind: Suite`:
+    /// tests naming a template and a constraint, cases naming an object and assertions
+    /// `violations: yes|no|N` with an optional `message` regular expression), decided by the
+    /// same code as admission. A directory is searched for `suite.yaml` files. Prints each
+    /// disagreeing case, each template that does not load and each lint warning (where regorus
+    /// and OPA may read the Rego differently), then a summary. Exit status: 0 every case
+    /// agrees, 1 some do not or a template does not load, 2 bad input.
+    Verify {
+        /// Suite files or directories.
+        #[arg(required = true, value_name = "SUITE")]
+        suites: Vec<PathBuf>,
+        /// Print every case, not only those that disagree.
+        #[arg(long, short)]
+        verbose: bool,
+    },
 }
 
 #[derive(Args)]
@@ -132,6 +148,10 @@ struct RuleArgs {
     /// policies directory's `placement/` if it exists.
     #[arg(long, value_name = "DIR")]
     placement_policies_dir: Option<PathBuf>,
+    /// Directory of Gatekeeper ConstraintTemplates and constraints (*.yaml, *.yml, *.json), run
+    /// as policies named by their constraints (docs/gatekeeper.md). Default: none.
+    #[arg(long, value_name = "DIR")]
+    gatekeeper_dir: Option<PathBuf>,
 }
 
 impl RuleArgs {
@@ -140,6 +160,7 @@ impl RuleArgs {
             config: self.config,
             policies_dir: self.policies_dir,
             placement_dir: self.placement_policies_dir,
+            gatekeeper_dir: self.gatekeeper_dir,
         }
     }
 }
@@ -959,6 +980,9 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Verify { suites, verbose } => {
+            verify::run(&suites, verbose, &mut std::io::stdout().lock())
         }
         Command::Native(args) => {
             let options = poolguard_core::native::Options {

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod audit_tally;
 pub mod config;
 pub mod documents;
+pub mod gatekeeper;
 pub mod image;
 pub mod labels;
 pub mod mutate;

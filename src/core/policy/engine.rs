@@ -35,6 +35,9 @@ pub struct Policy {
     /// Whether its results may be remembered: it reads no `review` and calls no builtin whose
     /// answer changes ([`memo::deterministic`]).
     pub(super) memoizable: bool,
+    /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`); none for a
+    /// SIT policy, which applies to every object the webhook checks.
+    pub(super) applies_to: Option<Arc<crate::gatekeeper::Match>>,
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
@@ -275,7 +278,45 @@ impl Policy {
             memoizable: compiled.memoizable,
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
+            applies_to: None,
         })
+    }
+
+    /// A Gatekeeper constraint as a policy ([`crate::gatekeeper`]): `engine` holds its
+    /// template's Rego, prepared, and `rule` is the template's `violation` rule; `rego` is what
+    /// versions it (the template's source). It reads `input.review`, and applies only to the
+    /// objects `applies_to` matches.
+    pub(crate) fn constraint(
+        name: String,
+        path: PathBuf,
+        engine: Engine,
+        rule: String,
+        rego: &str,
+        applies_to: crate::gatekeeper::Match,
+    ) -> Policy {
+        Policy {
+            name,
+            inputs: Vec::new(),
+            path,
+            engine,
+            rule,
+            reads_review: true,
+            rego: Arc::from(rego),
+            id: memo::next_policy_id(),
+            memoizable: false,
+            applies_to: Some(Arc::new(applies_to)),
+        }
+    }
+
+    /// Whether the policy applies to the object of `review` (an AdmissionRequest, with
+    /// `namespaceObject` when known): always for a SIT policy; for a constraint, when its
+    /// `spec.match` selects the object (no review: never).
+    pub fn applies(&self, review: Option<&serde_json::Value>) -> bool {
+        match (&self.applies_to, review) {
+            (None, _) => true,
+            (Some(m), Some(review)) => m.matches(review),
+            (Some(_), None) => false,
+        }
     }
 
     /// The Rego source the policy was compiled from.

@@ -75,6 +75,29 @@ impl PolicySet {
         })
     }
 
+    /// The set of `sit` policies and `constraints` (Gatekeeper constraints compiled by
+    /// [`crate::gatekeeper`]): one name may not be both.
+    pub fn with_constraints(sit: PolicySet, constraints: Vec<Policy>) -> Result<PolicySet> {
+        let mut policies = sit.policies;
+        for constraint in constraints {
+            if let Some(same) = policies.iter().find(|p| p.name == constraint.name) {
+                anyhow::bail!(
+                    "{}: constraint `{}` has the name of the policy loaded from {}; names must be unique",
+                    constraint.path.display(),
+                    constraint.name,
+                    same.path.display()
+                );
+            }
+            policies.push(constraint);
+        }
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(PolicySet {
+            plan: Plan::unordered(policies.len()),
+            policies,
+            ..PolicySet::default()
+        })
+    }
+
     /// Resolves the dependencies `config` gives the loaded policies into the order they are
     /// evaluated in (once per load: nothing of it is computed per request). An unknown name or
     /// a cycle is an error naming it.
@@ -162,6 +185,13 @@ impl PolicySet {
         rollouts: &RolloutView,
         limit: Duration,
     ) -> Vec<Outcome> {
+        // Constraints read the namespace as Gatekeeper gives it, `namespaceObject`: made here
+        // from the namespace's labels when the review has none (once per call, and only when
+        // constraints are loaded).
+        let with_namespace = review
+            .filter(|_| self.policies.iter().any(|p| p.applies_to.is_some()))
+            .and_then(|r| crate::gatekeeper::review::with_namespace_object(r, labels));
+        let review = with_namespace.as_ref().or(review);
         let mut request = RequestInput::new(input, review);
         let plan = &self.plan;
         let dependent = plan.has_dependencies();
@@ -175,6 +205,9 @@ impl PolicySet {
         let mut outcomes = Vec::new();
         for &i in &plan.order {
             let loaded = &self.policies[i];
+            if !loaded.applies(review) {
+                continue;
+            }
             let version = self.version(&loaded.name);
             let Some(settings) = rollouts.resolve(loaded, version, config, pool, labels) else {
                 continue;

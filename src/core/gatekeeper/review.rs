@@ -1,0 +1,96 @@
+//! `input.review` as Gatekeeper builds it, for objects read from files (`poolguard verify`) and
+//! for the evaluation of constraints on one review.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::policy::dependencies::State;
+use crate::policy::{input, Outcome};
+use crate::ruleset::RuleSet;
+
+/// The review of `object` outside admission, as Gatekeeper's audit and gator build it: `kind`
+/// (group, version, kind), `name`, `namespace`, `object`, and `namespaceObject` when the
+/// namespace is known; no `operation`. An AdmissionReview's `request` is taken as it is,
+/// `namespaceObject` added.
+pub fn of_object(object: &Value, namespace: Option<&Value>) -> Value {
+    let mut review = if object["kind"] == "AdmissionReview" {
+        object["request"].clone()
+    } else {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let meta = &object["metadata"];
+        let mut review = json!({
+            "kind": {"group": group, "version": version, "kind": object["kind"]},
+            "name": meta["name"].as_str().unwrap_or_default(),
+            "object": object,
+        });
+        if let Some(ns) = meta["namespace"].as_str() {
+            review["namespace"] = json!(ns);
+        }
+        review
+    };
+    if let (Some(ns), Some(map)) = (namespace, review.as_object_mut()) {
+        map.insert("namespaceObject".to_string(), ns.clone());
+    }
+    review
+}
+
+/// `review` with a `namespaceObject` made of its namespace's name and `labels`, when it has a
+/// namespace and no `namespaceObject` yet; `None` otherwise (use `review` as it is).
+pub fn with_namespace_object(
+    review: &Value,
+    labels: Option<&crate::labels::Labels>,
+) -> Option<Value> {
+    let namespace = review["namespace"].as_str().filter(|n| !n.is_empty())?;
+    let labels = labels?;
+    if review.get("namespaceObject").is_some_and(Value::is_object) {
+        return None;
+    }
+    let mut review = review.clone();
+    review.as_object_mut()?.insert(
+        "namespaceObject".to_string(),
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": namespace, "labels": labels}}),
+    );
+    Some(review)
+}
+
+/// The namespace an object (or an AdmissionReview's object) is in, if any.
+pub fn namespace_of(object: &Value) -> Option<&str> {
+    let inner = if object["kind"] == "AdmissionReview" {
+        object["request"]["namespace"].as_str()
+    } else {
+        object["metadata"]["namespace"].as_str()
+    };
+    inner.filter(|n| !n.is_empty())
+}
+
+/// Every policy and constraint of `rules` that applies to `review`, decided by
+/// [`crate::policy::PolicySet::evaluate`] (rollouts and dependencies included) with no pool
+/// and the namespace's labels from `namespaceObject`. Each evaluation takes at most `limit`.
+pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome> {
+    let object = if review["object"].is_object() {
+        &review["object"]
+    } else {
+        &review["oldObject"]
+    };
+    let labels: Option<crate::labels::Labels> = review["namespaceObject"]["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        });
+    let document = input::document(object, &[], None);
+    rules.policies.evaluate(
+        &document,
+        Some(review),
+        None,
+        labels.as_ref(),
+        State::NotApplied,
+        &rules.config,
+        &rules.rollouts,
+        limit,
+    )
+}

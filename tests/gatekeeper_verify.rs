@@ -1,0 +1,132 @@
+//! `poolguard verify` and `--gatekeeper-dir` from the command line, on the templates, constraints
+//! and suites of testdata/gatekeeper (written for these tests: nothing is fetched).
+
+use std::process::{Command, Output};
+
+fn poolguard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args(args)
+        .output()
+        .expect("runs poolguard")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_case_of_the_test_suites_agrees() {
+    let out = poolguard(&[
+        "verify",
+        "--verbose",
+        "testdata/gatekeeper/requiredowner",
+        "testdata/gatekeeper/namespaceteam",
+        "testdata/gatekeeper/maxreplicas/suite.yaml",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.ends_with(
+            "3 suites; templates: 3 loaded, 0 not; cases: 23 agree, 0 disagree, 0 skipped\n"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok   ")).count(), 23);
+    // The lint names the construct on which regorus and OPA may differ.
+    assert!(
+        stdout.contains("# lint: testdata/gatekeeper/requiredowner/template.yaml: template `requiredowner`: line 7: `not` of a call with a reference argument"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn templates_that_do_not_load_are_one_line_errors_naming_them() {
+    let out = poolguard(&["verify", "testdata/gatekeeper/broken"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let loads: Vec<&str> = stdout.lines().filter(|l| l.starts_with("LOAD ")).collect();
+    assert_eq!(
+        loads,
+        [
+            "LOAD testdata/gatekeeper/broken/does-not-compile.yaml: template `broken` does not compile: broken:3:25: expecting }",
+            "LOAD testdata/gatekeeper/broken/needs-inventory.yaml: template `uniquename` needs data.inventory (referential data, which poolguard does not provide)",
+            "LOAD testdata/gatekeeper/broken/paren-line.yaml: template `parenline` (rego): line 5: starts with `(` after line 4 ends a value: regorus reads it as a call continuing line 4, OPA as a new expression; join the lines or end line 4 with `;`",
+        ]
+    );
+    assert!(
+        stdout.ends_with("1 suites; templates: 0 loaded, 3 not; cases: 0 agree, 3 disagree, 0 skipped\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("suite.yaml");
+    for (suite_text, want) in [
+        ("kind: Suite\ntests: [{template: t.yaml}]\n", "at `tests[0]`: missing field `constraint`"),
+        ("kind: List\n", "at `kind`: expected `Suite`, got `List`"),
+        ("kind: Suite\ntests: [{template: t, constraint: c, cases: [{object: o, assertions: [{violations: maybe}]}]}]\n", "reading"),
+    ] {
+        std::fs::write(&suite, suite_text).unwrap();
+        let out = poolguard(&["verify", suite.to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        if want == "reading" {
+            // Files that cannot be read are the test's load error, not bad input.
+            assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+            assert!(stdout.contains("LOAD reading "), "{stdout}");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+        assert!(stderr.contains(want) && stderr.trim_end().lines().count() == 1, "{stderr}");
+    }
+    let out = poolguard(&["verify", "testdata/no-such-suite.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("reading testdata/no-such-suite.yaml"));
+}
+
+#[test]
+fn constraints_decide_admission_through_eval() {
+    let eval = |dir: &str, object: &str| {
+        poolguard(&[
+            "eval",
+            "--namespaces-file",
+            "testdata/namespaces.yaml",
+            "--webhook",
+            "validate",
+            "--gatekeeper-dir",
+            dir,
+            object,
+        ])
+    };
+    let out = eval(
+        "testdata/gatekeeper/requiredowner",
+        "testdata/gatekeeper/requiredowner/objects/pod-unowned.yaml",
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("#   pods-need-owner: Pod orphan has no owner label"), "{stdout}");
+    let out = eval(
+        "testdata/gatekeeper/maxreplicas",
+        "testdata/gatekeeper/maxreplicas/objects/five.yaml",
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("# warning: at-most-three-replicas: StatefulSet big asks for 5 replicas, at most 3"),
+        "{stdout}"
+    );
+    let out = eval(
+        "testdata/gatekeeper/broken",
+        "testdata/gatekeeper/maxreplicas/objects/five.yaml",
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "poolguard: error: testdata/gatekeeper/broken/does-not-compile.yaml: template `broken` does not compile: broken:3:25: expecting }"
+    );
+}
