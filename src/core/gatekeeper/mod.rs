@@ -12,6 +12,8 @@
 pub mod constraint;
 #[cfg(test)]
 mod engine_differences;
+#[cfg(test)]
+mod decisions;
 pub mod lint;
 pub mod matching;
 pub mod review;

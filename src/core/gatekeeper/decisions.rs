@@ -1,0 +1,219 @@
+//! Constraints decided by the same code as SIT policies: enforcement, rollouts, dependencies,
+//! the namespace object made from the namespace's labels, and the load errors of a set.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::review;
+use crate::config::{Config, Enforcement};
+use crate::labels::Labels;
+use crate::policy::dependencies::State;
+use crate::policy::{Evaluation, Outcome, PolicySet};
+use crate::ruleset::RuleSet;
+
+fn files(names: &[&str]) -> Vec<(PathBuf, String)> {
+    names
+        .iter()
+        .map(|n| {
+            let text = match *n {
+                "requiredowner/template.yaml" => include_str!("../../../testdata/gatekeeper/requiredowner/template.yaml"),
+                "requiredowner/pods.yaml" => include_str!("../../../testdata/gatekeeper/requiredowner/pods.yaml"),
+                "namespaceteam/template.yaml" => include_str!("../../../testdata/gatekeeper/namespaceteam/template.yaml"),
+                "namespaceteam/prod.yaml" => include_str!("../../../testdata/gatekeeper/namespaceteam/prod.yaml"),
+                "maxreplicas/template.yaml" => include_str!("../../../testdata/gatekeeper/maxreplicas/template.yaml"),
+                "maxreplicas/constraint.yaml" => include_str!("../../../testdata/gatekeeper/maxreplicas/constraint.yaml"),
+                "broken/does-not-compile.yaml" => include_str!("../../../testdata/gatekeeper/broken/does-not-compile.yaml"),
+                other => panic!("no test file {other}"),
+            };
+            (PathBuf::from(n), text.to_string())
+        })
+        .collect()
+}
+
+fn rules(config: &str, names: &[&str]) -> anyhow::Result<RuleSet> {
+    let config = Config::parse(if config.is_empty() { "{}" } else { config }, "cfg.yaml")?;
+    super::rules(
+        config,
+        PolicySet::default(),
+        Default::default(),
+        &files(names),
+        "cfg.yaml",
+    )
+    .map(|(rules, _)| rules)
+}
+
+fn pod(namespace: &str, labels: Value) -> Value {
+    review::of_object(
+        &json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": namespace, "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+        None,
+    )
+}
+
+fn decide(rules: &RuleSet, review: &Value, ns_labels: Option<&Labels>) -> Vec<Outcome> {
+    let object = &review["object"];
+    rules.policies.evaluate(
+        &crate::policy::input::document(object, &[], None),
+        Some(review),
+        None,
+        ns_labels,
+        State::NotApplied,
+        &rules.config,
+        &rules.rollouts,
+        Duration::from_secs(1),
+    )
+}
+
+fn summary(outcomes: &[Outcome]) -> Vec<(String, Enforcement, String)> {
+    outcomes
+        .iter()
+        .map(|o| {
+            let what = match &o.result {
+                Evaluation::Ran(Ok(m)) if m.is_empty() => "pass".to_string(),
+                Evaluation::Ran(Ok(m)) => m.join("; "),
+                Evaluation::Ran(Err(e)) => format!("error: {e}"),
+                Evaluation::Pending(p) => format!("pending: {}", p.unmet),
+            };
+            (o.policy.clone(), o.enforcement, what)
+        })
+        .collect()
+}
+
+#[test]
+fn enforcement_actions_reach_the_outcomes_and_unmatched_constraints_do_not_run() {
+    let rules = rules(
+        "",
+        &[
+            "requiredowner/template.yaml",
+            "requiredowner/pods.yaml",
+            "maxreplicas/template.yaml",
+            "maxreplicas/constraint.yaml",
+        ],
+    )
+    .unwrap();
+    // The maxreplicas constraint matches Deployments and StatefulSets only.
+    assert_eq!(
+        summary(&decide(&rules, &pod("shop", json!({})), None)),
+        [(
+            "pods-need-owner".to_string(),
+            Enforcement::Deny,
+            "Pod p has no owner label".to_string()
+        )]
+    );
+    let big = review::of_object(
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": "shop"}, "spec": {"replicas": 9}}),
+        None,
+    );
+    assert_eq!(
+        summary(&decide(&rules, &big, None)),
+        [(
+            "at-most-three-replicas".to_string(),
+            Enforcement::Warn,
+            "Deployment d asks for 9 replicas, at most 3".to_string()
+        )]
+    );
+}
+
+#[test]
+fn the_namespace_object_is_made_from_the_namespaces_labels() {
+    let rules = rules(
+        "",
+        &["namespaceteam/template.yaml", "namespaceteam/prod.yaml"],
+    )
+    .unwrap();
+    let review = pod("prod-a", json!({}));
+    // Unknown namespace: a namespaceSelector does not select the pod.
+    assert!(decide(&rules, &review, None).is_empty());
+    let prod: Labels = [("env".to_string(), "prod".to_string())].into();
+    assert_eq!(
+        summary(&decide(&rules, &review, Some(&prod))),
+        [(
+            "prod-needs-team".to_string(),
+            Enforcement::Deny,
+            "namespace prod-a of Pod p has no team label".to_string()
+        )]
+    );
+    let dev: Labels = [("env".to_string(), "dev".to_string())].into();
+    assert!(decide(&rules, &review, Some(&dev)).is_empty());
+}
+
+#[test]
+fn constraints_take_dependencies_and_rollouts_from_the_config() {
+    let config = "policies:
+  prod-needs-team:
+    dependencies: [{policy: pods-need-owner}]
+  pods-need-owner:
+    rollout:
+      groups: [{name: all}]
+      minSuccessTime: 10m
+      progressDeadline: 1h
+";
+    let rules = rules(
+        config,
+        &[
+            "requiredowner/template.yaml",
+            "requiredowner/pods.yaml",
+            "namespaceteam/template.yaml",
+            "namespaceteam/prod.yaml",
+        ],
+    )
+    .unwrap();
+    let prod: Labels = [("env".to_string(), "prod".to_string())].into();
+    let outcomes = decide(&rules, &pod("prod-a", json!({})), Some(&prod));
+    assert_eq!(
+        summary(&outcomes),
+        [
+            (
+                "pods-need-owner".to_string(),
+                // A rollout whose state is not known yet runs at dryrun.
+                Enforcement::Dryrun,
+                "Pod p has no owner label".to_string()
+            ),
+            (
+                "prod-needs-team".to_string(),
+                Enforcement::Deny,
+                "pending: dependency pods-need-owner is NonCompliant, Compliant required".to_string()
+            ),
+        ]
+    );
+    assert_eq!(outcomes[0].rollout.as_ref().map(|r| r.group.as_str()), Some("all"));
+    let outcomes = decide(&rules, &pod("prod-a", json!({"owner": "a"})), Some(&prod));
+    assert_eq!(
+        summary(&outcomes)[1].2,
+        "namespace prod-a of Pod p has no team label"
+    );
+}
+
+#[test]
+fn load_errors_name_the_file_and_the_constraint() {
+    let err = |config: &str, names: &[&str]| rules(config, names).err().unwrap().to_string();
+    assert_eq!(
+        err("", &["broken/does-not-compile.yaml"]),
+        "broken/does-not-compile.yaml: template `broken` does not compile: broken:3:25: expecting }"
+    );
+    assert_eq!(
+        err("", &["requiredowner/pods.yaml"]),
+        "requiredowner/pods.yaml: constraint RequiredOwner `pods-need-owner`: no template declares kind RequiredOwner (loaded: )"
+    );
+    assert_eq!(
+        err(
+            "policies: {pods-need-owner: {enforcement: warn}}",
+            &["requiredowner/template.yaml", "requiredowner/pods.yaml"]
+        ),
+        "cfg.yaml: at `policies.pods-need-owner`: `pods-need-owner` is a constraint (requiredowner/pods.yaml): its parameters and enforcement are its `spec.parameters` and `spec.enforcementAction`, not the config's"
+    );
+    assert!(err(
+        "",
+        &["requiredowner/template.yaml", "requiredowner/pods.yaml", "requiredowner/pods.yaml"]
+    )
+    .contains("has the name of a constraint of requiredowner/pods.yaml"));
+    assert!(err(
+        "",
+        &["requiredowner/template.yaml", "requiredowner/template.yaml"]
+    )
+    .contains("declares kind RequiredOwner, as template `requiredowner`"));
+}
