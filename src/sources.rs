@@ -144,8 +144,8 @@ pub fn load_gatekeeper_files(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
     paths
         .into_iter()
         .map(|p| {
-            let text = std::fs::read_to_string(&p)
-                .with_context(|| format!("reading {}", p.display()))?;
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
             Ok((p, text))
         })
         .collect()

@@ -19,6 +19,7 @@ fn rules(config: Option<&str>) -> RuleSet {
         config: config.map(|c| format!("testdata/config/{c}").into()),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
     .load()
     .unwrap()
@@ -270,6 +271,7 @@ fn decide_inline(
         config: Some(config_path),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
     .load()
     .unwrap();
@@ -530,6 +532,7 @@ fn enforcement_modes_and_evaluation_failures() {
             config: Some(config),
             policies_dir: Some(dir.path().into()),
             placement_dir: None,
+            gatekeeper_dir: None,
         }
         .load()
         .unwrap();
@@ -823,6 +826,7 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
         config: Some(config),
         policies_dir: Some(policies.path().into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
     .load()
     .unwrap();
@@ -945,6 +949,7 @@ fn namespace_subresources_are_decided_as_the_namespace() {
         config: Some(config_path),
         policies_dir: Some("policies".into()),
         placement_dir: None,
+        gatekeeper_dir: None,
     }
     .load()
     .unwrap();

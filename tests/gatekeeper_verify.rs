@@ -34,10 +34,13 @@ fn every_case_of_the_test_suites_agrees() {
         ),
         "{stdout}"
     );
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok   ")).count(), 23);
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok   ")).count(),
+        23
+    );
     // The lint names the construct on which regorus and OPA may differ.
     assert!(
-        stdout.contains("# lint: testdata/gatekeeper/requiredowner/template.yaml: template `requiredowner`: line 7: `not` of a call with a reference argument"),
+        stdout.contains("# lint: testdata/gatekeeper/requiredowner/template.yaml: template `requiredowner` (rego): line 7: `not` of a call with a reference argument"),
         "{stdout}"
     );
 }
@@ -57,7 +60,9 @@ fn templates_that_do_not_load_are_one_line_errors_naming_them() {
         ]
     );
     assert!(
-        stdout.ends_with("1 suites; templates: 0 loaded, 3 not; cases: 0 agree, 3 disagree, 0 skipped\n"),
+        stdout.ends_with(
+            "1 suites; templates: 0 loaded, 3 not; cases: 0 agree, 3 disagree, 0 skipped\n"
+        ),
         "{stdout}"
     );
 }
@@ -108,7 +113,10 @@ fn constraints_decide_admission_through_eval() {
     );
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(stdout.contains("#   pods-need-owner: Pod orphan has no owner label"), "{stdout}");
+    assert!(
+        stdout.contains("#   pods-need-owner: Pod orphan has no owner label"),
+        "{stdout}"
+    );
     let out = eval(
         "testdata/gatekeeper/maxreplicas",
         "testdata/gatekeeper/maxreplicas/objects/five.yaml",
@@ -116,7 +124,9 @@ fn constraints_decide_admission_through_eval() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
-        stdout.contains("# warning: at-most-three-replicas: StatefulSet big asks for 5 replicas, at most 3"),
+        stdout.contains(
+            "# warning: at-most-three-replicas: StatefulSet big asks for 5 replicas, at most 3"
+        ),
         "{stdout}"
     );
     let out = eval(

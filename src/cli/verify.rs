@@ -19,9 +19,13 @@ pub fn run(paths: &[PathBuf], verbose: bool, out: &mut impl Write) -> Result<Exi
     if suites.is_empty() {
         anyhow::bail!("no suite found in {}", list(paths));
     }
-    let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     let (mut agree, mut disagree, mut skipped) = (0, 0, 0);
-    let (mut loaded, mut failed) = (std::collections::BTreeSet::new(), std::collections::BTreeMap::new());
+    let (mut loaded, mut failed) = (
+        std::collections::BTreeSet::new(),
+        std::collections::BTreeMap::new(),
+    );
     let mut warned = std::collections::BTreeSet::new();
     for path in &suites {
         let text = read(path)?;
@@ -76,7 +80,11 @@ pub fn run(paths: &[PathBuf], verbose: bool, out: &mut impl Write) -> Result<Exi
 }
 
 fn list(paths: &[PathBuf]) -> String {
-    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `path` itself when it is a file; under a directory, every `suite.yaml`, in name order.

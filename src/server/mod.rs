@@ -507,7 +507,12 @@ fn reload_targets(
             .map(|c| reload::dir_of(c))
             .chain(opts.sources.policies_dir().map(|d| reload::dir_of(&d)))
             .chain(opts.sources.placement_dir().map(|d| reload::dir_of(&d)))
-            .chain(opts.sources.gatekeeper_dir.iter().map(|d| reload::dir_of(d))),
+            .chain(
+                opts.sources
+                    .gatekeeper_dir
+                    .iter()
+                    .map(|d| reload::dir_of(d)),
+            ),
     );
     if !rule_dirs.is_empty() {
         let (sources, app) = (opts.sources.clone(), app.clone());

@@ -32,7 +32,10 @@ pub fn enforcement(action: Option<&str>) -> Result<Enforcement, String> {
         "deny" => Ok(Enforcement::Deny),
         "warn" => Ok(Enforcement::Warn),
         "dryrun" => Ok(Enforcement::Dryrun),
-        "scoped" => Err("`scoped` (scopedEnforcementActions) is not supported yet; use deny, warn or dryrun".to_string()),
+        "scoped" => Err(
+            "`scoped` (scopedEnforcementActions) is not supported yet; use deny, warn or dryrun"
+                .to_string(),
+        ),
         other => Err(format!("expected deny, warn or dryrun, got `{other}`")),
     }
 }
@@ -61,8 +64,9 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<Constraint> {
     let spec = &doc["spec"];
     let matching: Match = match &spec["match"] {
         Value::Null => Match::default(),
-        m => serde_path_to_error::deserialize(m)
-            .map_err(|e| anyhow::anyhow!("{origin}: at `spec.match.{}`: {}", e.path(), e.inner()))?,
+        m => serde_path_to_error::deserialize(m).map_err(|e| {
+            anyhow::anyhow!("{origin}: at `spec.match.{}`: {}", e.path(), e.inner())
+        })?,
     };
     matching
         .validate()
@@ -77,8 +81,8 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<Constraint> {
         Value::String(s) => Some(s.as_str()),
         other => bail!("{origin}: at `spec.enforcementAction`: expected a string, got {other}"),
     };
-    let enforcement =
-        enforcement(action).map_err(|e| anyhow::anyhow!("{origin}: at `spec.enforcementAction`: {e}"))?;
+    let enforcement = enforcement(action)
+        .map_err(|e| anyhow::anyhow!("{origin}: at `spec.enforcementAction`: {e}"))?;
     Ok(Constraint {
         kind,
         name,
@@ -104,15 +108,21 @@ mod tests {
         assert_eq!(enforcement(Some("deny")), Ok(Enforcement::Deny));
         assert_eq!(enforcement(Some("warn")), Ok(Enforcement::Warn));
         assert_eq!(enforcement(Some("dryrun")), Ok(Enforcement::Dryrun));
-        assert!(enforcement(Some("scoped")).unwrap_err().contains("not supported yet"));
-        assert!(enforcement(Some("Deny")).unwrap_err().contains("got `Deny`"));
+        assert!(enforcement(Some("scoped"))
+            .unwrap_err()
+            .contains("not supported yet"));
+        assert!(enforcement(Some("Deny"))
+            .unwrap_err()
+            .contains("got `Deny`"));
     }
 
     #[test]
     fn constraints_read_and_bad_ones_are_named() {
-        let c = read(json!({"apiVersion": "constraints.gatekeeper.sh/v1beta1", "kind": "K8sX",
+        let c = read(
+            json!({"apiVersion": "constraints.gatekeeper.sh/v1beta1", "kind": "K8sX",
             "metadata": {"name": "x"}, "spec": {"enforcementAction": "warn", "parameters": {"a": 1},
-            "match": {"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}]}}}))
+            "match": {"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}]}}}),
+        )
         .unwrap();
         assert_eq!((c.kind.as_str(), c.name.as_str()), ("K8sX", "x"));
         assert_eq!(c.enforcement, Enforcement::Warn);

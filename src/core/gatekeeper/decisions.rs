@@ -18,13 +18,27 @@ fn files(names: &[&str]) -> Vec<(PathBuf, String)> {
         .iter()
         .map(|n| {
             let text = match *n {
-                "requiredowner/template.yaml" => include_str!("../../../testdata/gatekeeper/requiredowner/template.yaml"),
-                "requiredowner/pods.yaml" => include_str!("../../../testdata/gatekeeper/requiredowner/pods.yaml"),
-                "namespaceteam/template.yaml" => include_str!("../../../testdata/gatekeeper/namespaceteam/template.yaml"),
-                "namespaceteam/prod.yaml" => include_str!("../../../testdata/gatekeeper/namespaceteam/prod.yaml"),
-                "maxreplicas/template.yaml" => include_str!("../../../testdata/gatekeeper/maxreplicas/template.yaml"),
-                "maxreplicas/constraint.yaml" => include_str!("../../../testdata/gatekeeper/maxreplicas/constraint.yaml"),
-                "broken/does-not-compile.yaml" => include_str!("../../../testdata/gatekeeper/broken/does-not-compile.yaml"),
+                "requiredowner/template.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/requiredowner/template.yaml")
+                }
+                "requiredowner/pods.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/requiredowner/pods.yaml")
+                }
+                "namespaceteam/template.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/namespaceteam/template.yaml")
+                }
+                "namespaceteam/prod.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/namespaceteam/prod.yaml")
+                }
+                "maxreplicas/template.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/maxreplicas/template.yaml")
+                }
+                "maxreplicas/constraint.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/maxreplicas/constraint.yaml")
+                }
+                "broken/does-not-compile.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/broken/does-not-compile.yaml")
+                }
                 other => panic!("no test file {other}"),
             };
             (PathBuf::from(n), text.to_string())
@@ -176,11 +190,15 @@ fn constraints_take_dependencies_and_rollouts_from_the_config() {
             (
                 "prod-needs-team".to_string(),
                 Enforcement::Deny,
-                "pending: dependency pods-need-owner is NonCompliant, Compliant required".to_string()
+                "pending: dependency pods-need-owner is NonCompliant, Compliant required"
+                    .to_string()
             ),
         ]
     );
-    assert_eq!(outcomes[0].rollout.as_ref().map(|r| r.group.as_str()), Some("all"));
+    assert_eq!(
+        outcomes[0].rollout.as_ref().map(|r| r.group.as_str()),
+        Some("all")
+    );
     let outcomes = decide(&rules, &pod("prod-a", json!({"owner": "a"})), Some(&prod));
     assert_eq!(
         summary(&outcomes)[1].2,
@@ -208,7 +226,11 @@ fn load_errors_name_the_file_and_the_constraint() {
     );
     assert!(err(
         "",
-        &["requiredowner/template.yaml", "requiredowner/pods.yaml", "requiredowner/pods.yaml"]
+        &[
+            "requiredowner/template.yaml",
+            "requiredowner/pods.yaml",
+            "requiredowner/pods.yaml"
+        ]
     )
     .contains("has the name of a constraint of requiredowner/pods.yaml"));
     assert!(err(

@@ -128,7 +128,12 @@ pub fn warnings(rego: &str) -> Vec<String> {
 /// The argument text of a `not name(...)` call on a line of code, if there is one.
 fn negated_call_args(code: &str) -> Option<&str> {
     let at = code.find("not ")?;
-    if at > 0 && code[..at].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_') {
+    if at > 0
+        && code[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    {
         return None;
     }
     let rest = code[at + 4..].trim_start();
@@ -225,7 +230,10 @@ mod tests {
         let rego = "package p\nviolation[{\"msg\": m}] {\n  m := f\n  (x)\n}\n";
         let errors = errors(rego);
         assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].starts_with("line 4: starts with `(` after line 3"), "{errors:?}");
+        assert!(
+            errors[0].starts_with("line 4: starts with `(` after line 3"),
+            "{errors:?}"
+        );
         // After an operator or a comma the expression goes on in both engines; comments and
         // strings do not count.
         for fine in [
@@ -245,7 +253,13 @@ mod tests {
         let rego = "package p\nv { not startswith(input.x, \"a\") }\nw { not f(y) }\nm := sprintf(\"%v and %v\", [a])\nn := sprintf(\"%v %%\", [a])\no := sprintf(\"%v\", [f(a, b)])\n";
         let warnings = warnings(rego);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[0].starts_with("line 2: `not` of a call"), "{warnings:?}");
-        assert!(warnings[1].starts_with("line 4: sprintf with 2 verbs and 1 arguments"), "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("line 2: `not` of a call"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].starts_with("line 4: sprintf with 2 verbs and 1 arguments"),
+            "{warnings:?}"
+        );
     }
 }

@@ -154,9 +154,7 @@ impl Match {
             group,
             kind,
             object,
-            namespace: review
-                .get("namespaceObject")
-                .filter(|n| n.is_object()),
+            namespace: review.get("namespaceObject").filter(|n| n.is_object()),
         };
         self.source.as_deref() != Some("Generated")
             && self.kinds_match(&target)
@@ -252,8 +250,7 @@ mod tests {
 
     fn with_ns(mut review: Value, labels: Value) -> Value {
         let ns = review["namespace"].clone();
-        review["namespaceObject"] =
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}});
+        review["namespaceObject"] = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}});
         review
     }
 
@@ -280,44 +277,234 @@ mod tests {
         let cases: Vec<(&str, Value, Value, bool)> = vec![
             ("empty match selects all", json!({}), node(), true),
             ("kinds: pod", pods.clone(), pod("a", "p", json!({})), true),
-            ("kinds: not a deployment", pods.clone(), deployment("a"), false),
-            ("kinds: wildcard group", json!({"kinds": [{"apiGroups": ["*"], "kinds": ["Deployment"]}]}), deployment("a"), true),
-            ("kinds: empty groups mean any", json!({"kinds": [{"kinds": ["Deployment"]}]}), deployment("a"), true),
-            ("kinds: wrong group", json!({"kinds": [{"apiGroups": ["batch"], "kinds": ["Deployment"]}]}), deployment("a"), false),
-            ("kinds: second entry", json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}, {"apiGroups": ["apps"], "kinds": ["*"]}]}), deployment("a"), true),
-            ("namespaces: listed", json!({"namespaces": ["a"]}), pod("a", "p", json!({})), true),
-            ("namespaces: not listed", json!({"namespaces": ["b"]}), pod("a", "p", json!({})), false),
-            ("namespaces: prefix glob", json!({"namespaces": ["kube-*"]}), pod("kube-system", "p", json!({})), true),
-            ("namespaces: suffix glob", json!({"namespaces": ["*-system"]}), pod("kube-system", "p", json!({})), true),
-            ("namespaces: glob misses", json!({"namespaces": ["kube-*"]}), pod("default", "p", json!({})), false),
-            ("namespaces: a Namespace by its own name", json!({"namespaces": ["team-*"]}), namespace("team-a", json!({})), true),
-            ("namespaces: cluster-scoped objects pass", json!({"namespaces": ["a"]}), node(), true),
-            ("excludedNamespaces: excluded", json!({"excludedNamespaces": ["kube-*"]}), pod("kube-system", "p", json!({})), false),
-            ("excludedNamespaces: other", json!({"excludedNamespaces": ["kube-*"]}), pod("default", "p", json!({})), true),
-            ("excludedNamespaces: a Namespace itself", json!({"excludedNamespaces": ["kube-system"]}), namespace("kube-system", json!({})), false),
-            ("excludedNamespaces: cluster-scoped pass", json!({"excludedNamespaces": ["*"]}), node(), true),
-            ("labelSelector: matchLabels", json!({"labelSelector": {"matchLabels": {"app": "web"}}}), pod("a", "p", json!({"app": "web"})), true),
-            ("labelSelector: missing label", json!({"labelSelector": {"matchLabels": {"app": "web"}}}), pod("a", "p", json!({})), false),
-            ("labelSelector: NotIn holds for absent", json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}}), pod("a", "p", json!({})), true),
-            ("labelSelector: Exists", json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}}), pod("a", "p", json!({"tier": "x"})), true),
-            ("namespaceSelector: from namespaceObject", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}), with_ns(pod("a", "p", json!({})), json!({"env": "prod"})), true),
-            ("namespaceSelector: other labels", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}), with_ns(pod("a", "p", json!({})), json!({"env": "dev"})), false),
-            ("namespaceSelector: namespace unknown", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}), pod("a", "p", json!({})), false),
-            ("namespaceSelector: a Namespace by its own labels", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}), namespace("a", json!({"env": "prod"})), true),
-            ("namespaceSelector: cluster-scoped pass", json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}), node(), true),
-            ("name: exact", json!({"name": "p"}), pod("a", "p", json!({})), true),
-            ("name: other", json!({"name": "q"}), pod("a", "p", json!({})), false),
-            ("name: prefix glob", json!({"name": "web-*"}), pod("a", "web-1", json!({})), true),
-            ("scope: Namespaced pod", json!({"scope": "Namespaced"}), pod("a", "p", json!({})), true),
-            ("scope: Namespaced node", json!({"scope": "Namespaced"}), node(), false),
-            ("scope: Namespaced Namespace", json!({"scope": "Namespaced"}), namespace("a", json!({})), false),
-            ("scope: Cluster node", json!({"scope": "Cluster"}), node(), true),
-            ("scope: Cluster Namespace", json!({"scope": "Cluster"}), namespace("a", json!({})), true),
-            ("scope: Cluster pod", json!({"scope": "Cluster"}), pod("a", "p", json!({})), false),
-            ("scope: *", json!({"scope": "*"}), pod("a", "p", json!({})), true),
-            ("source: Generated selects nothing", json!({"source": "Generated"}), pod("a", "p", json!({})), false),
-            ("all together", json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}], "namespaces": ["a*"], "excludedNamespaces": ["ab"], "labelSelector": {"matchLabels": {"app": "web"}}}), pod("ac", "p", json!({"app": "web"})), true),
-            ("all together, excluded", json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}], "namespaces": ["a*"], "excludedNamespaces": ["ab"], "labelSelector": {"matchLabels": {"app": "web"}}}), pod("ab", "p", json!({"app": "web"})), false),
+            (
+                "kinds: not a deployment",
+                pods.clone(),
+                deployment("a"),
+                false,
+            ),
+            (
+                "kinds: wildcard group",
+                json!({"kinds": [{"apiGroups": ["*"], "kinds": ["Deployment"]}]}),
+                deployment("a"),
+                true,
+            ),
+            (
+                "kinds: empty groups mean any",
+                json!({"kinds": [{"kinds": ["Deployment"]}]}),
+                deployment("a"),
+                true,
+            ),
+            (
+                "kinds: wrong group",
+                json!({"kinds": [{"apiGroups": ["batch"], "kinds": ["Deployment"]}]}),
+                deployment("a"),
+                false,
+            ),
+            (
+                "kinds: second entry",
+                json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}, {"apiGroups": ["apps"], "kinds": ["*"]}]}),
+                deployment("a"),
+                true,
+            ),
+            (
+                "namespaces: listed",
+                json!({"namespaces": ["a"]}),
+                pod("a", "p", json!({})),
+                true,
+            ),
+            (
+                "namespaces: not listed",
+                json!({"namespaces": ["b"]}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "namespaces: prefix glob",
+                json!({"namespaces": ["kube-*"]}),
+                pod("kube-system", "p", json!({})),
+                true,
+            ),
+            (
+                "namespaces: suffix glob",
+                json!({"namespaces": ["*-system"]}),
+                pod("kube-system", "p", json!({})),
+                true,
+            ),
+            (
+                "namespaces: glob misses",
+                json!({"namespaces": ["kube-*"]}),
+                pod("default", "p", json!({})),
+                false,
+            ),
+            (
+                "namespaces: a Namespace by its own name",
+                json!({"namespaces": ["team-*"]}),
+                namespace("team-a", json!({})),
+                true,
+            ),
+            (
+                "namespaces: cluster-scoped objects pass",
+                json!({"namespaces": ["a"]}),
+                node(),
+                true,
+            ),
+            (
+                "excludedNamespaces: excluded",
+                json!({"excludedNamespaces": ["kube-*"]}),
+                pod("kube-system", "p", json!({})),
+                false,
+            ),
+            (
+                "excludedNamespaces: other",
+                json!({"excludedNamespaces": ["kube-*"]}),
+                pod("default", "p", json!({})),
+                true,
+            ),
+            (
+                "excludedNamespaces: a Namespace itself",
+                json!({"excludedNamespaces": ["kube-system"]}),
+                namespace("kube-system", json!({})),
+                false,
+            ),
+            (
+                "excludedNamespaces: cluster-scoped pass",
+                json!({"excludedNamespaces": ["*"]}),
+                node(),
+                true,
+            ),
+            (
+                "labelSelector: matchLabels",
+                json!({"labelSelector": {"matchLabels": {"app": "web"}}}),
+                pod("a", "p", json!({"app": "web"})),
+                true,
+            ),
+            (
+                "labelSelector: missing label",
+                json!({"labelSelector": {"matchLabels": {"app": "web"}}}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "labelSelector: NotIn holds for absent",
+                json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}}),
+                pod("a", "p", json!({})),
+                true,
+            ),
+            (
+                "labelSelector: Exists",
+                json!({"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}}),
+                pod("a", "p", json!({"tier": "x"})),
+                true,
+            ),
+            (
+                "namespaceSelector: from namespaceObject",
+                json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+                with_ns(pod("a", "p", json!({})), json!({"env": "prod"})),
+                true,
+            ),
+            (
+                "namespaceSelector: other labels",
+                json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+                with_ns(pod("a", "p", json!({})), json!({"env": "dev"})),
+                false,
+            ),
+            (
+                "namespaceSelector: namespace unknown",
+                json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "namespaceSelector: a Namespace by its own labels",
+                json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+                namespace("a", json!({"env": "prod"})),
+                true,
+            ),
+            (
+                "namespaceSelector: cluster-scoped pass",
+                json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+                node(),
+                true,
+            ),
+            (
+                "name: exact",
+                json!({"name": "p"}),
+                pod("a", "p", json!({})),
+                true,
+            ),
+            (
+                "name: other",
+                json!({"name": "q"}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "name: prefix glob",
+                json!({"name": "web-*"}),
+                pod("a", "web-1", json!({})),
+                true,
+            ),
+            (
+                "scope: Namespaced pod",
+                json!({"scope": "Namespaced"}),
+                pod("a", "p", json!({})),
+                true,
+            ),
+            (
+                "scope: Namespaced node",
+                json!({"scope": "Namespaced"}),
+                node(),
+                false,
+            ),
+            (
+                "scope: Namespaced Namespace",
+                json!({"scope": "Namespaced"}),
+                namespace("a", json!({})),
+                false,
+            ),
+            (
+                "scope: Cluster node",
+                json!({"scope": "Cluster"}),
+                node(),
+                true,
+            ),
+            (
+                "scope: Cluster Namespace",
+                json!({"scope": "Cluster"}),
+                namespace("a", json!({})),
+                true,
+            ),
+            (
+                "scope: Cluster pod",
+                json!({"scope": "Cluster"}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "scope: *",
+                json!({"scope": "*"}),
+                pod("a", "p", json!({})),
+                true,
+            ),
+            (
+                "source: Generated selects nothing",
+                json!({"source": "Generated"}),
+                pod("a", "p", json!({})),
+                false,
+            ),
+            (
+                "all together",
+                json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}], "namespaces": ["a*"], "excludedNamespaces": ["ab"], "labelSelector": {"matchLabels": {"app": "web"}}}),
+                pod("ac", "p", json!({"app": "web"})),
+                true,
+            ),
+            (
+                "all together, excluded",
+                json!({"kinds": [{"apiGroups": [""], "kinds": ["Pod"]}], "namespaces": ["a*"], "excludedNamespaces": ["ab"], "labelSelector": {"matchLabels": {"app": "web"}}}),
+                pod("ab", "p", json!({"app": "web"})),
+                false,
+            ),
         ];
         for (name, spec, review, want) in cases {
             assert_eq!(m(spec).matches(&review), want, "{name}");
@@ -349,7 +536,8 @@ mod tests {
 
     #[test]
     fn invalid_selectors_and_sources_are_named() {
-        let bad = m(json!({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}));
+        let bad =
+            m(json!({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}));
         assert_eq!(
             bad.validate().unwrap_err(),
             "at `spec.match.labelSelector.matchExpressions[0]`: operator In needs values"

@@ -11,9 +11,9 @@
 
 pub mod constraint;
 #[cfg(test)]
-mod engine_differences;
-#[cfg(test)]
 mod decisions;
+#[cfg(test)]
+mod engine_differences;
 pub mod lint;
 pub mod matching;
 pub mod review;
@@ -63,7 +63,8 @@ pub fn read(files: &[(PathBuf, String)]) -> Result<Documents> {
             if is_template(doc) {
                 out.templates.push(template::from_value(doc, path.clone())?);
             } else if constraint::is_constraint(doc) {
-                out.constraints.push(constraint::from_value(doc, path.clone())?);
+                out.constraints
+                    .push(constraint::from_value(doc, path.clone())?);
             } else {
                 bail!(
                     "{origin}: document {}: expected a ConstraintTemplate (templates.gatekeeper.sh) or a constraint (constraints.gatekeeper.sh), got apiVersion {} kind {}",

@@ -348,7 +348,10 @@ mod tests {
 
     #[test]
     fn assertions_table() {
-        let two = ["container a is privileged".to_string(), "initContainer b is privileged".to_string()];
+        let two = [
+            "container a is privileged".to_string(),
+            "initContainer b is privileged".to_string(),
+        ];
         let cases = [
             (json!({}), &two[..], true),
             (json!({}), &[][..], false),
@@ -357,22 +360,50 @@ mod tests {
             (json!({"violations": "no"}), &two[..], false),
             (json!({"violations": 2}), &two[..], true),
             (json!({"violations": 1}), &two[..], false),
-            (json!({"violations": 1, "message": "^container"}), &two[..], true),
-            (json!({"violations": "no", "message": "ephemeral"}), &two[..], true),
-            (json!({"violations": "yes", "message": "init"}), &two[..], true),
+            (
+                json!({"violations": 1, "message": "^container"}),
+                &two[..],
+                true,
+            ),
+            (
+                json!({"violations": "no", "message": "ephemeral"}),
+                &two[..],
+                true,
+            ),
+            (
+                json!({"violations": "yes", "message": "init"}),
+                &two[..],
+                true,
+            ),
             (json!({"violations": true}), &two[..], true),
         ];
         for (a, messages, want) in cases {
-            assert_eq!(assertion(a.clone()).check(messages).is_ok(), want, "{a} on {messages:?}");
+            assert_eq!(
+                assertion(a.clone()).check(messages).is_ok(),
+                want,
+                "{a} on {messages:?}"
+            );
         }
-        let err = assertion(json!({"violations": "maybe"})).check(&two).unwrap_err();
+        let err = assertion(json!({"violations": "maybe"}))
+            .check(&two)
+            .unwrap_err();
         assert!(err.contains("yes, no or a number"), "{err}");
-        let err = assertion(json!({"violations": -1})).check(&two).unwrap_err();
+        let err = assertion(json!({"violations": -1}))
+            .check(&two)
+            .unwrap_err();
         assert!(err.contains("at least 0"), "{err}");
         let err = assertion(json!({"message": "("})).check(&two).unwrap_err();
-        assert!(err.starts_with("`message` is not a regular expression"), "{err}");
-        let err = assertion(json!({"violations": 1, "message": "x"})).check(&two).unwrap_err();
-        assert!(err.starts_with("expected 1 violations matching `x`, got 0"), "{err}");
+        assert!(
+            err.starts_with("`message` is not a regular expression"),
+            "{err}"
+        );
+        let err = assertion(json!({"violations": 1, "message": "x"}))
+            .check(&two)
+            .unwrap_err();
+        assert!(
+            err.starts_with("expected 1 violations matching `x`, got 0"),
+            "{err}"
+        );
     }
 
     #[test]

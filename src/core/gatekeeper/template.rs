@@ -41,7 +41,7 @@ pub struct CompiledTemplate {
 }
 
 fn text<'a>(value: &'a Value, at: &str, origin: &str) -> Result<&'a str> {
-    let pointer = format!("/{}", at.replace('.', "/").replace('[', "/").replace(']', ""));
+    let pointer = format!("/{}", at.replace(['.', '['], "/").replace(']', ""));
     match value.pointer(&pointer) {
         Some(Value::String(s)) => Ok(s),
         Some(other) => bail!("{origin}: at `{at}`: expected a string, got {other}"),
@@ -55,7 +55,9 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<ConstraintTemplate> {
     let name = text(doc, "metadata.name", &origin)?.to_string();
     let origin = format!("{origin}: template `{name}`");
     let kind = text(doc, "spec.crd.spec.names.kind", &origin)?.to_string();
-    let targets = doc["spec"]["targets"].as_array().map_or(&[][..], Vec::as_slice);
+    let targets = doc["spec"]["targets"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     let [target] = targets else {
         bail!(
             "{origin}: expected exactly one entry in `spec.targets`, found {}",
@@ -135,8 +137,12 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
     }
     let mut engine = new_engine()?;
     for (i, lib) in template.libs.iter().enumerate() {
-        add_source(&mut engine, format!("{}#libs[{i}]", template.name), lib.clone())
-            .map_err(|e| anyhow::anyhow!("{origin} does not compile (libs[{i}]): {}", one_line(&e)))?;
+        add_source(
+            &mut engine,
+            format!("{}#libs[{i}]", template.name),
+            lib.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("{origin} does not compile (libs[{i}]): {}", one_line(&e)))?;
     }
     let package = add_source(&mut engine, template.name.clone(), template.rego.clone())
         .map_err(|e| anyhow::anyhow!("{origin} does not compile: {}", one_line(&e)))?;
@@ -158,10 +164,20 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
         .eval_rule(rule.clone())
         .map_err(|e| anyhow::anyhow!("{origin} does not compile: {}", one_line(&e)))?;
     let source = all.cloned().collect::<Vec<_>>().join("\n---\n");
+    let at = origin.as_str();
     let warnings = std::iter::once(&template.rego)
         .chain(&template.libs)
-        .flat_map(|r| lint::warnings(r))
-        .map(|w| format!("{origin}: {w}"))
+        .enumerate()
+        .flat_map(|(i, r)| {
+            let part = if i == 0 {
+                "rego".to_string()
+            } else {
+                format!("libs[{}]", i - 1)
+            };
+            lint::warnings(r)
+                .into_iter()
+                .map(move |w| format!("{at} ({part}): {w}"))
+        })
         .collect();
     Ok(CompiledTemplate {
         template,
