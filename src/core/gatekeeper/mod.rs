@@ -16,6 +16,7 @@ mod decisions;
 mod engine_differences;
 pub mod lint;
 pub mod matching;
+pub mod namespace_object;
 pub mod review;
 pub mod suite;
 pub mod template;

@@ -36,26 +36,6 @@ pub fn of_object(object: &Value, namespace: Option<&Value>) -> Value {
     review
 }
 
-/// `review` with a `namespaceObject` made of its namespace's name and `labels`, when it has a
-/// namespace and no `namespaceObject` yet; `None` otherwise (use `review` as it is).
-pub fn with_namespace_object(
-    review: &Value,
-    labels: Option<&crate::labels::Labels>,
-) -> Option<Value> {
-    let namespace = review["namespace"].as_str().filter(|n| !n.is_empty())?;
-    let labels = labels?;
-    if review.get("namespaceObject").is_some_and(Value::is_object) {
-        return None;
-    }
-    let mut review = review.clone();
-    review.as_object_mut()?.insert(
-        "namespaceObject".to_string(),
-        json!({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": namespace, "labels": labels}}),
-    );
-    Some(review)
-}
-
 /// The namespace an object (or an AdmissionReview's object) is in, if any.
 pub fn namespace_of(object: &Value) -> Option<&str> {
     let inner = if object["kind"] == "AdmissionReview" {

@@ -37,7 +37,7 @@ pub struct Policy {
     pub(super) memoizable: bool,
     /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`); none for a
     /// SIT policy, which applies to every object the webhook checks.
-    pub(super) applies_to: Option<Arc<crate::gatekeeper::Match>>,
+    pub(super) applies_to: Option<Arc<crate::gatekeeper::matching::Match>>,
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
@@ -292,7 +292,7 @@ impl Policy {
         engine: Engine,
         rule: String,
         rego: &str,
-        applies_to: crate::gatekeeper::Match,
+        applies_to: crate::gatekeeper::matching::Match,
     ) -> Policy {
         Policy {
             name,
