@@ -7,8 +7,10 @@
 #   bench/gatekeeper-library.sh                       # clone into ~/.cache/poolguard, run
 #   GATEKEEPER_LIBRARY=../gatekeeper-library bench/gatekeeper-library.sh
 #   GATEKEEPER_LIBRARY_REF=<commit> bench/gatekeeper-library.sh   # pin the library's version
+#   POOLGUARD=target/debug/poolguard bench/gatekeeper-library.sh  # a binary already built
 #
-# Writes bench/results/gatekeeper-library.txt (the verify output) and prints the summary line.
+# Writes bench/results/gatekeeper-library.txt (the verify output; git ignores it, as it quotes
+# the library's messages) and prints it without the lint lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,12 +30,15 @@ for part in general pod-security-policy; do
   [[ -d "$library/library/$part" ]] || { echo "no library/$part in $library" >&2; exit 2; }
 done
 
-target_dir="${CARGO_TARGET_DIR:-target}"
-cargo build --locked --release --quiet --bin poolguard
+poolguard="${POOLGUARD:-}"
+if [[ -z "$poolguard" ]]; then
+  cargo build --locked --release --quiet --bin poolguard
+  poolguard="${CARGO_TARGET_DIR:-target}/release/poolguard"
+fi
 mkdir -p bench/results
 out=bench/results/gatekeeper-library.txt
 status=0
-"$target_dir/release/poolguard" verify "$library/library/general" "$library/library/pod-security-policy" \
+"$poolguard" verify "$library/library/general" "$library/library/pod-security-policy" \
   | sed "s#$library/##g" > "$out" || status=$?
 {
   echo "# gatekeeper-library $(git -C "$library" rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')"

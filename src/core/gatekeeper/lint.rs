@@ -108,7 +108,7 @@ pub fn warnings(rego: &str) -> Vec<String> {
     for (i, code) in code_lines(rego).iter().enumerate() {
         let n = i + 1;
         if let Some(args) = negated_call_args(code) {
-            if args.contains('.') || args.contains('[') {
+            if top_level(args).into_iter().any(may_be_undefined) {
                 found.push(format!(
                     "line {n}: `not` of a call with a reference argument: if the reference is undefined, regorus makes `not` true while OPA makes the rule undefined"
                 ));
@@ -123,6 +123,32 @@ pub fn warnings(rego: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// The arguments of a call's argument text, split at the commas outside brackets.
+fn top_level(args: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0i32, 0, Vec::new());
+    for (i, c) in args.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(args[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(args[start..].trim());
+    out
+}
+
+/// Whether an argument reads a reference that may be undefined: it has a `.` or `[`, and is
+/// neither `input.review` (always there) nor an `object.get` (which has a default).
+fn may_be_undefined(arg: &str) -> bool {
+    (arg.contains('.') || arg.contains('['))
+        && arg != "input.review"
+        && !arg.starts_with("object.get(")
 }
 
 /// The argument text of a `not name(...)` call on a line of code, if there is one.
@@ -250,7 +276,7 @@ mod tests {
 
     #[test]
     fn negated_calls_with_references_and_sprintf_mismatches_are_warned() {
-        let rego = "package p\nv { not startswith(input.x, \"a\") }\nw { not f(y) }\nm := sprintf(\"%v and %v\", [a])\nn := sprintf(\"%v %%\", [a])\no := sprintf(\"%v\", [f(a, b)])\n";
+        let rego = "package p\nv { not startswith(input.x, \"a\") }\nw { not f(y) }\nx { not f(input.review, object.get(a, \"b\", 1)) }\nm := sprintf(\"%v and %v\", [a])\nn := sprintf(\"%v %%\", [a])\no := sprintf(\"%v\", [f(a, b)])\n";
         let warnings = warnings(rego);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
@@ -258,7 +284,7 @@ mod tests {
             "{warnings:?}"
         );
         assert!(
-            warnings[1].starts_with("line 4: sprintf with 2 verbs and 1 arguments"),
+            warnings[1].starts_with("line 5: sprintf with 2 verbs and 1 arguments"),
             "{warnings:?}"
         );
     }
