@@ -140,3 +140,35 @@ fn constraints_decide_admission_through_eval() {
         "poolguard: error: testdata/gatekeeper/broken/does-not-compile.yaml: template `broken` does not compile: broken:3:25: expecting }"
     );
 }
+
+#[test]
+fn constraints_take_part_in_the_audit_with_the_namespace_from_its_labels() {
+    let out = poolguard(&[
+        "audit",
+        "--manifests",
+        "testdata/gatekeeper/namespaceteam/objects",
+        "--namespaces-file",
+        "testdata/gatekeeper/namespaceteam/objects/namespaces.yaml",
+        "--gatekeeper-dir",
+        "testdata/gatekeeper/namespaceteam",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| !l.contains("placement"))
+        .map(|l| l.split_whitespace().take(4).collect())
+        .collect();
+    // The namespaceSelector (env: prod) reads the namespaces' labels: dev is not selected; the
+    // Namespace objects are not audited (not a pod-spec kind).
+    assert_eq!(
+        rows,
+        [
+            vec!["NAMESPACE", "OBJECT", "POLICY", "RESULT"],
+            vec!["prod-a", "Pod/app", "prod-needs-team", "fail"],
+            vec!["prod-b", "Pod/app", "prod-needs-team", "pass"],
+        ],
+        "{stdout}"
+    );
+    assert!(stdout.contains("namespace prod-a of Pod app has no team label"), "{stdout}");
+}
