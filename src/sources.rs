@@ -80,9 +80,20 @@ impl Sources {
         warnings
     }
 
-    /// Loads all three; a config naming a policy that is not loaded, or leaving out a declared
-    /// input, is an error, and so is a directory given that is not there.
+    /// Loads all three, and the Gatekeeper templates and constraints when a directory is given
+    /// (their lint warnings logged); a config naming a policy that is not loaded, or leaving
+    /// out a declared input, is an error, and so is a directory given that is not there.
     pub fn load(&self) -> Result<RuleSet> {
+        let (rules, lints) = self.load_with_lints()?;
+        for lint in lints {
+            tracing::warn!("{lint}");
+        }
+        Ok(rules)
+    }
+
+    /// [`Sources::load`], with the lint warnings of the Gatekeeper templates (constructs
+    /// regorus and OPA may read differently) returned rather than logged.
+    pub fn load_with_lints(&self) -> Result<(RuleSet, Vec<String>)> {
         for (flag, dir) in [
             ("--policies-dir", &self.policies_dir),
             ("--placement-policies-dir", &self.placement_dir),
@@ -110,15 +121,13 @@ impl Sources {
             .as_ref()
             .map_or_else(|| "config".to_string(), |p| p.display().to_string());
         match &self.gatekeeper_dir {
-            None => RuleSet::new(config, policies, placement, &origin),
+            None => Ok((
+                RuleSet::new(config, policies, placement, &origin)?,
+                Vec::new(),
+            )),
             Some(dir) => {
                 let files = load_gatekeeper_files(dir)?;
-                let (rules, warnings) =
-                    gatekeeper::rules(config, policies, placement, &files, &origin)?;
-                for warning in warnings {
-                    tracing::warn!("{warning}");
-                }
-                Ok(rules)
+                gatekeeper::rules(config, policies, placement, &files, &origin)
             }
         }
     }

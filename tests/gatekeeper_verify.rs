@@ -170,5 +170,28 @@ fn constraints_take_part_in_the_audit_with_the_namespace_from_its_labels() {
         ],
         "{stdout}"
     );
-    assert!(stdout.contains("namespace prod-a of Pod app has no team label"), "{stdout}");
+    assert!(
+        stdout.contains("namespace prod-a of Pod app has no team label"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn config_check_loads_constraints_and_prints_the_lint() {
+    let out = poolguard(&[
+        "config",
+        "check",
+        "--gatekeeper-dir",
+        "testdata/gatekeeper/requiredowner",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("pods-need-owner, team-web-needs-team"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.starts_with("poolguard: warning: testdata/gatekeeper/requiredowner/template.yaml: template `requiredowner` (rego): line 7: `not` of a call"),
+        "{stderr}"
+    );
 }

@@ -1005,7 +1005,10 @@ fn run(command: Command) -> Result<ExitCode> {
             ))
         }
         Command::Config(ConfigCommand::Check(rules)) => {
-            let loaded = rules.sources().load()?;
+            let (loaded, lints) = rules.sources().load_with_lints()?;
+            for lint in lints {
+                eprintln!("poolguard: warning: {lint}");
+            }
             println!(
                 "config ok: {} policies ({}), {} placement policies",
                 loaded.policies.len(),
