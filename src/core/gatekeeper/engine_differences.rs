@@ -52,3 +52,22 @@ fn sprintf_with_missing_arguments_is_an_error() {
     assert!(eval(rego, "data.t.p").is_err());
     assert_eq!(super::lint::warnings(rego).len(), 1);
 }
+
+#[test]
+fn several_bodies_expanded_read_as_in_opa() {
+    let rego = "package t\np[x] {\n  x := 1\n} {\n  x := 2\n}\n";
+    let (expanded, n) = super::bodies::expand(rego);
+    assert_eq!(n, 1);
+    assert_eq!(
+        eval(&expanded, "data.t.p"),
+        Ok(Value::from(json_set([1, 2])))
+    );
+}
+
+fn json_set(items: [i64; 2]) -> Value {
+    let mut set = std::collections::BTreeSet::new();
+    for i in items {
+        set.insert(Value::from(i));
+    }
+    Value::from(set)
+}

@@ -3,8 +3,8 @@
 //!
 //! - a line starting with `(` continues the line before it as a call in regorus; OPA starts a
 //!   new expression ([`errors`]: refused at load, the result would silently differ);
-//! - a v0 rule with several bodies `p { a } { b }` is refused by regorus's parser (a load
-//!   error already, nothing to add);
+//! - a v0 set rule with several bodies `p[x] { a } { b }` is refused by regorus's parser:
+//!   [`super::bodies`] writes one rule per body first, as OPA reads it;
 //! - `not f(x, y)` where `y` is undefined is true in regorus; OPA makes the whole rule
 //!   undefined ([`warnings`]);
 //! - `sprintf` with fewer arguments than verbs is an evaluation error in regorus; OPA writes
@@ -14,7 +14,7 @@
 //! was given.
 
 /// The code of each line: comments and the contents of strings removed (strings kept as `""`).
-fn code_lines(rego: &str) -> Vec<String> {
+pub(super) fn code_lines(rego: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut raw = false;
     for line in rego.lines() {

@@ -9,6 +9,7 @@
 //! Gatekeeper's: `input.review` (the AdmissionRequest, with `namespaceObject` when the
 //! namespace is known) and `input.parameters`.
 
+pub mod bodies;
 pub mod constraint;
 #[cfg(test)]
 mod decisions;

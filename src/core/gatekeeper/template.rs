@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use regorus::{Engine, Value as RegoValue};
 use serde_json::Value;
 
-use super::lint;
+use super::{bodies, lint};
 use crate::policy::engine::{add_source, new_engine};
 
 /// The entry rule of every template: a set of `{"msg": ..., "details": ...}`.
@@ -121,7 +121,12 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<ConstraintTemplate> {
 /// ([`lint::errors`]).
 pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
     let origin = format!("{}: template `{}`", template.path.display(), template.name);
-    let all = std::iter::once(&template.rego).chain(&template.libs);
+    // Multi-body v0 rules written out one rule per body, as OPA reads them.
+    let expanded: Vec<String> = std::iter::once(&template.rego)
+        .chain(&template.libs)
+        .map(|r| bodies::expand(r).0)
+        .collect();
+    let all = expanded.iter();
     if all.clone().any(|r| r.contains("data.inventory")) {
         bail!("{origin} needs data.inventory (referential data, which poolguard does not provide)");
     }
@@ -136,7 +141,7 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
         }
     }
     let mut engine = new_engine()?;
-    for (i, lib) in template.libs.iter().enumerate() {
+    for (i, lib) in expanded[1..].iter().enumerate() {
         add_source(
             &mut engine,
             format!("{}#libs[{i}]", template.name),
@@ -144,7 +149,7 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
         )
         .map_err(|e| anyhow::anyhow!("{origin} does not compile (libs[{i}]): {}", one_line(&e)))?;
     }
-    let package = add_source(&mut engine, template.name.clone(), template.rego.clone())
+    let package = add_source(&mut engine, template.name.clone(), expanded[0].clone())
         .map_err(|e| anyhow::anyhow!("{origin} does not compile: {}", one_line(&e)))?;
     let declared = engine
         .has_declared_rule_rooted_at(&template.name, RULE)
@@ -163,7 +168,11 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
     engine
         .eval_rule(rule.clone())
         .map_err(|e| anyhow::anyhow!("{origin} does not compile: {}", one_line(&e)))?;
-    let source = all.cloned().collect::<Vec<_>>().join("\n---\n");
+    let source = std::iter::once(&template.rego)
+        .chain(&template.libs)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n---\n");
     let at = origin.as_str();
     let warnings = std::iter::once(&template.rego)
         .chain(&template.libs)
