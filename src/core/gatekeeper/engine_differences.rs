@@ -58,10 +58,7 @@ fn several_bodies_expanded_read_as_in_opa() {
     let rego = "package t\np[x] {\n  x := 1\n} {\n  x := 2\n}\n";
     let (expanded, n) = super::bodies::expand(rego);
     assert_eq!(n, 1);
-    assert_eq!(
-        eval(&expanded, "data.t.p"),
-        Ok(Value::from(json_set([1, 2])))
-    );
+    assert_eq!(eval(&expanded, "data.t.p"), Ok(json_set([1, 2])));
 }
 
 fn json_set(items: [i64; 2]) -> Value {
