@@ -8,7 +8,9 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Free disk the suite needs in the build directory: the workspace's builds (debug, release, musl,
-# fuzz), the control plane, kubelet and containerd builds, helm, and the image: about 25 GB cold.
+# fuzz), the control plane, kubelet and containerd builds, helm, the image, and kind's node image
+# (its cached rootfs tars and podman's copy, ~2 GB; a 4-node cluster adds ~2 GB while it runs):
+# about 25 GB cold.
 NEED_GB="${POOLGUARD_PREFLIGHT_DISK_GB:-25}"
 
 missing=0
@@ -18,10 +20,10 @@ lack() { # what, fix
 }
 
 if ((EUID != 0)); then
-    lack "root (step 5 runs a real node: kubelet, containerd, runc, nftables)" "run the suite as root (sudo bash integration/run-tests.sh)"
+    lack "root (step 5 runs kind's nodes as privileged podman containers and builds their image)" "run the suite as root (sudo bash integration/run-tests.sh)"
 fi
 command -v cargo >/dev/null || lack "cargo" "install Rust with rustup (stable)"
-command -v go >/dev/null || lack "go (builds the control plane, kubelet, containerd, CNI, helm and promtool)" "install Go (a release recent enough for the pinned Kubernetes modules)"
+command -v go >/dev/null || lack "go (builds the control plane, kubelet, kubeadm, containerd, CNI, kind, helm and promtool)" "install Go (a release recent enough for the pinned Kubernetes modules)"
 if command -v rustup >/dev/null; then
     rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl ||
         lack "the Rust musl target (poolguard's image)" "rustup target add x86_64-unknown-linux-musl"
@@ -32,11 +34,16 @@ fi
 declare -A packages=(
     [jq]=jq [ip]=iproute2 [ss]=iproute2 [openssl]=openssl [curl]=curl [flock]=util-linux
     [setpriv]=util-linux [python3]=python3 [runc]=runc [nft]=nftables [buildah]=buildah
-    [musl-gcc]=musl-tools [strip]=binutils
+    [musl-gcc]=musl-tools [strip]=binutils [podman]=podman [mmdebstrap]=mmdebstrap
 )
 for cmd in "${!packages[@]}"; do
     command -v "$cmd" >/dev/null || lack "${cmd}" "apt-get install ${packages[$cmd]}"
 done
+# kind's workers find the control plane by name on podman's CNI network only through dnsname.
+if ! [[ -x /usr/lib/cni/dnsname || -x /opt/cni/bin/dnsname || -x /usr/libexec/cni/dnsname ]]; then
+    lack "the CNI plugin dnsname (kind's nodes resolve each other's names under podman)" \
+        "apt-get install golang-github-containernetworking-plugin-dnsname"
+fi
 if command -v python3 >/dev/null && ! python3 -c 'import yaml' 2>/dev/null; then
     lack "PyYAML (the chart checks)" "apt-get install python3-yaml (or python3 -m pip install pyyaml)"
 fi

@@ -13,9 +13,11 @@
 #      metrics` over a real /metrics scrape, and the Grafana dashboard's metrics
 #      (integration/monitoring/test.sh);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
-#   5. poolguard's own image on a real node (kubelet, containerd, runc, CNI, kube-proxy), installed
-#      with the chart by helm: the e2e suites through the Service and operations under load
-#      (integration/node/test.sh; needs root).
+#   5. poolguard's own image on a kind cluster (1 control plane + 3 workers, podman, a node image
+#      built here), installed with the chart's defaults by helm: replicas on two workers, the
+#      securityContext as the runtime applied it, the e2e suites through the Service, operations
+#      under load (drain, SIGKILL, a stopped worker) and helm uninstall (integration/kind/run.sh;
+#      needs root).
 # Steps 3 to 5 build and cache what they need on the first run (see integration/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +51,5 @@ step "alerts and dashboard (integration/monitoring/test.sh)"
 bash integration/monitoring/test.sh
 step "end to end"
 bash integration/e2e.sh
-step "poolguard's image on a real node, installed with the chart (integration/node/test.sh)"
-bash integration/node/test.sh
+step "poolguard's image on a kind cluster, installed with the chart (integration/kind/run.sh)"
+bash integration/kind/run.sh

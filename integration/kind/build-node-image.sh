@@ -17,16 +17,17 @@
 #   applies (node-image/default-cni.yaml) and the node's own network unit (poolguard-cni.service);
 # * the images kubeadm deploys, under the names `kubeadm config images list` prints, built FROM
 #   scratch with buildah: kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy (with
-#   nft and iptables copied from the rootfs), etcd (../controlplane), coredns (its Go module at
-#   the version kubeadm names), pause (../node/pause.c). import-images.service imports them
-#   into the node's containerd before kubelet starts.
+#   nft and iptables copied from the rootfs), etcd (../controlplane), pause (../node/pause.c).
+#   import-images.service imports them into the node's containerd before kubelet starts. No
+#   coredns: run.sh's cluster disables kubeadm's DNS addon (README.md says why).
 #
-# The finished rootfs is cached as ${POOLGUARD_KIND_CACHE:-$HOME/.cache/poolguard/kind}/
-# node-<hash>.tar, the hash taken over everything that goes into it (this script, the version
-# pins, node-image/, pause.c); the image is localhost/poolguard-kind/node:<k8s version>-<hash> in
-# podman's storage. Present image: nothing is done; cached tar: only `podman import`; else all is
-# built (about 10 minutes on 2 cores beyond the control plane's own build). Last stdout line: the
-# image name; logs go to stderr.
+# Two caches under ${POOLGUARD_KIND_CACHE:-$HOME/.cache/poolguard/kind}: the Debian rootfs as
+# mmdebstrap made it, rootfs-<hash>.tar (hash over the suite and make_rootfs below), and the
+# finished node rootfs, node-<hash>.tar (hash over everything that goes into it: this script, the
+# version pins, node-image/, pause.c). The image is localhost/poolguard-kind/node:<k8s
+# version>-<hash> in podman's storage. Present image: nothing is done; cached node tar: only
+# `podman import`; else the node rootfs is built on the cached (or new) Debian rootfs. Neither
+# cache needs to exist. Last stdout line: the image name; logs go to stderr.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -51,7 +52,7 @@ done
 cache="${POOLGUARD_KIND_CACHE:-${HOME}/.cache/poolguard/kind}"
 mkdir -p "${cache}"
 
-RECIPE=recipe-1
+RECIPE=recipe-2
 hash="$(cat "${BASH_SOURCE[0]}" "${here}/versions.env" "${root}/integration/controlplane/versions.env" \
     "${root}/integration/node/versions.env" "${root}/integration/node/pause.c" "${here}"/node-image/* \
     <(printf '%s' "${RECIPE}") | sha256sum | cut -c1-12)"
@@ -88,7 +89,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/poolguard-kind-image.XXXXXX")"
 b=(buildah --root "${work}/storage" --runroot "${work}/run" --storage-driver vfs)
 cleanup() {
     "${b[@]}" rm -a >/dev/null 2>&1 || true
-    rm -rf -- "${work}" "${archive}.tmp"
+    rm -rf -- "${work}" "${archive}.tmp" "${cache}"/rootfs-*.tmp.tar
 }
 trap cleanup EXIT
 
@@ -107,8 +108,10 @@ if [[ ! -x "${ptp_dir}/ptp" ]]; then
     mv -f "${ptp_dir}/ptp.tmp" "${ptp_dir}/ptp"
 fi
 
-mapfile -t kubeadm_images < <("${cp_bin}/kubeadm" config images list --kubernetes-version "${K8S_VERSION}")
-((${#kubeadm_images[@]} >= 7)) || die "kubeadm config images list printed ${#kubeadm_images[@]} images: ${kubeadm_images[*]}"
+# No coredns: run.sh disables kubeadm's DNS addon (nothing in the kind run resolves cluster names).
+mapfile -t kubeadm_images < <("${cp_bin}/kubeadm" config images list --kubernetes-version "${K8S_VERSION}" |
+    grep -v '/coredns:')
+((${#kubeadm_images[@]} >= 6)) || die "kubeadm config images list printed ${#kubeadm_images[@]} images besides coredns: ${kubeadm_images[*]}"
 image_named() { # short name -> the full name kubeadm expects
     local i
     for i in "${kubeadm_images[@]}"; do
@@ -116,17 +119,6 @@ image_named() { # short name -> the full name kubeadm expects
     done
     die "kubeadm names no $1 image (${kubeadm_images[*]})"
 }
-coredns_image="$(image_named coredns)"
-coredns_version="${coredns_image##*:}"
-coredns_dir="${cache}/coredns-${coredns_version}"
-if [[ ! -x "${coredns_dir}/coredns" ]]; then
-    log "building coredns ${coredns_version} (github.com/coredns/coredns)"
-    mkdir -p "${coredns_dir}"
-    GOBIN="${coredns_dir}/.build" nice -n "${POOLGUARD_CP_NICE:-10}" go install -trimpath -buildvcs=false \
-        -ldflags "-s -w" "github.com/coredns/coredns@${coredns_version}"
-    mv -f "${coredns_dir}/.build/coredns" "${coredns_dir}/coredns"
-    rmdir "${coredns_dir}/.build"
-fi
 musl-gcc -static -Os -Wall -Werror -o "${work}/pause" "${root}/integration/node/pause.c"
 strip "${work}/pause"
 
@@ -135,12 +127,27 @@ kind_mod="$(go mod download -json "sigs.k8s.io/kind@${KIND_VERSION}" | jq -r .Di
 [[ -d "${kind_mod}/images/base/files" ]] || die "sigs.k8s.io/kind@${KIND_VERSION} has no images/base/files"
 base="${kind_mod}/images/base/files"
 rootfs="${work}/rootfs"
-log "mmdebstrap ${DEBIAN_SUITE}"
-start=${SECONDS}
-mmdebstrap --quiet --variant=minbase --mode=root --format=directory \
-    --include=systemd,systemd-sysv,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,runc \
-    "${DEBIAN_SUITE}" "${rootfs}"
-log "rootfs in $((SECONDS - start))s"
+# The Debian rootfs alone is cached too (rootfs-<hash>.tar), keyed by the suite and this function,
+# so that changes to the node image's own files do not run mmdebstrap again.
+make_rootfs() { # suite output.tar
+    mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
+        --include=systemd,systemd-sysv,dbus,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,runc \
+        "$1" "$2"
+}
+rootfs_hash="$(printf '%s\n' "${DEBIAN_SUITE}" "$(declare -f make_rootfs)" | sha256sum | cut -c1-12)"
+rootfs_tar="${cache}/rootfs-${rootfs_hash}.tar"
+if [[ ! -s "${rootfs_tar}" ]]; then
+    log "mmdebstrap ${DEBIAN_SUITE}"
+    start=${SECONDS}
+    make_rootfs "${DEBIAN_SUITE}" "${rootfs_tar}.tmp.tar"
+    mv -f "${rootfs_tar}.tmp.tar" "${rootfs_tar}"
+    find "${cache}" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-${rootfs_hash}.tar" -delete
+    log "rootfs in $((SECONDS - start))s"
+else
+    log "rootfs ${DEBIAN_SUITE}: cached (rootfs-${rootfs_hash}.tar)"
+fi
+mkdir "${rootfs}"
+tar --numeric-owner --xattrs --xattrs-include='*' -C "${rootfs}" -xpf "${rootfs_tar}"
 
 # kind's base image: its files with the modes its Dockerfile gives them.
 install -d -m 0755 "${rootfs}/kind" "${rootfs}/kind/bin" "${rootfs}/kind/manifests" "${rootfs}/kind/images" \
@@ -217,8 +224,6 @@ for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tab
     ln -s xtables-nft-multi "${work}/img/usr/sbin/${t}"
 done
 build_image "$(image_named kube-proxy)" "${work}/img" ""
-one_binary coredns "${coredns_dir}/coredns" /coredns
-build_image "${coredns_image}" "${work}/img" '["/coredns"]'
 one_binary pause "${work}/pause" /pause
 build_image "${pause_image}" "${work}/img" '["/pause"]'
 log "images: $(cd "${rootfs}/kind/images" && du -sh -- * | tr '\t\n' ': ')"

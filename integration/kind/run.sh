@@ -6,22 +6,29 @@
 #
 # Needs root, podman (kind's podman provider), buildah, mmdebstrap, musl-gcc, go, cargo, jq (all
 # checked by ../preflight.sh). kind comes from kind.sh (built from its Go module), the node image
-# from build-node-image.sh (built here, cached), helm from HELM or ../helm/helm.sh.
+# from build-node-image.sh (built here, cached), kubectl from ../controlplane/build.sh (the pinned
+# release), helm from HELM or ../helm/helm.sh.
 #
 # 1. the node image and kind; podman set up for kind on these machines (podman-env.sh);
 # 2. a cluster of 1 control plane and 3 workers in two pools (agentpool=pool1 x2, agentpool=gpu),
-#    kube-proxy in nftables mode, kubelet allowed on cgroup v1 (failCgroupV1: false);
+#    kube-proxy in nftables mode, kubelet allowed on cgroup v1 (failCgroupV1: false), kubeadm's
+#    DNS addon disabled (no coredns: nothing here resolves cluster names, see README.md);
 # 3. poolguard's image built by ../image/build.sh (the Dockerfile's definition, buildah) as an
 #    OCI archive, loaded into every node with `kind load image-archive`;
 # 4. `helm install` of charts/poolguard with its defaults (2 replicas, preferred anti-affinity
 #    across nodes, PodDisruptionBudget, certificates managed by poolguard, validation in every
 #    namespace) plus the image (pullPolicy Never) and the e2e config; checks that the two
-#    replicas run on two different workers;
+#    replicas run on two different workers; in each replica's node (podman exec), the OCI spec
+#    containerd gave runc (read-only root, uid/gid 65532, no new privileges, no capabilities,
+#    seccomp, 128Mi) and the process as that node's /proc shows it (uid, CapEff, Seccomp,
+#    NoNewPrivs, root mounted ro);
 # 5. tests/e2e.rs, tests/bypasses.rs, tests/fail_closed.rs (the Deployment scaled to 0 and back)
 #    and the under_load harness: rollout restart, deleting a replica's pod, SIGKILL of a
 #    replica's poolguard, draining a replica's worker to completion, stopping a replica's whole
 #    worker (podman kill of its node), pods created at 20/s throughout; the harness judges each
-#    row by poolguard's promise (docs/operations.md) and prints the table.
+#    row by poolguard's promise (docs/operations.md) and prints the table;
+# 6. helm uninstall: both pods terminated, poolguard exited 0 after SIGTERM, no webhook
+#    configuration or object of the release left, a pod in a labelled namespace admitted untouched.
 # Prints "N passed, N failed" and the time of each phase; the cluster is deleted on exit.
 #
 # Environment: KEEP_CLUSTER=1, KIND_CLUSTER_NAME (default poolguard-e2e), HELM,
@@ -86,6 +93,9 @@ export KUBECONFIG="${work}/kubeconfig"
 begin "builds"
 kind="$(integration/kind/kind.sh | tail -n1)"
 node_image="$(integration/kind/build-node-image.sh | tail -n1)"
+# kubectl of the pinned release (built with kubeadm for the node image; its cache is shared).
+cp_bin="$(POOLGUARD_CP_BUILD_KUBECTL=1 integration/controlplane/build.sh kubelet kube-proxy kubeadm | tail -n1)"
+export PATH="${cp_bin}:${PATH}"
 helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 archive="$(integration/image/build.sh | tail -n1)"
 image="$(tar -xOf "${archive}" index.json | jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]')"
@@ -113,6 +123,10 @@ kubeadmConfigPatches:
   - |
     kind: KubeletConfiguration
     failCgroupV1: false
+  - |
+    kind: ClusterConfiguration
+    dns:
+      disabled: true
 nodes:
   - role: control-plane
   - role: worker
@@ -135,8 +149,9 @@ kubectl get nodes -o wide
 not_ready="$(kubectl get nodes -o json | jq -r '.items[] | select(any(.status.conditions[]; .type == "Ready" and .status != "True")) | .metadata.name')"
 [[ -z "${not_ready}" && "$(kubectl get nodes -o name | grep -c .)" == 4 ]] && ok "4 kind nodes Ready (kubelet $(kubectl get nodes -o jsonpath='{.items[0].status.nodeInfo.kubeletVersion}'))" \
     || die "nodes not Ready: ${not_ready}"
-kubectl -n kube-system rollout status deployment/coredns --timeout=120s >&2 \
-    && ok "coredns (built from its Go module) is ready" || bad "coredns did not become ready"
+# kubeadm's DNS addon is off (README.md: nothing here resolves cluster names).
+kubectl -n kube-system get deployment coredns >/dev/null 2>&1 && die "a coredns Deployment exists: the node image has no coredns"
+log "no cluster DNS: kubeadm's coredns addon is disabled (dns.disabled)"
 
 # --- 3. the image ------------------------------------------------------------------------------
 begin "kind load image-archive"
@@ -163,26 +178,44 @@ else
     bad "replicas Ready on: ${replica_nodes[*]:-none} (want 2 on different workers)"
 fi
 
+# --- 4b. the securityContext as the node's runtime applied it ----------------------------------
+# Inside each replica's kind node (podman exec): the OCI spec containerd gave runc, and the
+# container's process as that node's kernel view shows it (/proc of the node's PID namespace).
+begin "securityContext evidence"
+mapfile -t pods < <(kubectl -n "${ns}" get pods -l "${sel}" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+for p in "${pods[@]}"; do
+    node="$(kubectl -n "${ns}" get pod "${p}" -o jsonpath='{.spec.nodeName}')"
+    cid="$(kubectl -n "${ns}" get pod "${p}" -o jsonpath='{.status.containerStatuses[0].containerID}')"
+    cid="${cid#containerd://}"
+    nctr=(podman exec "${node}" ctr --namespace k8s.io)
+    spec="$("${nctr[@]}" containers info "${cid}" | jq -c '.Spec')" || { bad "pod ${p}: no container ${cid} in ${node}'s containerd"; continue; }
+    runtime_view="$(jq -c '{readonlyRootfs: .root.readonly, uid: .process.user.uid, gid: .process.user.gid,
+        noNewPrivileges: .process.noNewPrivileges, capabilities: (.process.capabilities.effective // []),
+        seccomp: (.linux.seccomp.defaultAction // "none"), memoryLimit: .linux.resources.memory.limit}' <<<"${spec}")"
+    log "pod ${p} on ${node}: OCI spec from containerd: ${runtime_view}"
+    jq -e '.readonlyRootfs == true and .uid == 65532 and .gid == 65532 and .noNewPrivileges == true
+        and (.capabilities | length) == 0 and .seccomp != "none" and .memoryLimit == 134217728' <<<"${runtime_view}" >/dev/null \
+        && ok "pod ${p}: containerd told runc read-only root, uid/gid 65532, noNewPrivileges, no capabilities, seccomp $(jq -r .seccomp <<<"${runtime_view}"), memory limit 128Mi (the chart's securityContext and resources)" \
+        || bad "pod ${p}: OCI spec ${runtime_view}"
+    pid="$("${nctr[@]}" tasks ls | awk -v id="${cid}" '$1 == id { print $2 }')"
+    proc="$(podman exec "${node}" sh -c "cat /proc/${pid:-none}/comm && grep -E '^(Uid|Gid|CapEff|Seccomp|NoNewPrivs):' /proc/${pid:-none}/status && awk '\$5 == \"/\" { print \$6; exit }' /proc/${pid:-none}/mountinfo" 2>/dev/null || true)"
+    comm="$(head -n1 <<<"${proc}")"
+    st="$(awk 'NR > 1 && NF > 1 && /:/ { printf "%s%s ", $1, $2 }' <<<"${proc}")"
+    root_opts="$(tail -n1 <<<"${proc}")"
+    log "pod ${p}: pid ${pid:-none} in ${node} (${comm}): ${st}root mount ${root_opts}"
+    [[ "${comm}" == poolguard && "${st}" == *"Uid:65532 "* && "${st}" == *"CapEff:0000000000000000 "* && "${st}" == *"Seccomp:2 "* \
+        && "${st}" == *"NoNewPrivs:1 "* && ",${root_opts}," == *",ro,"* ]] \
+        && ok "pod ${p}: seen from ${node}'s kernel, poolguard (pid ${pid}) runs as uid 65532, CapEff 0, seccomp filter, no_new_privs, root filesystem mounted ro" \
+        || bad "pod ${p}: process view '${comm}' ${st}root '${root_opts}'"
+done
+
 # --- 5. the tests ------------------------------------------------------------------------------
 export POOLGUARD_E2E_POOLS="${pools[0]},${pools[1]}" POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
 # The chart's default validating.requireNamespaceLabel=false: unlabelled namespaces are validated.
 export POOLGUARD_E2E_VALIDATES_UNLABELLED=1
-suite() { # name cargo-test-args... : runs one test binary, adds its results to the counts
-    local name="$1" rc result p f
-    shift
-    set +e
-    cargo test --locked -p poolguard-e2e "$@" 2>&1 | tee "${work}/test.log" >&2
-    rc=${PIPESTATUS[0]}
-    set -e
-    result="$(grep -E '^test result:' "${work}/test.log" | tail -n1 || true)"
-    p="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"${result}")"
-    f="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"${result}")"
-    p="${p:-0}" f="${f:-0}"
-    ((rc != 0 && f == 0)) && f=1
-    passed=$((passed + p))
-    failed=$((failed + f))
-    log "${name} against kind: ${p} passed, ${f} failed"
-}
+SUITE_AGAINST=kind
+# shellcheck source=../e2e/suite.sh
+source integration/e2e/suite.sh
 begin "e2e tests"
 suite tests/e2e.rs --test e2e -- --nocapture
 begin "bypass tests"
@@ -225,6 +258,50 @@ while read -r row; do
 done < <(grep -o 'row: .*' "${work}/under-load.log" || true)
 ((ul_rc == 0 || ul_rc == 1)) || bad "under_load stopped with an error (exit ${ul_rc}, see above)"
 [[ -s "${work}/under-load.out" ]] || bad "under_load printed no table"
+
+# --- 6. helm uninstall -------------------------------------------------------------------------
+begin "helm uninstall"
+args_json="$(kubectl -n "${ns}" get deployment "${release}" -o jsonpath='{.spec.template.spec.containers[0].args}')"
+IFS=, read -r -a webhook_configs <<<"$(jq -r 'index("--webhook-configs") as $i | if $i == null then "" else .[$i + 1] end' <<<"${args_json}")"
+((${#webhook_configs[@]} == 2)) || bad "the Deployment's --webhook-configs names '${webhook_configs[*]}', expected two configurations"
+mapfile -t pods < <(kubectl -n "${ns}" get pods -l "${sel}" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
+# Each container's exit as kubelet reports it while the pods terminate.
+kubectl -n "${ns}" get pods -l "${sel}" --watch --output-watch-events=false \
+    -o jsonpath='{.metadata.name} {.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}{"\n"}' \
+    >"${work}/terminations.log" 2>/dev/null &
+watch_pid=$!
+"${helm}" --kubeconfig "${KUBECONFIG}" uninstall "${release}" -n "${ns}" --wait --timeout 90s >/dev/null 2>&1 \
+    && ok "helm uninstall" || bad "helm uninstall failed"
+deadline=$((SECONDS + 90))
+until [[ -z "$(kubectl -n "${ns}" get pods -o name 2>/dev/null)" ]]; do
+    ((SECONDS < deadline)) || break
+    sleep 1
+done
+sleep 1
+kill "${watch_pid}" 2>/dev/null || true
+wait "${watch_pid}" 2>/dev/null || true
+[[ -z "$(kubectl -n "${ns}" get pods -o name 2>/dev/null)" ]] \
+    && ok "kubelet terminated both pods (preStop sleep, SIGTERM)" || bad "pods left: $(kubectl -n "${ns}" get pods -o name | tr '\n' ' ')"
+for p in "${pods[@]}"; do
+    exit_line="$(awk -v p="${p}" '$1 == p && $2 != "" { l = $0 } END { print l }' "${work}/terminations.log")"
+    read -r _ code reason <<<"${exit_line:-x}"
+    [[ "${code:-}" == 0 ]] && ok "pod ${p}: poolguard exited 0 after SIGTERM (${reason:-})" \
+        || bad "pod ${p}: exit as kubelet reported it: '${code:-none}' ${reason:-}"
+done
+left="$(kubectl get mutatingwebhookconfigurations,validatingwebhookconfigurations -o name | grep -E "/(${webhook_configs[0]:-x}|${webhook_configs[1]:-x})\$" || true)"
+[[ -z "${left}" ]] && ok "no webhook configuration left after helm uninstall" || bad "left behind: ${left}"
+left="$(kubectl -n "${ns}" get deployment,replicaset,service,pods,poddisruptionbudget -o name 2>/dev/null || true)"
+[[ -z "${left}" ]] && ok "no Deployment, ReplicaSet, Service, PodDisruptionBudget or pod of the release left" || bad "left behind: ${left}"
+kubectl create namespace pg-kind-after >/dev/null
+kubectl label namespace pg-kind-after "${label}=${pools[0]}" >/dev/null
+after_pod='{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "pg-kind-after"},
+  "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}'
+deadline=$((SECONDS + 30))
+until out="$(kubectl create --dry-run=server -o jsonpath='{.spec.nodeSelector}' -f - <<<"${after_pod}" 2>&1)" && [[ -z "${out}" ]]; do
+    ((SECONDS < deadline)) || break
+    sleep 0.5
+done
+[[ -z "${out}" ]] && ok "after uninstall a pod in a labelled namespace is admitted untouched" || bad "after uninstall: ${out}"
 
 begin summary
 log "timings:"

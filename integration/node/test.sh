@@ -405,22 +405,9 @@ holder="$(kubectl -n "${ns}" get lease "${lease}" -o jsonpath='{.spec.holderIden
 export POOLGUARD_E2E_POOLS="${pools[0]},${pools[1]}" POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
 # The chart's default validating.requireNamespaceLabel=false: unlabelled namespaces are validated.
 export POOLGUARD_E2E_VALIDATES_UNLABELLED=1
-suite() { # name cargo-test-args... : runs one test binary, adds its results to the counts
-    local name="$1" rc result p f
-    shift
-    set +e
-    cargo test --locked -p poolguard-e2e "$@" 2>&1 | tee "${work}/test.log" >&2
-    rc=${PIPESTATUS[0]}
-    set -e
-    result="$(grep -E '^test result:' "${work}/test.log" | tail -n1 || true)"
-    p="$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"${result}")"
-    f="$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"${result}")"
-    p="${p:-0}" f="${f:-0}"
-    ((rc != 0 && f == 0)) && f=1
-    passed=$((passed + p))
-    failed=$((failed + f))
-    log "${name} against the real pods: ${p} passed, ${f} failed"
-}
+SUITE_AGAINST="the real pods"
+# shellcheck source=../e2e/suite.sh
+source integration/e2e/suite.sh
 admissions() { # poolguard_admission_requests_total summed over the pods, read at the pod IPs
     local ip total=0 n
     for ip in "${pod_ips[@]}"; do
