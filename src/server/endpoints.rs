@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use poolguard_core::admission::{self, Decision, Operation, Request};
+use poolguard_core::admission::{self, Decision, DenyCode, Operation, Request, Ruling};
 use poolguard_core::config::{Config, OnError};
 use poolguard_core::labels::Labels;
 use poolguard_core::placement_policy;
@@ -157,7 +157,7 @@ async fn handle(
         }
         slot => match lookup(&app, &subject.namespace).await {
             Err(e) => Decision::deny(
-                500,
+                DenyCode::InternalError,
                 format!(
                     "cannot read the labels of namespace {:?}, so the request is refused: {e}",
                     subject.namespace
@@ -206,9 +206,10 @@ async fn handle(
                                 }
                                 decision
                             }
-                            Ok(Err(e)) => {
-                                Decision::deny(500, format!("internal error while deciding: {e}"))
-                            }
+                            Ok(Err(e)) => Decision::deny(
+                                DenyCode::InternalError,
+                                format!("internal error while deciding: {e}"),
+                            ),
                             Err(_) => {
                                 app.metrics.unfinished(webhook.as_str(), "deadline");
                                 unevaluated(
@@ -308,7 +309,7 @@ fn decide_review(
 ) -> (Decision, Late) {
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
-        Err(e) => return (Decision::deny(400, e.0), Late(false)),
+        Err(e) => return (Decision::deny(DenyCode::BadRequest, e.0), Late(false)),
     };
     let late_answer = |scope: Scope| {
         let decision = unevaluated(webhook, &req, scope.labels, rules, &late(budget));
@@ -402,7 +403,7 @@ fn unevaluated(
         }
         Webhook::Validate => on_error(rules, what),
         Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
-            503,
+            DenyCode::Unavailable,
             format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
         ),
         Webhook::Mutate => {
@@ -422,7 +423,7 @@ fn is_namespace(req: &Request) -> bool {
 fn on_error(rules: &RuleSet, what: &str) -> Decision {
     match rules.config.evaluation.on_error {
         OnError::Deny => Decision::deny(
-            500,
+            DenyCode::InternalError,
             format!("{what}, so the request is refused (evaluation.onError: deny)"),
         ),
         OnError::Allow => Decision {
@@ -456,11 +457,11 @@ fn record(
     namespace_found: bool,
     started: Instant,
 ) {
-    let outcome = match (d.allowed, &d.patch, d.warnings.is_empty()) {
-        (false, _, _) => "denied",
-        (true, Some(_), _) => "patched",
-        (true, None, false) => "warned",
-        (true, None, true) => "allowed",
+    let outcome = match (&d.ruling, d.warnings.is_empty()) {
+        (Ruling::Deny { .. }, _) => "denied",
+        (Ruling::Allow { patch: Some(_) }, _) => "patched",
+        (Ruling::Allow { patch: None }, false) => "warned",
+        (Ruling::Allow { patch: None }, true) => "allowed",
     };
     count(&app.metrics, webhook, s.operation, s.kind_label, outcome);
     app.metrics
@@ -471,7 +472,8 @@ fn record(
         .observe(started.elapsed().as_secs_f64());
     if namespace_found && d.policy_results.iter().any(|r| r.rollout.is_some()) {
         let now = crate::wall_clock::unix_now();
-        app.rollout_counts.record(&d.policy_results, d.allowed, now);
+        app.rollout_counts
+            .record(&d.policy_results, d.allowed(), now);
     }
     for r in &d.policy_results {
         let result = match (&r.pending, r.error, r.infringements) {
@@ -500,8 +502,8 @@ fn record(
         }
     }
     let hook = webhook.as_str();
-    if !d.allowed {
-        tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, code = d.code, reason = %d.message, "denied");
+    if let Ruling::Deny { code, message } = &d.ruling {
+        tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, code = code.as_u16(), reason = %message, "denied");
     }
     for w in &d.warnings {
         tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, reason = %w, "warning");
