@@ -6,10 +6,12 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 pub mod dependencies;
+pub mod parameters;
 pub mod rollout;
 pub mod selector;
 
 use dependencies::{Dependency, PLACEMENT};
+use parameters::Parameters;
 use rollout::RolloutSpec;
 
 /// The whole config file. Every field has a default, so an empty file is a valid config.
@@ -88,7 +90,7 @@ pub enum UnlabelledNamespaces {
 pub struct PlacementPolicySettings {
     /// The policy's `input.parameters`.
     #[serde(default)]
-    pub parameters: serde_json::Map<String, serde_json::Value>,
+    pub parameters: Parameters,
 }
 
 /// The users and groups allowed to set, change or remove the namespace labels poolguard trusts
@@ -214,7 +216,7 @@ impl Enforcement {
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {
     pub enforcement: Option<Enforcement>,
-    pub parameters: Option<serde_json::Map<String, serde_json::Value>>,
+    pub parameters: Option<Parameters>,
     /// How a new version of the policy reaches `enforcement`, group by group. Cluster-wide
     /// only: a pool's settings may not have one.
     #[serde(default)]
@@ -286,7 +288,7 @@ impl Default for EvaluationSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EffectivePolicy<'a> {
     pub enforcement: Enforcement,
-    pub parameters: &'a serde_json::Map<String, serde_json::Value>,
+    pub parameters: &'a Parameters,
 }
 
 impl Config {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
+use crate::config::parameters::Parameters;
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::labels::Labels;
 use crate::node_selector::{self, pool_of, Placement};
@@ -407,18 +408,18 @@ pub fn candidates(
         map.insert(Value::from("services"), Value::from(services));
     }
     let mut review_value: Option<Value> = None;
+    let no_parameters = Parameters::default();
     let mut accepted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut reasons = Vec::new();
     for policy in &policies.policies {
         let name = policy.name.as_str();
         let parameters = placement
             .and_then(|p| p.policies.get(name))
-            .map(|s| s.parameters.clone())
-            .unwrap_or_default();
+            .map_or(&no_parameters, |s| &s.parameters);
         // The memo's key: the policy, its parameters, the pools and the pod, as text.
         let key = (policy.memoizable && policies.memo.keeps(0)).then(|| {
-            let parameters = serde_json::Value::Object(parameters.clone()).to_string();
-            Memo::<Solution>::key(policy.id, &[&parameters, &set.targets_text, &services_text])
+            let parameters = parameters.text();
+            Memo::<Solution>::key(policy.id, &[parameters, &set.targets_text, &services_text])
         });
         if let Some(solution) = key.as_deref().and_then(|k| policies.memo.get(k)) {
             record(name, Ok(solution), &known, &mut accepted, &mut reasons);
@@ -427,10 +428,7 @@ pub fn candidates(
         let mut doc = base.clone();
         let solved = match doc.as_object_mut() {
             Ok(map) => {
-                map.insert(
-                    Value::from("parameters"),
-                    Value::from(serde_json::Value::Object(parameters)),
-                );
+                map.insert(Value::from("parameters"), parameters.rego().clone());
                 if let Some(review) = review.filter(|_| policy.reads_review) {
                     let review = review_value
                         .get_or_insert_with(|| Value::from(review.clone()))

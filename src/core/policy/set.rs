@@ -11,6 +11,7 @@ use super::dependencies::{self, Plan, State, Unmet};
 use super::engine::{compile_sorted, Policy};
 use super::memo::Memo;
 use super::template::Template;
+use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
 use crate::labels::Labels;
 use crate::rollout::view::{RolloutMark, RolloutView};
@@ -226,9 +227,8 @@ impl PolicySet {
                 None => {
                     // The memo's key: the policy, its parameters and the document, as text.
                     let key = (policy.memoizable && self.memo.keeps(0)).then(|| {
-                        let parameters =
-                            serde_json::Value::Object(settings.parameters.clone()).to_string();
-                        Memo::<Vec<String>>::key(policy.id, &[&parameters, request.text()])
+                        let parameters = settings.parameters.text();
+                        Memo::<Vec<String>>::key(policy.id, &[parameters, request.text()])
                     });
                     let remembered = key.as_deref().and_then(|k| self.memo.get(k));
                     Evaluation::Ran(match remembered {
@@ -294,7 +294,7 @@ impl<'a> RequestInput<'a> {
     fn run(
         &mut self,
         policy: &Policy,
-        parameters: &serde_json::Map<String, serde_json::Value>,
+        parameters: &Parameters,
         limit: Duration,
     ) -> Result<Vec<String>, String> {
         let document = self.document;
@@ -305,10 +305,7 @@ impl<'a> RequestInput<'a> {
         let Ok(map) = doc.as_object_mut() else {
             return Err("the input document is not an object".to_string());
         };
-        map.insert(
-            Value::from("parameters"),
-            Value::from(serde_json::Value::Object(parameters.clone())),
-        );
+        map.insert(Value::from("parameters"), parameters.rego().clone());
         if let Some(review) = self.review.filter(|_| policy.reads_review) {
             let review = self
                 .review_converted

@@ -33,7 +33,7 @@ pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> Strin
         .get(policy)
         .and_then(|s| s.parameters.as_ref())
     {
-        field("cluster", &canonical(&Value::Object(params.clone())));
+        field("cluster", &canonical(&Value::Object(params.map().clone())));
     }
     for (pool, settings) in &config.pools {
         if let Some(params) = settings
@@ -42,7 +42,10 @@ pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> Strin
             .and_then(|s| s.parameters.as_ref())
         {
             field("pool", pool);
-            field("parameters", &canonical(&Value::Object(params.clone())));
+            field(
+                "parameters",
+                &canonical(&Value::Object(params.map().clone())),
+            );
         }
     }
     let digest = hasher.finalize();
