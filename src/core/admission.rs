@@ -73,7 +73,7 @@ impl<'a> Estimate<'a> {
 /// every string its bytes.
 /// Nesting deeper than `max_depth` is refused. Malformed JSON is left to the parser (the
 /// estimate is then meaningless but still bounded by the length).
-pub fn parsed_cost(body: &[u8], max_depth: usize) -> Result<usize, BadReview> {
+pub(crate) fn parsed_cost(body: &[u8], max_depth: usize) -> Result<usize, BadReview> {
     /// A value in a list: 32 bytes, twice for the room a doubling list may leave spare.
     const ELEMENT: usize = 64;
     /// An entry in a map: the key's String and the value (56 bytes) in B-tree nodes that may be
@@ -351,7 +351,7 @@ pub fn pod_spec_path(group: &str, kind: &str) -> Option<&'static [&'static str]>
 }
 
 /// The value at `path` inside `object`.
-pub fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(object, |v, key| v.get(key))
 }
 
@@ -507,7 +507,7 @@ pub fn respond(uid: &str, decision: &Decision) -> Value {
 }
 
 /// `reasons`, one per line, at most `max` of them and a count of the rest.
-pub fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
+pub(crate) fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
     let mut lines: Vec<&str> = reasons.iter().take(max).map(AsRef::as_ref).collect();
     let more = reasons.len().saturating_sub(max);
     let tail = format!("... and {more} more");

@@ -505,7 +505,7 @@ fn findings(
 }
 
 /// The first line of `text`, at most [`MAX_ERROR_CHARS`] characters.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let mut out: String = first.trim().chars().take(MAX_ERROR_CHARS).collect();
     if out.len() < first.trim().len() || text.trim().lines().nth(1).is_some() {

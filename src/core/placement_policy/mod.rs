@@ -73,7 +73,7 @@ impl PlacementPolicy {
     }
 
     /// Evaluates `solutions` on `input` within `limit`.
-    pub fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
+    pub(crate) fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
         let value = eval_within(&self.engine, &self.rule, input, limit)?;
         solution(&value)
     }
@@ -181,7 +181,7 @@ impl PlacementSet {
     /// With a `placement` section: every policy it configures is loaded, and every loaded
     /// policy gets the inputs it declares. Errors name the path. Without one nothing is
     /// checked (nothing is chosen).
-    pub fn check_config(&self, config: &Config) -> Result<()> {
+    pub(crate) fn check_config(&self, config: &Config) -> Result<()> {
         let Some(placement) = &config.placement else {
             return Ok(());
         };
@@ -229,7 +229,7 @@ pub fn chooses(labels: Option<&Labels>, config: &Config) -> bool {
 
 /// The pools in the order they are tried: those `preference` lists, in its order, then the
 /// rest by name. Preferred pools that have no facts (no nodes) are skipped.
-pub fn pool_order<'a>(pools: &'a [PoolFacts], preference: &[String]) -> Vec<&'a str> {
+pub(crate) fn pool_order<'a>(pools: &'a [PoolFacts], preference: &[String]) -> Vec<&'a str> {
     let mut names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
@@ -372,7 +372,7 @@ pub fn choose(
 /// when each policy accepts some pool but no pool is accepted by all, what each accepted.
 /// `review`, the AdmissionRequest, reaches the policies that read it; each policy evaluation
 /// takes at most `limit`.
-pub fn candidates(
+pub(crate) fn candidates(
     set: &PoolSet,
     pod: &serde_json::Value,
     policies: &PlacementSet,

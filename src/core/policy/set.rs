@@ -102,7 +102,7 @@ impl PolicySet {
     /// Resolves the dependencies `config` gives the loaded policies into the order they are
     /// evaluated in (once per load: nothing of it is computed per request). An unknown name or
     /// a cycle is an error naming it.
-    pub fn set_plan(&mut self, config: &Config) -> Result<()> {
+    pub(crate) fn set_plan(&mut self, config: &Config) -> Result<()> {
         let names: Vec<&str> = self.names().collect();
         self.plan = Plan::new(&names, config)?;
         Ok(())
@@ -114,7 +114,7 @@ impl PolicySet {
     }
 
     /// Records each policy's version under `config` (the config decisions will use).
-    pub fn set_versions(&mut self, config: &Config) {
+    pub(crate) fn set_versions(&mut self, config: &Config) {
         self.versions = self
             .policies
             .iter()
@@ -157,7 +157,7 @@ impl PolicySet {
     }
 
     /// Each policy's declared inputs, for checking the config against.
-    pub fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
+    pub(crate) fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
         self.policies
             .iter()
             .map(|p| (p.name.clone(), p.inputs.clone()))

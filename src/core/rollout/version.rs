@@ -17,7 +17,7 @@ const VERSION_HEX_DIGITS: usize = 16;
 /// so the padding a YAML template gets to keep line numbers does not either), the
 /// cluster-wide parameters and each pool's, with object keys sorted so that reordering YAML
 /// keys changes nothing.
-pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> String {
+pub(crate) fn policy_version(rego_source: &str, config: &Config, policy: &str) -> String {
     let mut hasher = Sha256::new();
     let mut field = |tag: &str, text: &str| {
         // Length-prefixed, so that no two different inputs hash the same stream.

@@ -156,7 +156,7 @@ impl RolloutView {
     /// policy is not applied there (no parameters for the pool). Without a rollout in `config`
     /// this is the config's own answer. Under a rollout with no state yet (the leader has not
     /// stepped it), the loaded version in dryrun.
-    pub fn resolve<'a>(
+    pub(crate) fn resolve<'a>(
         &'a self,
         policy: &'a Policy,
         version: &str,
