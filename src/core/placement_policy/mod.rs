@@ -23,6 +23,10 @@ use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
 
+/// What a placement policy without settings gets as `input.parameters`, made once.
+static NO_PARAMETERS: std::sync::LazyLock<Parameters> =
+    std::sync::LazyLock::new(Parameters::default);
+
 /// One loaded placement policy: a prepared engine, cloned for each evaluation.
 #[derive(Clone)]
 pub struct PlacementPolicy {
@@ -408,14 +412,13 @@ pub(crate) fn candidates(
         map.insert(Value::from("services"), Value::from(services));
     }
     let mut review_value: Option<Value> = None;
-    let no_parameters = Parameters::default();
     let mut accepted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut reasons = Vec::new();
     for policy in &policies.policies {
         let name = policy.name.as_str();
         let parameters = placement
             .and_then(|p| p.policies.get(name))
-            .map_or(&no_parameters, |s| &s.parameters);
+            .map_or(&*NO_PARAMETERS, |s| &s.parameters);
         // The memo's key: the policy, its parameters, the pools and the pod, as text.
         let key = (policy.memoizable && policies.memo.keeps(0)).then(|| {
             let parameters = parameters.text();
