@@ -171,7 +171,7 @@ fn main() {
                     pools: None,
                 };
                 let d = rules.decide(webhook, &req, scope, Budget::FULL);
-                assert!(d.allowed, "{d:?}");
+                assert!(d.allowed(), "{d:?}");
                 serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
             };
             let [distinct, replicas, off] = columns(
@@ -301,9 +301,9 @@ fn placement(iterations: u32) {
                         pools: Some(&pools),
                     };
                     let d = rules.decide(webhook, &req, scope, Budget::FULL);
-                    assert!(d.allowed, "{d:?}");
+                    assert!(d.allowed(), "{d:?}");
                     if webhook == Webhook::Mutate {
-                        assert!(d.patch.is_some(), "a pool is chosen");
+                        assert!(d.patch().is_some(), "a pool is chosen");
                     }
                     serde_json::to_vec(&admission::respond(req.uid, &d)).unwrap()
                 };

@@ -59,27 +59,27 @@ fn check(file: &str, webhook: Webhook, config: Option<&str>, want: Want) {
     match want {
         Want::Allow => {
             assert!(
-                d.allowed && d.patch.is_none() && d.warnings.is_empty(),
+                d.allowed() && d.patch().is_none() && d.warnings.is_empty(),
                 "{ctx}"
             );
         }
         Want::Patch(ops) => {
-            assert!(d.allowed, "{ctx}");
+            assert!(d.allowed(), "{ctx}");
             assert_eq!(
-                serde_json::to_value(d.patch.as_ref().unwrap()).unwrap(),
+                serde_json::to_value(d.patch().unwrap()).unwrap(),
                 ops,
                 "{ctx}"
             );
         }
         Want::Deny(code, parts) => {
-            assert!(!d.allowed, "{ctx}");
-            assert_eq!(d.code, code, "{ctx}");
+            assert!(!d.allowed(), "{ctx}");
+            assert_eq!(d.code(), Some(code), "{ctx}");
             for part in parts {
-                assert!(d.message.contains(part), "{ctx}: lacks {part:?}");
+                assert!(d.message().contains(part), "{ctx}: lacks {part:?}");
             }
         }
         Want::Warn(part) => {
-            assert!(d.allowed, "{ctx}");
+            assert!(d.allowed(), "{ctx}");
             assert!(d.warnings.iter().any(|w| w.contains(part)), "{ctx}");
         }
     }
@@ -309,18 +309,18 @@ fn update_denies_only_what_is_new() {
     let old = pod(&["evil.io/a"], "pool1");
     let mut new = old.clone();
     new["metadata"]["labels"] = json!({"x": "y"});
-    assert!(decide_inline("UPDATE", None, new, Some(old.clone()), DENY_EXAMPLE).allowed);
+    assert!(decide_inline("UPDATE", None, new, Some(old.clone()), DENY_EXAMPLE).allowed());
     // A second bad image is new: denied, and only it is named.
     let new = pod(&["evil.io/a", "evil.io/b"], "pool1");
     let d = decide_inline("UPDATE", None, new, Some(old), DENY_EXAMPLE);
-    assert!(!d.allowed);
+    assert!(!d.allowed());
     assert!(
-        d.message.contains("evil.io/b") && !d.message.contains("evil.io/a"),
+        d.message().contains("evil.io/b") && !d.message().contains("evil.io/a"),
         "{d:?}"
     );
     // A namespace relabelled after the pod was created: the old selector is not a new conflict.
     let stale = pod(&["registry.example.com/a"], "pool2");
-    assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "{}").allowed);
+    assert!(decide_inline("UPDATE", None, stale.clone(), Some(stale), "{}").allowed());
 }
 
 /// Policy dependencies at admission, with the shipped policies: a Pending policy is neither
@@ -437,12 +437,12 @@ fn dependent_policies_run_only_when_their_dependencies_hold() {
     ];
     for (name, config, images, pool, denials, warnings, pending) in cases {
         let d = decide_inline("CREATE", None, pod(images, pool), None, config);
-        let lines: Vec<&str> = d.message.lines().filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = d.message().lines().filter(|l| !l.is_empty()).collect();
         assert_eq!(lines.len(), denials.len(), "{name}: {d:?}");
         for (line, want) in lines.iter().zip(&denials) {
             assert!(line.starts_with(want), "{name}: {line:?} is not {want:?}");
         }
-        assert_eq!(d.allowed, denials.is_empty(), "{name}: {d:?}");
+        assert_eq!(d.allowed(), denials.is_empty(), "{name}: {d:?}");
         assert_eq!(d.warnings.len(), warnings.len(), "{name}: {d:?}");
         for (line, want) in d.warnings.iter().zip(&warnings) {
             assert!(line.starts_with(want), "{name}: {line:?} is not {want:?}");
@@ -484,7 +484,7 @@ fn relabel_between_mutation_and_validation_is_not_a_conflict() {
             },
             Budget::FULL,
         );
-        assert_eq!(d.allowed, allowed, "annotation {annotation:?}: {d:?}");
+        assert_eq!(d.allowed(), allowed, "annotation {annotation:?}: {d:?}");
     }
 }
 
@@ -497,7 +497,7 @@ fn enforcement_modes_and_evaluation_failures() {
     );
     let d = decide_inline("CREATE", None, bad.clone(), None, &dryrun);
     assert!(
-        d.allowed && d.warnings.is_empty() && d.dryrun.len() == 1,
+        d.allowed() && d.warnings.is_empty() && d.dryrun.len() == 1,
         "{d:?}"
     );
 
@@ -509,9 +509,9 @@ fn enforcement_modes_and_evaluation_failures() {
         None,
         DENY_EXAMPLE,
     );
-    assert_eq!(d.message.lines().count(), 2, "{d:?}");
+    assert_eq!(d.message().lines().count(), 2, "{d:?}");
     assert!(
-        d.message
+        d.message()
             .lines()
             .all(|l| l.starts_with("allowedrepositories: ")),
         "{d:?}"
@@ -548,18 +548,18 @@ fn enforcement_modes_and_evaluation_failures() {
             },
             Budget::FULL,
         );
-        assert_eq!(d.allowed, allowed, "{on_error}: {d:?}");
+        assert_eq!(d.allowed(), allowed, "{on_error}: {d:?}");
         let text = if allowed {
             d.warnings.join("\n")
         } else {
-            d.message.clone()
+            d.message().to_string()
         };
         assert!(
             text.contains("policy boom could not be evaluated"),
             "{on_error}: {d:?}"
         );
         if !allowed {
-            assert_eq!(d.code, 500);
+            assert_eq!(d.code(), Some(500));
         }
     }
 }
@@ -596,9 +596,9 @@ fn images_from_every_field_are_checked() {
     let mut volume_pod = pod(&[allowed], "pool1");
     volume_pod["spec"]["volumes"] = volume("evil.io/models:1");
     let d = decide_inline("CREATE", None, volume_pod, None, DENY_EXAMPLE);
-    assert!(!d.allowed, "{d:?}");
+    assert!(!d.allowed(), "{d:?}");
     assert!(
-        d.message.contains("image volume \"data\"") && d.message.contains("evil.io/models"),
+        d.message().contains("image volume \"data\"") && d.message().contains("evil.io/models"),
         "{d:?}"
     );
     // Hub images under an uppercase "registry" are pulled from that host, not from Docker Hub.
@@ -606,16 +606,16 @@ fn images_from_every_field_are_checked() {
         "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [docker.io/]\n";
     for image in ["Evilhost/app:1", "LOCALHOST/app"] {
         let d = decide_inline("CREATE", None, pod(&[image], "pool1"), None, hub);
-        assert!(!d.allowed, "{image}: {d:?}");
-        assert!(d.message.contains("container \"c0\""), "{d:?}");
+        assert!(!d.allowed(), "{image}: {d:?}");
+        assert!(d.message().contains("container \"c0\""), "{d:?}");
     }
-    assert!(decide_inline("CREATE", None, pod(&["nginx:1"], "pool1"), None, hub).allowed);
+    assert!(decide_inline("CREATE", None, pod(&["nginx:1"], "pool1"), None, hub).allowed());
     // An init container hidden behind a same-named container.
     let mut hidden = pod(&[allowed], "pool1");
     hidden["spec"]["initContainers"] = json!([{"name": "c0", "image": "evil.io/x"}]);
     let d = decide_inline("CREATE", None, hidden, None, DENY_EXAMPLE);
-    assert_eq!((d.allowed, d.code), (false, 400), "{d:?}");
-    assert!(d.message.contains("used twice"), "{d:?}");
+    assert_eq!((d.allowed(), d.code()), (false, Some(400)), "{d:?}");
+    assert!(d.message().contains("used twice"), "{d:?}");
 }
 
 /// Workload templates are read the same way: an image volume in a Deployment's template is
@@ -640,7 +640,7 @@ fn image_volumes_in_workload_templates_are_checked() {
         Budget::FULL,
     );
     assert!(
-        !d.allowed && d.message.contains("image volume \"m\""),
+        !d.allowed() && d.message().contains("image volume \"m\""),
         "{d:?}"
     );
 }
@@ -678,8 +678,8 @@ fn malformed_pods_are_refused_with_one_line() {
     for (what, containers) in cases {
         let object = json!({"metadata": {"name": "p"}, "spec": {"containers": containers, "nodeSelector": {"agentpool": "pool1"}}});
         let d = decide_inline("CREATE", None, object, None, DENY_EXAMPLE);
-        assert_eq!((d.allowed, d.code), (false, 400), "{what}: {d:?}");
-        assert_eq!(d.message.lines().count(), 1, "{what}: {d:?}");
+        assert_eq!((d.allowed(), d.code()), (false, Some(400)), "{what}: {d:?}");
+        assert_eq!(d.message().lines().count(), 1, "{what}: {d:?}");
         // Not even an allow-everything config lets them through.
         let d = decide_inline(
             "CREATE",
@@ -688,7 +688,7 @@ fn malformed_pods_are_refused_with_one_line() {
             None,
             "{}",
         );
-        assert!(!d.allowed, "{what} without policies: {d:?}");
+        assert!(!d.allowed(), "{what} without policies: {d:?}");
     }
 }
 
@@ -699,8 +699,13 @@ fn wide_objects_are_bounded() {
     let images: Vec<String> = (0..9000).map(|i| format!("evil.io/app{i}")).collect();
     let refs: Vec<&str> = images.iter().map(String::as_str).collect();
     let d = decide_inline("CREATE", None, pod(&refs, "pool1"), None, DENY_EXAMPLE);
-    assert_eq!((d.allowed, d.code), (false, 400), "{}", d.message);
-    assert!(d.message.contains("pulls 9000 images") && d.message.contains("at most 250"));
+    assert_eq!(
+        (d.allowed(), d.code()),
+        (false, Some(400)),
+        "{}",
+        d.message()
+    );
+    assert!(d.message().contains("pulls 9000 images") && d.message().contains("at most 250"));
     assert!(d.policy_results.is_empty(), "no policy ran");
     // Within the limit, every bad image is found but the message lists the first 20.
     let d = decide_inline(
@@ -710,10 +715,10 @@ fn wide_objects_are_bounded() {
         None,
         DENY_EXAMPLE,
     );
-    assert!(!d.allowed);
+    assert!(!d.allowed());
     assert_eq!(d.policy_results[0].infringements, 200);
-    assert_eq!(d.message.lines().count(), 21, "{}", d.message);
-    assert!(d.message.ends_with("... and 180 more"), "{}", d.message);
+    assert_eq!(d.message().lines().count(), 21, "{}", d.message());
+    assert!(d.message().ends_with("... and 180 more"), "{}", d.message());
 }
 
 /// While a pod has no node, its scheduling directives may still change (scheduling gates): any
@@ -779,9 +784,9 @@ fn unscheduled_pods_cannot_move_to_another_pool() {
     ];
     for (what, new, allowed) in cases {
         let d = decide_inline("UPDATE", None, new, Some(old.clone()), "{}");
-        assert_eq!(d.allowed, allowed, "{what}: {d:?}");
+        assert_eq!(d.allowed(), allowed, "{what}: {d:?}");
         if !allowed {
-            assert_eq!(d.code, 403, "{what}: {d:?}");
+            assert_eq!(d.code(), Some(403), "{what}: {d:?}");
         }
     }
     // A pod already bound to a node is not rescheduled by an update: nothing to check there.
@@ -789,12 +794,12 @@ fn unscheduled_pods_cannot_move_to_another_pool() {
     bound["spec"]["nodeName"] = json!("pool1-node-1");
     let mut relabelled = bound.clone();
     relabelled["metadata"]["labels"] = json!({"a": "b"});
-    assert!(decide_inline("UPDATE", None, relabelled, Some(bound), "{}").allowed);
+    assert!(decide_inline("UPDATE", None, relabelled, Some(bound), "{}").allowed());
     // The pool annotation is trusted only at creation (the relabel race), never on update.
     let placed = gated(json!({"agentpool": "pool1"}), Some("pool1"), true);
     let moved = gated(json!({"agentpool": "gpu"}), Some("gpu"), true);
     let d = decide_inline("UPDATE", None, moved, Some(placed), "{}");
-    assert!(!d.allowed, "{d:?}");
+    assert!(!d.allowed(), "{d:?}");
 }
 
 /// The chart's `webhook.skipUnchangedUpdates` has the API server leave out UPDATEs that keep a
@@ -924,10 +929,10 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
                 // A workload's template without the selector is patched at pod creation, so
                 // only the pod forms of the mutating webhook's absence are refused for workloads.
                 if kind == "Pod" || !what.starts_with("no selector") {
-                    assert!(!created.allowed, "{ctx}: created: {created:?}");
+                    assert!(!created.allowed(), "{ctx}: created: {created:?}");
                 }
                 let updated = decide_kind(group, kind, "UPDATE", &new, Some(&old));
-                assert!(updated.allowed, "{ctx}: updated: {updated:?}");
+                assert!(updated.allowed(), "{ctx}: updated: {updated:?}");
             }
         }
     }
@@ -1041,23 +1046,23 @@ fn namespace_subresources_are_decided_as_the_namespace() {
     ];
     for (what, old, new, editor_allowed) in cases {
         let main = decide_review(&review("", &old, &new, &editor));
-        assert_eq!(main.allowed, editor_allowed, "{what}: {main:?}");
+        assert_eq!(main.allowed(), editor_allowed, "{what}: {main:?}");
         for sub in ["status", "finalize"] {
             let d = decide_review(&review(sub, &old, &new, &editor));
             assert_eq!(
-                (d.allowed, d.code),
-                (main.allowed, main.code),
+                (d.allowed(), d.code()),
+                (main.allowed(), main.code()),
                 "{what} via {sub}: {d:?}"
             );
             if !editor_allowed {
                 assert!(
-                    d.message.contains("poolAuthority") && d.message.contains(sub),
+                    d.message().contains("poolAuthority") && d.message().contains(sub),
                     "{what} via {sub}: {}",
-                    d.message
+                    d.message()
                 );
             }
             let d = decide_review(&review(sub, &old, &new, &admin));
-            assert!(d.allowed, "{what} via {sub} by the authority: {d:?}");
+            assert!(d.allowed(), "{what} via {sub} by the authority: {d:?}");
         }
     }
 }

@@ -66,12 +66,12 @@ fn stackl_template_runs_unchanged() {
         ..RuleSet::default()
     };
     let d = rules.decide(Webhook::Validate, &req, Scope::default(), Budget::FULL);
-    assert!(!d.allowed);
-    assert_eq!(d.code, 403);
+    assert!(!d.allowed());
+    assert_eq!(d.code(), Some(403));
     assert!(
-        d.message
+        d.message()
             .contains("functional_requirement {postgres} has an invalid image repository"),
         "{d:?}"
     );
-    assert!(!d.message.contains("{ok}"), "{d:?}");
+    assert!(!d.message().contains("{ok}"), "{d:?}");
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use poolguard_core::admission::{self, Decision, Request};
+use poolguard_core::admission::{self, Decision, Request, Ruling};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
 use poolguard_core::node_selector;
@@ -88,7 +88,7 @@ fn review_mode(
     let decision = decide(webhook, &req, namespaces, rules);
     serde_json::to_writer_pretty(&mut *out, &admission::respond(req.uid, &decision))?;
     writeln!(out)?;
-    Ok(decision.allowed)
+    Ok(decision.allowed())
 }
 
 fn manifest_mode(
@@ -133,17 +133,17 @@ fn manifest_mode(
         let pool = node_selector::pool_of(labels, &rules.config.namespace_label);
         pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"))
     };
-    let verdict = match (&decision.allowed, &decision.patch) {
-        (true, Some(_)) => "ALLOWED, patched".to_string(),
-        (true, None) => "ALLOWED".to_string(),
-        (false, _) => format!("DENIED ({})", decision.code),
+    let verdict = match &decision.ruling {
+        Ruling::Allow { patch: Some(_) } => "ALLOWED, patched".to_string(),
+        Ruling::Allow { patch: None } => "ALLOWED".to_string(),
+        Ruling::Deny { code, .. } => format!("DENIED ({})", code.as_u16()),
     };
     writeln!(
         out,
         "# {kind} {} in namespace {namespace} ({pool}): {verdict}",
         req.object_name()
     )?;
-    for line in decision.message.lines() {
+    for line in decision.message().lines() {
         writeln!(out, "#   {line}")?;
     }
     for warning in &decision.warnings {
@@ -157,13 +157,13 @@ fn manifest_mode(
             writeln!(out, "# pending: {} (not evaluated): {why}", result.policy)?;
         }
     }
-    if let Some(patch) = &decision.patch {
+    if let Some(patch) = decision.patch() {
         writeln!(out, "# patch: {}", serde_json::to_string(patch)?)?;
         let mut patched = object.clone();
         json_patch::patch(&mut patched, patch).context("applying the patch")?;
         write!(out, "{}", documents::to_yaml(&patched)?)?;
     }
-    Ok(decision.allowed)
+    Ok(decision.allowed())
 }
 
 fn decide(

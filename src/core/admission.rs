@@ -73,7 +73,7 @@ impl<'a> Estimate<'a> {
 /// every string its bytes.
 /// Nesting deeper than `max_depth` is refused. Malformed JSON is left to the parser (the
 /// estimate is then meaningless but still bounded by the length).
-pub fn parsed_cost(body: &[u8], max_depth: usize) -> Result<usize, BadReview> {
+pub(crate) fn parsed_cost(body: &[u8], max_depth: usize) -> Result<usize, BadReview> {
     /// A value in a list: 32 bytes, twice for the room a doubling list may leave spare.
     const ELEMENT: usize = 64;
     /// An entry in a map: the key's String and the value (56 bytes) in B-tree nodes that may be
@@ -351,24 +351,63 @@ pub fn pod_spec_path(group: &str, kind: &str) -> Option<&'static [&'static str]>
 }
 
 /// The value at `path` inside `object`.
-pub fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(object, |v, key| v.get(key))
 }
 
-/// What poolguard answers to one request.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// What poolguard answers to one request: its [`Ruling`], and what is reported beside it.
+/// Warnings go to the client whichever the ruling (Kubernetes shows them on a denial too).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    pub allowed: bool,
-    /// HTTP-style status code for a denial (403 forbidden, 400 invalid, 500 evaluation failed).
-    pub code: u16,
-    pub message: String,
-    pub patch: Option<Patch>,
+    pub ruling: Ruling,
     /// Shown to the client (warn-mode policies).
     pub warnings: Vec<String>,
     /// Logged only (dryrun-mode policies).
     pub dryrun: Vec<String>,
     /// What each policy that ran on the object found (for metrics).
     pub policy_results: Vec<PolicyResult>,
+}
+
+/// Allowed, perhaps with a patch, or denied with a status and a message: a denial cannot carry
+/// a patch, nor an allowed request a status.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ruling {
+    Allow { patch: Option<Patch> },
+    Deny { code: DenyCode, message: String },
+}
+
+/// The status of a denial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DenyCode {
+    /// 400: the object could not be read.
+    BadRequest,
+    /// 403: a policy or placement refuses it.
+    Forbidden,
+    /// 500: the decision failed (an evaluation error under `onError: deny`).
+    InternalError,
+    /// 503: what the decision needs is not known yet (pools), or no pool could be chosen in time.
+    Unavailable,
+}
+
+impl DenyCode {
+    /// The HTTP status code.
+    pub fn as_u16(self) -> u16 {
+        match self {
+            DenyCode::BadRequest => 400,
+            DenyCode::Forbidden => 403,
+            DenyCode::InternalError => 500,
+            DenyCode::Unavailable => 503,
+        }
+    }
+
+    /// The `status.reason` of the AdmissionReview response.
+    fn reason(self) -> &'static str {
+        match self {
+            DenyCode::BadRequest => "BadRequest",
+            DenyCode::Forbidden => "Forbidden",
+            DenyCode::InternalError | DenyCode::Unavailable => "InternalError",
+        }
+    }
 }
 
 /// One policy's evaluation on one object.
@@ -390,37 +429,76 @@ pub struct PolicyResult {
 }
 
 impl Decision {
-    pub fn allow() -> Decision {
+    fn of(ruling: Ruling) -> Decision {
         Decision {
-            allowed: true,
-            ..Decision::default()
+            ruling,
+            warnings: Vec::new(),
+            dryrun: Vec::new(),
+            policy_results: Vec::new(),
         }
     }
 
-    pub fn deny(code: u16, message: impl Into<String>) -> Decision {
-        Decision {
-            allowed: false,
+    pub fn allow() -> Decision {
+        Decision::of(Ruling::Allow { patch: None })
+    }
+
+    pub fn patched(patch: Patch) -> Decision {
+        Decision::of(Ruling::Allow { patch: Some(patch) })
+    }
+
+    pub fn deny(code: DenyCode, message: impl Into<String>) -> Decision {
+        Decision::of(Ruling::Deny {
             code,
             message: message.into(),
-            ..Decision::default()
+        })
+    }
+
+    pub fn allowed(&self) -> bool {
+        matches!(self.ruling, Ruling::Allow { .. })
+    }
+
+    /// The HTTP status code of a denial.
+    pub fn code(&self) -> Option<u16> {
+        match &self.ruling {
+            Ruling::Allow { .. } => None,
+            Ruling::Deny { code, .. } => Some(code.as_u16()),
+        }
+    }
+
+    /// Why it is denied; empty when allowed.
+    pub fn message(&self) -> &str {
+        match &self.ruling {
+            Ruling::Allow { .. } => "",
+            Ruling::Deny { message, .. } => message,
+        }
+    }
+
+    pub fn patch(&self) -> Option<&Patch> {
+        match &self.ruling {
+            Ruling::Allow { patch } => patch.as_ref(),
+            Ruling::Deny { .. } => None,
         }
     }
 }
 
 /// The AdmissionReview v1 response document for `decision`.
 pub fn respond(uid: &str, decision: &Decision) -> Value {
-    let mut response = json!({ "uid": uid, "allowed": decision.allowed });
-    if !decision.allowed {
-        response["status"] = json!({
-            "code": decision.code,
-            "message": decision.message,
-            "reason": status_reason(decision.code),
-        });
-    }
-    if let Some(patch) = decision.patch.as_ref().filter(|p| !p.0.is_empty()) {
-        let bytes = serde_json::to_vec(patch).expect("a JSON patch always serializes");
-        response["patchType"] = json!("JSONPatch");
-        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+    let mut response = json!({ "uid": uid, "allowed": decision.allowed() });
+    match &decision.ruling {
+        Ruling::Deny { code, message } => {
+            response["status"] = json!({
+                "code": code.as_u16(),
+                "message": message,
+                "reason": code.reason(),
+            });
+        }
+        Ruling::Allow { patch } => {
+            if let Some(patch) = patch.as_ref().filter(|p| !p.0.is_empty()) {
+                let bytes = serde_json::to_vec(patch).expect("a JSON patch always serializes");
+                response["patchType"] = json!("JSONPatch");
+                response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+        }
     }
     if !decision.warnings.is_empty() {
         response["warnings"] = json!(decision.warnings);
@@ -428,16 +506,8 @@ pub fn respond(uid: &str, decision: &Decision) -> Value {
     json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
 }
 
-fn status_reason(code: u16) -> &'static str {
-    match code {
-        400 => "BadRequest",
-        403 => "Forbidden",
-        _ => "InternalError",
-    }
-}
-
 /// `reasons`, one per line, at most `max` of them and a count of the rest.
-pub fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
+pub(crate) fn summary_of(reasons: &[impl AsRef<str>], max: usize) -> String {
     let mut lines: Vec<&str> = reasons.iter().take(max).map(AsRef::as_ref).collect();
     let more = reasons.len().saturating_sub(max);
     let tail = format!("... and {more} more");
@@ -638,7 +708,7 @@ mod tests {
             json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "u", "allowed": true}})
         );
 
-        let deny = respond("u", &Decision::deny(403, "no"));
+        let deny = respond("u", &Decision::deny(DenyCode::Forbidden, "no"));
         assert_eq!(
             deny["response"]["status"],
             json!({"code": 403, "message": "no", "reason": "Forbidden"})
@@ -647,9 +717,8 @@ mod tests {
         let patch: Patch =
             serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
         let d = Decision {
-            patch: Some(patch),
             warnings: vec!["w".into()],
-            ..Decision::allow()
+            ..Decision::patched(patch)
         };
         let r = respond("u", &d)["response"].clone();
         assert_eq!(r["patchType"], "JSONPatch");

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::admission::pod_spec_path;
+use crate::admission::{pod_spec_path, DenyCode};
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
 use crate::node_selector::Placement;
@@ -326,7 +326,7 @@ pub fn audit(
             resource: resource.clone(),
             policy: PLACEMENT.to_string(),
             rule: PLACEMENT.to_string(),
-            result: if *code == 503 {
+            result: if *code == DenyCode::Unavailable {
                 Verdict::Error
             } else {
                 Verdict::Fail

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::admission::{value_at, Decision, Operation, Request};
+use crate::admission::{value_at, Decision, DenyCode, Operation, Request};
 use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen};
 use crate::ruleset::RuleSet;
@@ -28,7 +28,7 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
         || node_selector::pool_of(scope.labels, &config.namespace_label).is_some();
     // The patch adds to the spec, so there must be one (the API server always sends it).
     if placed_somewhere && !value_at(pod, &["spec"]).is_some_and(serde_json::Value::is_object) {
-        return Decision::deny(400, "spec must be an object");
+        return Decision::deny(DenyCode::BadRequest, "spec must be an object");
     }
     if placement_policy::chooses(scope.labels, config) {
         let chosen = placement_policy::select(
@@ -44,15 +44,15 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
         return match chosen {
             Chosen::Pool(pool, placed) => with_annotation(pod, &pool, placed),
             Chosen::Refused(reasons) => Decision::deny(
-                403,
+                DenyCode::Forbidden,
                 format!(
                     "no pool can take this pod (the placement policies choose the pools of namespace {:?}):\n{}",
                     req.namespace,
                     crate::admission::summary_of(&reasons, config.limits.max_denial_reasons)
                 ),
             ),
-            Chosen::Invalid(message) => Decision::deny(400, message),
-            Chosen::Unknown(message) => Decision::deny(503, message),
+            Chosen::Invalid(message) => Decision::deny(DenyCode::BadRequest, message),
+            Chosen::Unknown(message) => Decision::deny(DenyCode::Unavailable, message),
         };
     }
     let Some(pool) = node_selector::pool_of(scope.labels, &config.namespace_label) else {
@@ -75,13 +75,14 @@ fn with_annotation(pod: &serde_json::Value, pool: &str, placed: Placement) -> De
     let mut patch = match placed {
         Placement::Satisfied => json_patch::Patch(Vec::new()),
         Placement::Patch(patch) => patch,
-        Placement::Conflict(message) => return Decision::deny(403, message),
-        Placement::Invalid(message) => return Decision::deny(400, message),
+        Placement::Conflict(message) => return Decision::deny(DenyCode::Forbidden, message),
+        Placement::Invalid(message) => return Decision::deny(DenyCode::BadRequest, message),
     };
     patch.0.extend(node_selector::annotate(pod, pool));
-    Decision {
-        patch: Some(patch).filter(|p| !p.0.is_empty()),
-        ..Decision::allow()
+    if patch.0.is_empty() {
+        Decision::allow()
+    } else {
+        Decision::patched(patch)
     }
 }
 
@@ -120,11 +121,11 @@ mod tests {
                 };
                 let d = mutate(&req, scope, &rules, Budget::FULL.limit(&config));
                 assert_eq!(
-                    (d.allowed, d.code, d.patch),
-                    (false, 400, None),
+                    (d.allowed(), d.code(), d.patch()),
+                    (false, Some(400), None),
                     "{pool}: spec {spec:?}"
                 );
-                assert_eq!(d.message, "spec must be an object");
+                assert_eq!(d.message(), "spec must be an object");
             }
         }
     }

@@ -32,7 +32,7 @@ pub struct Rules<'a> {
 }
 
 impl Config {
-    pub fn placement_rules(&self) -> Rules<'_> {
+    pub(crate) fn placement_rules(&self) -> Rules<'_> {
         Rules {
             namespace_label: &self.namespace_label,
             node_selector_key: &self.node_selector_key,
@@ -143,7 +143,7 @@ pub fn annotate(pod: &Value, pool: &str) -> Option<PatchOperation> {
 
 /// The pool a pod's selector asks for under `key`, when the mutating webhook recorded that same
 /// pool in [`POOL_ANNOTATION`]: the namespace named that pool when the pod was mutated.
-pub fn placed_by_mutation<'a>(
+pub(crate) fn placed_by_mutation<'a>(
     pod: &'a Value,
     spec: Option<&'a Value>,
     key: &str,

@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::admission::{Decision, Operation, Request};
+use crate::admission::{Decision, DenyCode, Operation, Request};
 use crate::config::Config;
 
 /// Decides a Namespace CREATE or UPDATE, of the main resource or of any subresource
@@ -33,7 +33,7 @@ pub fn check(req: &Request, config: &Config) -> Decision {
     };
     let (new, old) = match (labels_of(req.object), labels_of(req.old_object)) {
         (Ok(new), Ok(old)) => (new, old),
-        (Err(e), _) | (_, Err(e)) => return Decision::deny(400, e),
+        (Err(e), _) | (_, Err(e)) => return Decision::deny(DenyCode::BadRequest, e),
     };
     let value =
         |labels: &Option<Map<String, Value>>, key: &str| -> Result<Option<String>, String> {
@@ -48,7 +48,7 @@ pub fn check(req: &Request, config: &Config) -> Decision {
     for key in config.guarded_labels() {
         let (after, before) = match (value(&new, key), value(&old, key)) {
             (Ok(after), Ok(before)) => (after, before),
-            (Err(e), _) | (_, Err(e)) => return Decision::deny(400, e),
+            (Err(e), _) | (_, Err(e)) => return Decision::deny(DenyCode::BadRequest, e),
         };
         if after != before {
             changed.push((key, before, after));
@@ -94,7 +94,7 @@ pub fn check(req: &Request, config: &Config) -> Decision {
         sub => format!(" (through the {sub} subresource)"),
     };
     Decision::deny(
-        403,
+        DenyCode::Forbidden,
         format!(
             "namespace {:?}: only the users and groups in poolAuthority may set, change or remove {}{via}; {username:?} is not one of them",
             req.object.or(req.old_object).and_then(|o| o["metadata"]["name"].as_str()).unwrap_or(req.namespace),
@@ -216,21 +216,21 @@ mod tests {
         ];
         for (what, op, new, old, user, allowed) in cases {
             let d = decide(op, new, old, user.clone(), &config);
-            assert_eq!(d.allowed, allowed, "{what}: {d:?}");
+            assert_eq!(d.allowed(), allowed, "{what}: {d:?}");
             if !allowed {
-                assert_eq!(d.code, 403, "{what}");
+                assert_eq!(d.code(), Some(403), "{what}");
                 assert!(
-                    d.message.contains("team-a") && d.message.contains("poolAuthority"),
+                    d.message().contains("team-a") && d.message().contains("poolAuthority"),
                     "{what}: {}",
-                    d.message
+                    d.message()
                 );
             }
         }
         let d = decide("UPDATE", Some("gpu"), Some("pool1"), editor, &config);
         assert!(
-            d.message.contains("from \"pool1\" to \"gpu\""),
+            d.message().contains("from \"pool1\" to \"gpu\""),
             "{}",
-            d.message
+            d.message()
         );
     }
 
@@ -240,18 +240,18 @@ mod tests {
         let parsed = Config::parse("{}", "config").unwrap();
         for config in [Config::default(), parsed] {
             let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]});
-            assert!(decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
+            assert!(decide("UPDATE", Some("gpu"), None, masters, &config).allowed());
             // admin.conf of kubeadm (and kind) clusters since Kubernetes 1.29.
             let kubeadm_admin = json!({"username": "kubernetes-admin", "groups": ["kubeadm:cluster-admins", "system:authenticated"]});
-            assert!(decide("UPDATE", Some("gpu"), None, kubeadm_admin, &config).allowed);
+            assert!(decide("UPDATE", Some("gpu"), None, kubeadm_admin, &config).allowed());
             let editor = json!({"username": "alice", "groups": ["system:authenticated"]});
-            assert!(!decide("UPDATE", Some("gpu"), None, editor, &config).allowed);
+            assert!(!decide("UPDATE", Some("gpu"), None, editor, &config).allowed());
         }
         // A config naming groups replaces the default.
         let config =
             Config::parse("poolAuthority:\n  groups: [platform-admins]\n", "config").unwrap();
         let masters = json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
-        assert!(!decide("UPDATE", Some("gpu"), None, masters, &config).allowed);
+        assert!(!decide("UPDATE", Some("gpu"), None, masters, &config).allowed());
     }
 }
 
@@ -336,17 +336,17 @@ policies:
                 for (what, old, new) in cases {
                     let ctx = format!("{what} {key} via {sub:?}");
                     let d = decide(sub, old.clone(), new.clone(), &editor, &config);
-                    assert!(!d.allowed, "{ctx}: {d:?}");
-                    assert_eq!(d.code, 403, "{ctx}");
+                    assert!(!d.allowed(), "{ctx}: {d:?}");
+                    assert_eq!(d.code(), Some(403), "{ctx}");
                     assert!(
-                        d.message.contains(key) && d.message.contains("poolAuthority"),
+                        d.message().contains(key) && d.message().contains("poolAuthority"),
                         "{ctx}: {}",
-                        d.message
+                        d.message()
                     );
                     if !sub.is_empty() {
-                        assert!(d.message.contains(sub), "{ctx}: {}", d.message);
+                        assert!(d.message().contains(sub), "{ctx}: {}", d.message());
                     }
-                    assert!(decide(sub, old, new, &admin, &config).allowed, "{ctx}");
+                    assert!(decide(sub, old, new, &admin, &config).allowed(), "{ctx}");
                 }
             }
             // Labels poolguard does not trust stay the editor's.
@@ -354,7 +354,7 @@ policies:
             other["team"] = json!("b");
             other["new-label"] = json!("x");
             assert!(
-                decide(sub, base.clone(), other, &editor, &config).allowed,
+                decide(sub, base.clone(), other, &editor, &config).allowed(),
                 "{sub:?}"
             );
         }
@@ -378,8 +378,8 @@ policies:
                 let main = decide("", old.clone(), new.clone(), user, &config);
                 for sub in ["status", "finalize"] {
                     let d = decide(sub, old.clone(), new.clone(), user, &config);
-                    assert_eq!(d.allowed, main.allowed, "{sub}: {old} -> {new}: {d:?}");
-                    assert_eq!(d.code, main.code, "{sub}: {old} -> {new}");
+                    assert_eq!(d.allowed(), main.allowed(), "{sub}: {old} -> {new}: {d:?}");
+                    assert_eq!(d.code(), main.code(), "{sub}: {old} -> {new}");
                 }
             }
         }

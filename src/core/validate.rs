@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::admission::{
-    pod_spec_path, summary_of, value_at, Decision, Operation, PolicyResult, Request,
+    pod_spec_path, summary_of, value_at, Decision, DenyCode, Operation, PolicyResult, Request,
 };
 use crate::config::{Config, Enforcement, OnError};
 use crate::labels::Labels;
@@ -26,13 +26,13 @@ const MAX_ERROR_CHARS: usize = 300;
 /// One reason to deny an object.
 #[derive(Debug, PartialEq)]
 struct Denial {
-    code: u16,
+    code: DenyCode,
     reason: String,
     kind: Kind,
 }
 
 impl Denial {
-    fn new(code: u16, reason: String, kind: Kind) -> Denial {
+    fn new(code: DenyCode, reason: String, kind: Kind) -> Denial {
         Denial { code, reason, kind }
     }
 }
@@ -120,19 +120,23 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
             }
         }
     }
-    let code = if found.denials.iter().any(|d| d.code == 403) {
-        403
+    let code = if found.denials.iter().any(|d| d.code == DenyCode::Forbidden) {
+        Some(DenyCode::Forbidden)
     } else {
-        found.denials.first().map_or(0, |d| d.code)
+        found.denials.first().map(|d| d.code)
+    };
+    let decision = match code {
+        None => Decision::allow(),
+        Some(code) => Decision::deny(
+            code,
+            summary(&found.denials, config.limits.max_denial_reasons),
+        ),
     };
     Decision {
-        allowed: found.denials.is_empty(),
-        code,
-        message: summary(&found.denials, config.limits.max_denial_reasons),
-        patch: None,
         warnings: found.warnings,
         dryrun: found.dryrun,
         policy_results: found.evaluations,
+        ..decision
     }
 }
 
@@ -202,7 +206,7 @@ fn rescheduling(
     }
     let why = |detail: String| {
         Some(Denial::new(
-            403,
+            DenyCode::Forbidden,
             format!("the pod is not scheduled yet and its scheduling directives changed, so it must stay on pool {pool:?}: {detail}"),
             Kind::Failed,
         ))
@@ -304,7 +308,7 @@ pub fn pool_for(
     config: &Config,
     placement: &PlacementSet,
     limit: Duration,
-) -> Result<Option<String>, (u16, Vec<String>)> {
+) -> Result<Option<String>, (DenyCode, Vec<String>)> {
     if !placement_policy::chooses(scope.labels, config) {
         return Ok(
             node_selector::pool_of(scope.labels, &config.namespace_label).map(str::to_string),
@@ -323,14 +327,14 @@ pub fn pool_for(
     match chosen {
         Chosen::Pool(pool, _) => Ok(Some(pool)),
         Chosen::Refused(reasons) => Err((
-            403,
+            DenyCode::Forbidden,
             reasons
                 .into_iter()
                 .map(|r| format!("no pool can take its pods (the placement policies choose the pools of namespace {namespace:?}): {r}"))
                 .collect(),
         )),
-        Chosen::Invalid(message) => Err((400, vec![message])),
-        Chosen::Unknown(message) => Err((503, vec![message])),
+        Chosen::Invalid(message) => Err((DenyCode::BadRequest, vec![message])),
+        Chosen::Unknown(message) => Err((DenyCode::Unavailable, vec![message])),
     }
 }
 
@@ -361,9 +365,9 @@ fn findings(
             // 403: the placement policies' verdict on what they read; 400: they could not read
             // the object; otherwise they could not decide.
             let kind = match code {
-                403 => Kind::Found(Finding::Pool(r.clone())),
-                400 => Kind::Unread,
-                _ => Kind::Failed,
+                DenyCode::Forbidden => Kind::Found(Finding::Pool(r.clone())),
+                DenyCode::BadRequest => Kind::Unread,
+                DenyCode::InternalError | DenyCode::Unavailable => Kind::Failed,
             };
             Denial::new(code, r, kind)
         })),
@@ -387,7 +391,7 @@ fn findings(
             // A template's pods get the selector from the mutating webhook when they are created.
             Placement::Patch(_) if !is_pod => {}
             Placement::Patch(_) => found.denials.push(Denial::new(
-                403,
+                DenyCode::Forbidden,
                 if chosen {
                     format!(
                         "the placement policies choose the pools of namespace {:?} (pool {pool:?} for this pod) but the pod has no nodeSelector {}: the mutating webhook did not run or its change was undone",
@@ -409,19 +413,21 @@ fn findings(
                     && req.operation == Operation::Create
                     && node_selector::placed_by_mutation(object, spec, &config.node_selector_key).is_some() => {}
             Placement::Conflict(message) => found.denials.push(Denial::new(
-                403,
+                DenyCode::Forbidden,
                 message.clone(),
                 Kind::Found(Finding::Placement(Some(message))),
             )),
             Placement::Invalid(message) => {
-                found.denials.push(Denial::new(400, message, Kind::Unread))
+                found.denials.push(Denial::new(DenyCode::BadRequest, message, Kind::Unread))
             }
         }
     }
     let outcomes = match checks.policies {
         Ok(outcomes) => outcomes,
         Err(reason) => {
-            found.denials.push(Denial::new(400, reason, Kind::Unread));
+            found
+                .denials
+                .push(Denial::new(DenyCode::BadRequest, reason, Kind::Unread));
             return found;
         }
     };
@@ -465,7 +471,7 @@ fn findings(
             (Ok(messages), Enforcement::Deny) => {
                 found.denials.extend(messages.into_iter().map(|m| {
                     Denial::new(
-                        403,
+                        DenyCode::Forbidden,
                         format!("{name}: {m}"),
                         Kind::Found(Finding::Policy(name.clone(), m)),
                     )
@@ -479,7 +485,7 @@ fn findings(
                 .extend(messages.into_iter().map(|m| format!("{name}: {m}"))),
             (Err(error), Enforcement::Deny) => match config.evaluation.on_error {
                 OnError::Deny => found.denials.push(Denial::new(
-                    500,
+                    DenyCode::InternalError,
                     format!("policy {name} could not be evaluated, so the request is denied (evaluation.onError: deny): {error}"),
                     Kind::Failed,
                 )),
@@ -499,7 +505,7 @@ fn findings(
 }
 
 /// The first line of `text`, at most [`MAX_ERROR_CHARS`] characters.
-pub fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let mut out: String = first.trim().chars().take(MAX_ERROR_CHARS).collect();
     if out.len() < first.trim().len() || text.trim().lines().nth(1).is_some() {
@@ -516,7 +522,7 @@ mod tests {
     #[test]
     fn summary_caps_the_reasons() {
         let denials: Vec<Denial> = (0..25)
-            .map(|i| Denial::new(403, format!("r{i}"), Kind::Failed))
+            .map(|i| Denial::new(DenyCode::Forbidden, format!("r{i}"), Kind::Failed))
             .collect();
         let text = summary(&denials, 20);
         assert_eq!(text.lines().count(), 21);
@@ -575,8 +581,8 @@ mod tests {
         };
 
         let d = decide("CREATE", "quay.io/app", None);
-        assert_eq!((d.allowed, d.code), (false, 403));
-        assert_eq!(d.message, "repos: quay.io/app is foreign", "one denial");
+        assert_eq!((d.allowed(), d.code()), (false, Some(403)));
+        assert_eq!(d.message(), "repos: quay.io/app is foreign", "one denial");
         assert_eq!(
             pending(&d),
             [
@@ -594,19 +600,19 @@ mod tests {
 
         // Moved to the allowed registry: the dependent runs and denies on its own.
         let d = decide("CREATE", "registry.example.com/app", None);
-        assert_eq!(d.message, "tagged: registry.example.com/app has no tag");
+        assert_eq!(d.message(), "tagged: registry.example.com/app has no tag");
         assert!(pending(&d).iter().all(|(_, p)| p.is_none()));
 
         // On UPDATE the old object's findings are not denied again: the dependent's denial is
         // new when the image moves, and the old object's pending policy denied nothing.
         let d = decide("UPDATE", "registry.example.com/app", Some("quay.io/app"));
-        assert_eq!(d.message, "tagged: registry.example.com/app has no tag");
+        assert_eq!(d.message(), "tagged: registry.example.com/app has no tag");
         let d = decide(
             "UPDATE",
             "registry.example.com/app",
             Some("registry.example.com/app"),
         );
-        assert!(d.allowed, "{d:?}");
+        assert!(d.allowed(), "{d:?}");
     }
 
     /// On UPDATE the old object's findings hide the new object's only where both were read and
@@ -743,7 +749,7 @@ mod tests {
         ];
         for (what, old, new, sub, want) in cases {
             let d = decide(sub, &new, &old);
-            assert_eq!((d.allowed, d.code), want, "{what}: {d:?}");
+            assert_eq!((d.allowed(), d.code().unwrap_or(0)), want, "{what}: {d:?}");
         }
 
         // What a policy result says of the request (rollout counts read it): it would refuse

@@ -10,8 +10,10 @@ use axum::http::{header, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
 
-use poolguard_core::admission::{self, Decision, Operation, Request};
+use poolguard_core::admission::{self, BadReview, Decision, DenyCode, Operation, Request, Ruling};
 use poolguard_core::config::{Config, OnError};
 use poolguard_core::labels::Labels;
 use poolguard_core::placement_policy;
@@ -20,7 +22,7 @@ use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 
 use super::body::{self, Received, Refusal};
-use super::limits::NoSlot;
+use super::limits::{NoSlot, Reservation};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
@@ -82,39 +84,122 @@ struct Subject {
     operation: &'static str,
 }
 
+impl Subject {
+    fn of(req: &Request) -> Subject {
+        Subject {
+            uid: req.uid.to_string(),
+            namespace: req.namespace.to_string(),
+            name: req.object_name(),
+            kind: req.kind.to_string(),
+            kind_label: kind_label(req.group, req.kind),
+            operation: req.operation.as_str(),
+        }
+    }
+}
+
+/// One webhook request, as a pipeline: [`receive`] the body, wait for an [`evaluation_slot`],
+/// [`parse`] the review, read its request, [`decide`], [`record`] and answer. A step that
+/// cannot go on answers for the request itself (an HTTP 4xx/5xx without an AdmissionReview);
+/// from a readable request on, every answer is an AdmissionReview response.
 async fn handle(
     State(app): State<Arc<ServerState>>,
     webhook: Webhook,
     request: HttpRequest,
 ) -> Response {
+    match answer(&app, webhook, request).await {
+        Ok(response) => response,
+        Err(Refused::Body {
+            refusal,
+            version,
+            unread,
+        }) => refuse_body(&app, webhook, &refusal, version, unread).await,
+        Err(Refused::Malformed(e)) => refuse_malformed(&app, webhook, &e),
+    }
+}
+
+/// Why a request was not decided: answered with an HTTP status and a one-line reason, not an
+/// AdmissionReview.
+enum Refused {
+    /// The body was not read, or its parse did not fit the budget ([`Refusal::status`]).
+    Body {
+        refusal: Refusal,
+        version: Version,
+        unread: Option<BodyDataStream>,
+    },
+    /// Not an AdmissionReview poolguard can read: 400.
+    Malformed(BadReview),
+}
+
+/// The steps of [`handle`].
+async fn answer(
+    app: &ServerState,
+    webhook: Webhook,
+    request: HttpRequest,
+) -> Result<Response, Refused> {
     let version = request.version();
-    let (parts, body) = request.into_parts();
-    let received = match body::receive(&app.gates, &parts.headers, body).await {
-        Ok(received) => received,
-        Err((refusal, unread)) => {
-            return refuse_body(&app, webhook, &refusal, version, unread).await
-        }
-    };
+    let received = receive(app, request).await?;
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + app.deadline);
-    // A validating request waits for its evaluation slot before its body is parsed: waiting, it
-    // holds the bytes (counted in the body budget), not the several times larger document.
     let rules = app.rules.load_full();
-    let slot = if webhook.runs_policies(&rules) {
+    let slot = evaluation_slot(app, webhook, &rules, deadline).await;
+    let (review, reservation) = parse(app, received, version, deadline).await?;
+    let req = Request::from_value(&review["request"]).map_err(Refused::Malformed)?;
+    let subject = Subject::of(&req);
+    let work = Work {
+        rules: &rules,
+        req: &req,
+        review: &review,
+        reservation: Some(reservation),
+        deadline,
+    };
+    let (decision, namespace_found) = decide(app, webhook, slot, work).await;
+    record(app, webhook, &subject, &decision, namespace_found, started);
+    Ok(Json(admission::respond(&subject.uid, &decision)).into_response())
+}
+
+/// Reads the body within the limits.
+async fn receive(app: &ServerState, request: HttpRequest) -> Result<Received, Refused> {
+    let version = request.version();
+    let (parts, body) = request.into_parts();
+    body::receive(&app.gates, &parts.headers, body)
+        .await
+        .map_err(|(refusal, unread)| Refused::Body {
+            refusal,
+            version,
+            unread,
+        })
+}
+
+/// A request whose decision may run Rego waits for its evaluation slot before its body is
+/// parsed: waiting, it holds the bytes (counted in the body budget), not the several times
+/// larger document. `None` when it runs no policy.
+async fn evaluation_slot(
+    app: &ServerState,
+    webhook: Webhook,
+    rules: &RuleSet,
+    deadline: tokio::time::Instant,
+) -> Option<Result<OwnedSemaphorePermit, NoSlot>> {
+    if webhook.runs_policies(rules) {
         Some(app.gates.evaluation_slot(deadline).await)
     } else {
         None
-    };
-    // The parsed review's memory is reserved from the process-wide parse budget first, so that
-    // many large reviews at once cannot together take more than the budget.
+    }
+}
+
+/// Parses the review, its memory reserved first from the process-wide parse budget, so that
+/// many large reviews at once cannot together take more than the budget. The review is shared
+/// with the blocking pool, which decides on it; the reservation is held until the answer.
+async fn parse(
+    app: &ServerState,
+    received: Received,
+    version: Version,
+    deadline: tokio::time::Instant,
+) -> Result<(Arc<Value>, Reservation), Refused> {
     let Received {
         bytes,
         mut reservation,
     } = received;
-    let estimate = match admission::Estimate::of(&bytes) {
-        Ok(estimate) => estimate,
-        Err(e) => return refuse_malformed(&app, webhook, &e),
-    };
+    let estimate = admission::Estimate::of(&bytes).map_err(Refused::Malformed)?;
     if !app
         .gates
         .reserve_parse(&mut reservation, estimate.bytes(), deadline)
@@ -126,118 +211,119 @@ async fn handle(
             reserved: app.gates.parse_bytes_reserved(),
             budget: app.gates.limits().parse_budget_bytes,
         };
-        return refuse_body(&app, webhook, &refusal, version, None).await;
+        return Err(Refused::Body {
+            refusal,
+            version,
+            unread: None,
+        });
     }
     let parsed = estimate.parse();
     drop(bytes);
-    // Shared with the blocking pool, which decides on it while `req` here borrows from it.
-    let review = match parsed {
-        Ok(review) => Arc::new(review),
-        Err(e) => return refuse_malformed(&app, webhook, &e),
-    };
-    let req = match Request::from_value(&review["request"]) {
-        Ok(req) => req,
-        Err(e) => return refuse_malformed(&app, webhook, &e),
-    };
-    let subject = Subject {
-        uid: req.uid.to_string(),
-        namespace: req.namespace.to_string(),
-        name: req.object_name(),
-        kind: req.kind.to_string(),
-        kind_label: kind_label(req.group, req.kind),
-        operation: req.operation.as_str(),
-    };
-    // Whether the request's namespace was found: rollout counts are kept only for namespaces
-    // that exist, so that no one can post reviews for made-up ones to move a rollout.
-    let mut namespace_found = false;
-    let decision = match slot {
-        Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(&req) => {
+    let review = parsed.map_err(Refused::Malformed)?;
+    Ok((Arc::new(review), reservation))
+}
+
+/// What deciding one request works on.
+struct Work<'a> {
+    rules: &'a Arc<RuleSet>,
+    req: &'a Request<'a>,
+    review: &'a Arc<Value>,
+    /// Given to the blocking pool with the slot when policies run there; held until the answer
+    /// otherwise.
+    reservation: Option<Reservation>,
+    deadline: tokio::time::Instant,
+}
+
+/// The decision, and whether the request's namespace was found: rollout counts are kept only
+/// for namespaces that exist, so that no one can post reviews for made-up ones to move a
+/// rollout. A validating request without a slot gets `evaluation.onError` without a namespace
+/// lookup; otherwise the namespace's labels are read (once), and the request is decided on the
+/// blocking pool ([`decide_in_time`]) when it holds a slot, right here when it runs no policy.
+async fn decide(
+    app: &ServerState,
+    webhook: Webhook,
+    slot: Option<Result<OwnedSemaphorePermit, NoSlot>>,
+    mut work: Work<'_>,
+) -> (Decision, bool) {
+    let (rules, req) = (work.rules, work.req);
+    let slot = match slot {
+        Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(req) => {
             count_no_slot(&app.metrics, webhook, &why);
-            on_error(&rules, &busy(why, app.deadline))
+            return (on_error(rules, &busy(why, app.deadline)), false);
         }
-        slot => match lookup(&app, &subject.namespace).await {
-            Err(e) => Decision::deny(
-                500,
-                format!(
-                    "cannot read the labels of namespace {:?}, so the request is refused: {e}",
-                    subject.namespace
-                ),
-            ),
-            Ok(labels) => {
-                namespace_found = labels.is_some();
-                match slot {
-                    Some(Err(why)) => {
-                        count_no_slot(&app.metrics, webhook, &why);
-                        unevaluated(
-                            webhook,
-                            &req,
-                            labels.as_ref(),
-                            &rules,
-                            &busy(why, app.deadline),
-                        )
-                    }
-                    // Policies run on the blocking pool, so that a slow one holds up no other
-                    // request and the deadline can answer for it. The evaluation keeps its slot and
-                    // the body's reservation until its work stops, which the deadline also bounds
-                    // (see `decide_review`).
-                    Some(Ok(slot)) => {
-                        let (task_rules, budget) = (rules.clone(), app.deadline);
-                        let pools = app.pools.facts(&rules.config);
-                        let (task_review, task_labels) = (review.clone(), labels.clone());
-                        let task = tokio::task::spawn_blocking(move || {
-                            let _held = (slot, reservation);
-                            let scope = Scope {
-                                labels: task_labels.as_ref(),
-                                pools: pools.as_deref(),
-                            };
-                            decide_review(
-                                webhook,
-                                &task_review,
-                                scope,
-                                &task_rules,
-                                deadline.into_std(),
-                                budget,
-                            )
-                        });
-                        match tokio::time::timeout_at(deadline, task).await {
-                            Ok(Ok((decision, Late(late)))) => {
-                                if late {
-                                    app.metrics.unfinished(webhook.as_str(), "deadline");
-                                }
-                                decision
-                            }
-                            Ok(Err(e)) => {
-                                Decision::deny(500, format!("internal error while deciding: {e}"))
-                            }
-                            Err(_) => {
-                                app.metrics.unfinished(webhook.as_str(), "deadline");
-                                unevaluated(
-                                    webhook,
-                                    &req,
-                                    labels.as_ref(),
-                                    &rules,
-                                    &late(app.deadline),
-                                )
-                            }
-                        }
-                    }
-                    // Placement alone is decided right here; a thread hand-off would cost more
-                    // than it.
-                    _ => rules.decide(
-                        webhook,
-                        &req,
-                        Scope {
-                            labels: labels.as_ref(),
-                            pools: None,
-                        },
-                        Budget::FULL,
-                    ),
-                }
-            }
-        },
+        slot => slot,
     };
-    record(&app, webhook, &subject, &decision, namespace_found, started);
-    Json(admission::respond(&subject.uid, &decision)).into_response()
+    let labels = match lookup(app, req.namespace).await {
+        Ok(labels) => labels.map(Arc::new),
+        Err(e) => {
+            let message = format!(
+                "cannot read the labels of namespace {:?}, so the request is refused: {e}",
+                req.namespace
+            );
+            return (Decision::deny(DenyCode::InternalError, message), false);
+        }
+    };
+    let decision = match slot {
+        Some(Err(why)) => {
+            count_no_slot(&app.metrics, webhook, &why);
+            let labels = labels.as_deref();
+            unevaluated(webhook, req, labels, rules, &busy(why, app.deadline))
+        }
+        Some(Ok(slot)) => {
+            let held = (slot, work.reservation.take());
+            decide_in_time(app, webhook, &work, labels.clone(), held).await
+        }
+        // Placement alone is decided right here; a thread hand-off would cost more than it.
+        None => {
+            let scope = Scope {
+                labels: labels.as_deref(),
+                pools: None,
+            };
+            rules.decide(webhook, req, scope, Budget::FULL)
+        }
+    };
+    (decision, labels.is_some())
+}
+
+/// Policies run on the blocking pool, so that a slow one holds up no other request and the
+/// deadline can answer for it. The evaluation keeps its slot and the body's reservation
+/// (`held`) until its work stops, which the deadline also bounds (see [`decide_review`]).
+async fn decide_in_time(
+    app: &ServerState,
+    webhook: Webhook,
+    work: &Work<'_>,
+    labels: Option<Arc<Labels>>,
+    held: (OwnedSemaphorePermit, Option<Reservation>),
+) -> Decision {
+    let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
+    let budget = app.deadline;
+    let pools = app.pools.facts(&rules.config);
+    let task_labels = labels.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let _held = held;
+        let scope = Scope {
+            labels: task_labels.as_deref(),
+            pools: pools.as_deref(),
+        };
+        decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
+    });
+    match tokio::time::timeout_at(deadline, task).await {
+        Ok(Ok((decision, Late(late)))) => {
+            if late {
+                app.metrics.unfinished(webhook.as_str(), "deadline");
+            }
+            decision
+        }
+        Ok(Err(e)) => Decision::deny(
+            DenyCode::InternalError,
+            format!("internal error while deciding: {e}"),
+        ),
+        Err(_) => {
+            app.metrics.unfinished(webhook.as_str(), "deadline");
+            let labels = labels.as_deref();
+            unevaluated(webhook, work.req, labels, work.rules, &late(app.deadline))
+        }
+    }
 }
 
 /// A body that was not read (too large, too slow, over the budget, broken): counted, logged
@@ -308,7 +394,7 @@ fn decide_review(
 ) -> (Decision, Late) {
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
-        Err(e) => return (Decision::deny(400, e.0), Late(false)),
+        Err(e) => return (Decision::deny(DenyCode::BadRequest, e.0), Late(false)),
     };
     let late_answer = |scope: Scope| {
         let decision = unevaluated(webhook, &req, scope.labels, rules, &late(budget));
@@ -402,7 +488,7 @@ fn unevaluated(
         }
         Webhook::Validate => on_error(rules, what),
         Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
-            503,
+            DenyCode::Unavailable,
             format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
         ),
         Webhook::Mutate => {
@@ -422,7 +508,7 @@ fn is_namespace(req: &Request) -> bool {
 fn on_error(rules: &RuleSet, what: &str) -> Decision {
     match rules.config.evaluation.on_error {
         OnError::Deny => Decision::deny(
-            500,
+            DenyCode::InternalError,
             format!("{what}, so the request is refused (evaluation.onError: deny)"),
         ),
         OnError::Allow => Decision {
@@ -456,11 +542,11 @@ fn record(
     namespace_found: bool,
     started: Instant,
 ) {
-    let outcome = match (d.allowed, &d.patch, d.warnings.is_empty()) {
-        (false, _, _) => "denied",
-        (true, Some(_), _) => "patched",
-        (true, None, false) => "warned",
-        (true, None, true) => "allowed",
+    let outcome = match (&d.ruling, d.warnings.is_empty()) {
+        (Ruling::Deny { .. }, _) => "denied",
+        (Ruling::Allow { patch: Some(_) }, _) => "patched",
+        (Ruling::Allow { patch: None }, false) => "warned",
+        (Ruling::Allow { patch: None }, true) => "allowed",
     };
     count(&app.metrics, webhook, s.operation, s.kind_label, outcome);
     app.metrics
@@ -471,7 +557,8 @@ fn record(
         .observe(started.elapsed().as_secs_f64());
     if namespace_found && d.policy_results.iter().any(|r| r.rollout.is_some()) {
         let now = crate::wall_clock::unix_now();
-        app.rollout_counts.record(&d.policy_results, d.allowed, now);
+        app.rollout_counts
+            .record(&d.policy_results, d.allowed(), now);
     }
     for r in &d.policy_results {
         let result = match (&r.pending, r.error, r.infringements) {
@@ -500,8 +587,8 @@ fn record(
         }
     }
     let hook = webhook.as_str();
-    if !d.allowed {
-        tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, code = d.code, reason = %d.message, "denied");
+    if let Ruling::Deny { code, message } = &d.ruling {
+        tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, code = code.as_u16(), reason = %message, "denied");
     }
     for w in &d.warnings {
         tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, reason = %w, "warning");

@@ -113,15 +113,15 @@ fn reference(
         Ok::<_, anyhow::Error>(rules.decide(which, &req, scope, Budget::FULL))
     };
     let mutated = decide(Webhook::Mutate, object)?;
-    if !mutated.allowed {
+    if !mutated.allowed() {
         return Ok(Outcome::DENIED);
     }
     let mut object = object.clone();
-    if let Some(patch) = &mutated.patch {
+    if let Some(patch) = mutated.patch() {
         json_patch::patch(&mut object, patch)?;
     }
     let validated = decide(Webhook::Validate, &object)?;
-    if !validated.allowed {
+    if !validated.allowed() {
         return Ok(Outcome::DENIED);
     }
     // Each warning is "<policy>: <message>".

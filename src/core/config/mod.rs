@@ -6,10 +6,12 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 pub mod dependencies;
+pub mod parameters;
 pub mod rollout;
 pub mod selector;
 
 use dependencies::{Dependency, PLACEMENT};
+use parameters::Parameters;
 use rollout::RolloutSpec;
 
 /// The whole config file. Every field has a default, so an empty file is a valid config.
@@ -88,7 +90,7 @@ pub enum UnlabelledNamespaces {
 pub struct PlacementPolicySettings {
     /// The policy's `input.parameters`.
     #[serde(default)]
-    pub parameters: serde_json::Map<String, serde_json::Value>,
+    pub parameters: Parameters,
 }
 
 /// The users and groups allowed to set, change or remove the namespace labels poolguard trusts
@@ -214,7 +216,7 @@ impl Enforcement {
 #[serde(deny_unknown_fields)]
 pub struct PolicySettings {
     pub enforcement: Option<Enforcement>,
-    pub parameters: Option<serde_json::Map<String, serde_json::Value>>,
+    pub parameters: Option<Parameters>,
     /// How a new version of the policy reaches `enforcement`, group by group. Cluster-wide
     /// only: a pool's settings may not have one.
     #[serde(default)]
@@ -286,7 +288,7 @@ impl Default for EvaluationSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EffectivePolicy<'a> {
     pub enforcement: Enforcement,
-    pub parameters: &'a serde_json::Map<String, serde_json::Value>,
+    pub parameters: &'a Parameters,
 }
 
 impl Config {
@@ -387,7 +389,7 @@ impl Config {
     /// `poolAuthority.guardedLabels`, and every key a rollout group's `namespaceSelector` reads
     /// (a namespace editor who could change them would move their namespace to a later group, out
     /// of an enforcing one). Each once, the pool label first.
-    pub fn guarded_labels(&self) -> Vec<&str> {
+    pub(crate) fn guarded_labels(&self) -> Vec<&str> {
         let mut keys = vec![self.namespace_label.as_str()];
         let listed = self
             .pool_authority
@@ -505,7 +507,10 @@ impl Config {
 
     /// Checks that every policy the config names exists and gets the inputs it declares.
     /// `declared` maps each loaded policy name to its declared inputs.
-    pub fn check_against_policies(&self, declared: &BTreeMap<String, Vec<String>>) -> Result<()> {
+    pub(crate) fn check_against_policies(
+        &self,
+        declared: &BTreeMap<String, Vec<String>>,
+    ) -> Result<()> {
         let known = || declared.keys().cloned().collect::<Vec<_>>().join(", ");
         let mut layers: Vec<(String, &BTreeMap<String, PolicySettings>)> =
             vec![("policies".to_string(), &self.policies)];
@@ -587,7 +592,7 @@ impl Config {
 
 /// Whether `value` can be a Kubernetes label value that names something: 1 to 63 ASCII
 /// letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
-pub fn is_label_value(value: &str) -> bool {
+pub(crate) fn is_label_value(value: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     value.len() <= 63
         && edge(value.chars().next())
@@ -599,7 +604,7 @@ pub fn is_label_value(value: &str) -> bool {
 
 /// Whether `key` is a Kubernetes label key: an optional prefix (a DNS subdomain of at most 253
 /// characters) and `/`, then a name that is a label value (1 to 63 characters).
-pub fn is_label_key(key: &str) -> bool {
+pub(crate) fn is_label_key(key: &str) -> bool {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),

@@ -53,7 +53,7 @@ pub enum Approval {
 }
 
 impl Group {
-    pub fn needs_approval(&self) -> bool {
+    pub(crate) fn needs_approval(&self) -> bool {
         self.approval == Some(Approval::Required)
     }
 
@@ -98,7 +98,7 @@ impl MaxFailures {
     }
 
     /// Parses `"2%"` or `"0.5%"`: 0 to 100, at most six decimal places.
-    pub fn parse_percent(text: &str) -> Result<MaxFailures, String> {
+    pub(crate) fn parse_percent(text: &str) -> Result<MaxFailures, String> {
         let bad = || {
             format!("{text:?} is neither a count (a non-negative integer such as 2) nor a percentage from 0% to 100% (such as \"2%\" or \"0.5%\")")
         };

@@ -155,7 +155,7 @@ pub fn configure(config: &mut Config, constraints: &[Constraint]) -> Result<()> 
                 c.path.display()
             );
         }
-        settings.parameters = Some(c.parameters.clone());
+        settings.parameters = Some(c.parameters.clone().into());
         settings.enforcement = Some(c.enforcement);
     }
     Ok(())

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
+use crate::config::parameters::Parameters;
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::labels::Labels;
 use crate::node_selector::{self, pool_of, Placement};
@@ -21,6 +22,10 @@ use crate::policy::engine::{compile, compile_sorted, eval_within, TemplateKind};
 use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
 pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
+
+/// What a placement policy without settings gets as `input.parameters`, made once.
+static NO_PARAMETERS: std::sync::LazyLock<Parameters> =
+    std::sync::LazyLock::new(Parameters::default);
 
 /// One loaded placement policy: a prepared engine, cloned for each evaluation.
 #[derive(Clone)]
@@ -72,7 +77,7 @@ impl PlacementPolicy {
     }
 
     /// Evaluates `solutions` on `input` within `limit`.
-    pub fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
+    pub(crate) fn solve(&self, input: Value, limit: Duration) -> Result<Solution, String> {
         let value = eval_within(&self.engine, &self.rule, input, limit)?;
         solution(&value)
     }
@@ -180,7 +185,7 @@ impl PlacementSet {
     /// With a `placement` section: every policy it configures is loaded, and every loaded
     /// policy gets the inputs it declares. Errors name the path. Without one nothing is
     /// checked (nothing is chosen).
-    pub fn check_config(&self, config: &Config) -> Result<()> {
+    pub(crate) fn check_config(&self, config: &Config) -> Result<()> {
         let Some(placement) = &config.placement else {
             return Ok(());
         };
@@ -228,7 +233,7 @@ pub fn chooses(labels: Option<&Labels>, config: &Config) -> bool {
 
 /// The pools in the order they are tried: those `preference` lists, in its order, then the
 /// rest by name. Preferred pools that have no facts (no nodes) are skipped.
-pub fn pool_order<'a>(pools: &'a [PoolFacts], preference: &[String]) -> Vec<&'a str> {
+pub(crate) fn pool_order<'a>(pools: &'a [PoolFacts], preference: &[String]) -> Vec<&'a str> {
     let mut names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
@@ -371,7 +376,7 @@ pub fn choose(
 /// when each policy accepts some pool but no pool is accepted by all, what each accepted.
 /// `review`, the AdmissionRequest, reaches the policies that read it; each policy evaluation
 /// takes at most `limit`.
-pub fn candidates(
+pub(crate) fn candidates(
     set: &PoolSet,
     pod: &serde_json::Value,
     policies: &PlacementSet,
@@ -413,12 +418,11 @@ pub fn candidates(
         let name = policy.name.as_str();
         let parameters = placement
             .and_then(|p| p.policies.get(name))
-            .map(|s| s.parameters.clone())
-            .unwrap_or_default();
+            .map_or(&*NO_PARAMETERS, |s| &s.parameters);
         // The memo's key: the policy, its parameters, the pools and the pod, as text.
         let key = (policy.memoizable && policies.memo.keeps(0)).then(|| {
-            let parameters = serde_json::Value::Object(parameters.clone()).to_string();
-            Memo::<Solution>::key(policy.id, &[&parameters, &set.targets_text, &services_text])
+            let parameters = parameters.text();
+            Memo::<Solution>::key(policy.id, &[parameters, &set.targets_text, &services_text])
         });
         if let Some(solution) = key.as_deref().and_then(|k| policies.memo.get(k)) {
             record(name, Ok(solution), &known, &mut accepted, &mut reasons);
@@ -427,10 +431,7 @@ pub fn candidates(
         let mut doc = base.clone();
         let solved = match doc.as_object_mut() {
             Ok(map) => {
-                map.insert(
-                    Value::from("parameters"),
-                    Value::from(serde_json::Value::Object(parameters)),
-                );
+                map.insert(Value::from("parameters"), parameters.rego().clone());
                 if let Some(review) = review.filter(|_| policy.reads_review) {
                     let review = review_value
                         .get_or_insert_with(|| Value::from(review.clone()))

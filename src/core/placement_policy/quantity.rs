@@ -29,14 +29,17 @@ impl fmt::Display for QuantityError {
 impl std::error::Error for QuantityError {}
 
 /// The amount of `resource` that `text` gives: millicores for `cpu`, base units otherwise.
-pub fn amount(resource: &str, text: &str) -> Result<i64, QuantityError> {
+pub(crate) fn amount(resource: &str, text: &str) -> Result<i64, QuantityError> {
     let scale = if resource == "cpu" { 3 } else { 0 };
     scaled(text, scale)
 }
 
 /// A quantity written as JSON: a string, or a plain number (what a hand-written YAML file
 /// gives for `cpu: 2`).
-pub fn amount_of_json(resource: &str, value: &serde_json::Value) -> Result<i64, QuantityError> {
+pub(crate) fn amount_of_json(
+    resource: &str,
+    value: &serde_json::Value,
+) -> Result<i64, QuantityError> {
     match value {
         serde_json::Value::String(s) => amount(resource, s),
         serde_json::Value::Number(n) => amount(resource, &n.to_string()),

@@ -695,7 +695,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
     };
     // The pool a mutating decision's patch selects, if any.
     let patched = |d: &crate::admission::Decision| -> Option<String> {
-        let patch = serde_json::to_value(d.patch.as_ref()?).unwrap();
+        let patch = serde_json::to_value(d.patch()?).unwrap();
         patch
             .as_array()
             .unwrap()
@@ -727,9 +727,9 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
     ];
     for (name, pod, labels, known, code, want) in &cases {
         let d = run(Webhook::Mutate, pod, "Pod", *labels, *known);
-        assert_eq!(d.code, *code, "{name}: {d:?}");
+        assert_eq!(d.code().unwrap_or(0), *code, "{name}: {d:?}");
         if *code == 0 {
-            assert!(d.allowed, "{name}: {d:?}");
+            assert!(d.allowed(), "{name}: {d:?}");
             let chosen = patched(&d);
             assert_eq!(
                 chosen.as_deref(),
@@ -737,14 +737,14 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
                 "{name}: {d:?}"
             );
             // The annotation records the pool the pod ends up on.
-            let annotated = serde_json::to_string(&d.patch).unwrap();
+            let annotated = serde_json::to_string(&d.patch()).unwrap();
             let pool = chosen.unwrap_or_else(|| "large".to_string());
             assert!(
                 annotated.contains(&format!("\"poolguard.io/pool\":\"{pool}\"")),
                 "{name}: {annotated}"
             );
         } else {
-            assert!(!d.allowed && d.message.contains(want), "{name}: {d:?}");
+            assert!(!d.allowed() && d.message().contains(want), "{name}: {d:?}");
         }
     }
 
@@ -766,8 +766,12 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
     ];
     for (name, object, kind, code, want) in &cases {
         let d = run(Webhook::Validate, object, kind, Some(&auto), true);
-        assert_eq!((d.allowed, d.code), (*code == 0, *code), "{name}: {d:?}");
-        assert!(d.message.contains(want), "{name}: {d:?}");
+        assert_eq!(
+            (d.allowed(), d.code().unwrap_or(0)),
+            (*code == 0, *code),
+            "{name}: {d:?}"
+        );
+        assert!(d.message().contains(want), "{name}: {d:?}");
     }
 
     // The audit runs the same check on stored objects.

@@ -53,7 +53,7 @@ impl State {
     /// namespace's pool, or is a workload template its pods get the selector from (a patch);
     /// NonCompliant for a conflicting or invalid selector, or a Pod without the pool's
     /// selector; not applied when the namespace has no pool (`None`).
-    pub fn of_placement(placement: Option<&Placement>, is_pod: bool) -> State {
+    pub(crate) fn of_placement(placement: Option<&Placement>, is_pod: bool) -> State {
         match placement {
             None => State::NotApplied,
             Some(Placement::Satisfied) => State::Compliant,
@@ -138,7 +138,7 @@ pub struct Plan {
 
 impl Plan {
     /// Name order, no dependencies: what policies compiled without a config run in.
-    pub fn unordered(policies: usize) -> Plan {
+    pub(crate) fn unordered(policies: usize) -> Plan {
         Plan {
             order: (0..policies).collect(),
             ..Plan::default()

@@ -42,7 +42,7 @@ pub struct Policy {
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
 /// templates; `import rego.v1` opts a file into v1) and OPA's deprecated `any`/`all`.
-pub fn new_engine() -> Result<Engine> {
+pub(crate) fn new_engine() -> Result<Engine> {
     let mut engine = Engine::new();
     engine.set_rego_v0(true);
     builtins::register(&mut engine)?;
@@ -57,7 +57,7 @@ pub const MAX_NESTING: usize = 12;
 
 /// Adds Rego source to `engine`, returning its package (`data.…`); source nested deeper than
 /// [`MAX_NESTING`] is refused before it reaches the parser.
-pub fn add_source(engine: &mut Engine, path: String, rego: String) -> Result<String> {
+pub(crate) fn add_source(engine: &mut Engine, path: String, rego: String) -> Result<String> {
     check_nesting(&path, &rego)?;
     engine
         .add_policy(path, rego)
@@ -342,7 +342,7 @@ impl Policy {
 /// reach it: those that never spell `review` and use `input` only to read a named field
 /// (`input.services`). Anything else — `review` anywhere (comments and strings included),
 /// `input[...]`, `input` on its own, `import input as i` — counts as reading it.
-pub fn reads_review(rego: &str) -> bool {
+pub(crate) fn reads_review(rego: &str) -> bool {
     if rego.contains("review") {
         return true;
     }

@@ -45,7 +45,7 @@ pub fn deterministic(rego: &str) -> bool {
 
 /// A policy's identity in memo keys: unique per compiled policy in this process, shared by its
 /// clones (which hold the same engine).
-pub fn next_policy_id() -> u64 {
+pub(crate) fn next_policy_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -129,14 +129,14 @@ impl<V: Clone + Weigh> Memo<V> {
     }
 
     /// Hits and misses since the memo was made.
-    pub fn stats(&self) -> (u64, u64) {
+    pub(crate) fn stats(&self) -> (u64, u64) {
         self.cache
             .as_ref()
             .map_or((0, 0), |c| (c.hits(), c.misses()))
     }
 
     /// Bytes held now, by the count of [`Weigh`] and [`ENTRY_OVERHEAD`].
-    pub fn weight(&self) -> u64 {
+    pub(crate) fn weight(&self) -> u64 {
         self.cache.as_ref().map_or(0, |c| c.weight())
     }
 }

@@ -10,7 +10,6 @@ pub mod rego_tests;
 pub mod set;
 pub mod template;
 
-pub use engine::{
-    add_source, kind_of, new_engine, reads_review, Policy, TemplateKind, MAX_NESTING,
-};
+pub(crate) use engine::{add_source, new_engine};
+pub use engine::{kind_of, Policy, TemplateKind, MAX_NESTING};
 pub use set::{Evaluation, Outcome, Pending, PolicySet};

@@ -11,6 +11,7 @@ use super::dependencies::{self, Plan, State, Unmet};
 use super::engine::{compile_sorted, Policy};
 use super::memo::Memo;
 use super::template::Template;
+use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
 use crate::labels::Labels;
 use crate::rollout::view::{RolloutMark, RolloutView};
@@ -101,7 +102,7 @@ impl PolicySet {
     /// Resolves the dependencies `config` gives the loaded policies into the order they are
     /// evaluated in (once per load: nothing of it is computed per request). An unknown name or
     /// a cycle is an error naming it.
-    pub fn set_plan(&mut self, config: &Config) -> Result<()> {
+    pub(crate) fn set_plan(&mut self, config: &Config) -> Result<()> {
         let names: Vec<&str> = self.names().collect();
         self.plan = Plan::new(&names, config)?;
         Ok(())
@@ -113,7 +114,7 @@ impl PolicySet {
     }
 
     /// Records each policy's version under `config` (the config decisions will use).
-    pub fn set_versions(&mut self, config: &Config) {
+    pub(crate) fn set_versions(&mut self, config: &Config) {
         self.versions = self
             .policies
             .iter()
@@ -156,7 +157,7 @@ impl PolicySet {
     }
 
     /// Each policy's declared inputs, for checking the config against.
-    pub fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
+    pub(crate) fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
         self.policies
             .iter()
             .map(|p| (p.name.clone(), p.inputs.clone()))
@@ -226,9 +227,8 @@ impl PolicySet {
                 None => {
                     // The memo's key: the policy, its parameters and the document, as text.
                     let key = (policy.memoizable && self.memo.keeps(0)).then(|| {
-                        let parameters =
-                            serde_json::Value::Object(settings.parameters.clone()).to_string();
-                        Memo::<Vec<String>>::key(policy.id, &[&parameters, request.text()])
+                        let parameters = settings.parameters.text();
+                        Memo::<Vec<String>>::key(policy.id, &[parameters, request.text()])
                     });
                     let remembered = key.as_deref().and_then(|k| self.memo.get(k));
                     Evaluation::Ran(match remembered {
@@ -294,7 +294,7 @@ impl<'a> RequestInput<'a> {
     fn run(
         &mut self,
         policy: &Policy,
-        parameters: &serde_json::Map<String, serde_json::Value>,
+        parameters: &Parameters,
         limit: Duration,
     ) -> Result<Vec<String>, String> {
         let document = self.document;
@@ -305,10 +305,7 @@ impl<'a> RequestInput<'a> {
         let Ok(map) = doc.as_object_mut() else {
             return Err("the input document is not an object".to_string());
         };
-        map.insert(
-            Value::from("parameters"),
-            Value::from(serde_json::Value::Object(parameters.clone())),
-        );
+        map.insert(Value::from("parameters"), parameters.rego().clone());
         if let Some(review) = self.review.filter(|_| policy.reads_review) {
             let review = self
                 .review_converted

@@ -102,7 +102,7 @@ impl RolloutState {
     }
 
     /// Whether every group has Succeeded.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         !self.groups.is_empty()
             && self
                 .groups
@@ -240,7 +240,7 @@ fn human(seconds: i64) -> humantime::FormattedDuration {
 ///   in dryrun for a new policy.
 ///
 /// The answer is never stricter than `final_enforcement` (a rollout to `dryrun` stays dryrun).
-pub fn enforcement_for(
+pub(crate) fn enforcement_for(
     state: &RolloutState,
     group: Option<usize>,
     final_enforcement: Enforcement,

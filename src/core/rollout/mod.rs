@@ -12,7 +12,7 @@ pub mod version;
 pub mod view;
 
 pub use machine::{
-    enforcement_for, step, Applied, Change, Command, Event, GroupObservation, GroupState,
-    GroupStatus, Observations, RolloutState, Transition, Which,
+    step, Applied, Change, Command, Event, GroupObservation, GroupState, GroupStatus, Observations,
+    RolloutState, Transition, Which,
 };
-pub use version::policy_version;
+pub(crate) use version::policy_version;

@@ -17,7 +17,7 @@ const VERSION_HEX_DIGITS: usize = 16;
 /// so the padding a YAML template gets to keep line numbers does not either), the
 /// cluster-wide parameters and each pool's, with object keys sorted so that reordering YAML
 /// keys changes nothing.
-pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> String {
+pub(crate) fn policy_version(rego_source: &str, config: &Config, policy: &str) -> String {
     let mut hasher = Sha256::new();
     let mut field = |tag: &str, text: &str| {
         // Length-prefixed, so that no two different inputs hash the same stream.
@@ -33,7 +33,7 @@ pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> Strin
         .get(policy)
         .and_then(|s| s.parameters.as_ref())
     {
-        field("cluster", &canonical(&Value::Object(params.clone())));
+        field("cluster", &canonical(&Value::Object(params.map().clone())));
     }
     for (pool, settings) in &config.pools {
         if let Some(params) = settings
@@ -42,7 +42,10 @@ pub fn policy_version(rego_source: &str, config: &Config, policy: &str) -> Strin
             .and_then(|s| s.parameters.as_ref())
         {
             field("pool", pool);
-            field("parameters", &canonical(&Value::Object(params.clone())));
+            field(
+                "parameters",
+                &canonical(&Value::Object(params.map().clone())),
+            );
         }
     }
     let digest = hasher.finalize();

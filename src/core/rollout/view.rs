@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::machine::{enforcement_for, GroupStatus, RolloutState, Which};
+use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement, PolicySettings, PoolSettings};
 use crate::labels::Labels;
 use crate::policy::engine::Policy;
@@ -48,7 +49,7 @@ impl StoredVersion {
     pub fn of(policy: &Policy, config: &Config) -> StoredVersion {
         let settings = |s: Option<&PolicySettings>| StoredSettings {
             enforcement: s.and_then(|s| s.enforcement),
-            parameters: s.and_then(|s| s.parameters.clone()),
+            parameters: s.and_then(|s| s.parameters.as_ref().map(|p| p.map().clone())),
         };
         StoredVersion {
             version: policy.version(config),
@@ -81,7 +82,7 @@ impl StoredVersion {
             .with_context(|| format!("the stored version {} of policy {name}", self.version))?;
         let to_settings = |s: &StoredSettings| PolicySettings {
             enforcement: s.enforcement,
-            parameters: s.parameters.clone(),
+            parameters: s.parameters.clone().map(Parameters::from),
             ..PolicySettings::default()
         };
         let mut config = Config::default();
@@ -143,7 +144,7 @@ pub struct RolloutMark {
 /// What runs for one policy in one namespace.
 pub struct Resolved<'a> {
     pub policy: &'a Policy,
-    pub parameters: &'a Map<String, Value>,
+    pub parameters: &'a Parameters,
     pub enforcement: Enforcement,
     /// Set when the policy is under a rollout.
     pub rollout: Option<RolloutMark>,
@@ -155,7 +156,7 @@ impl RolloutView {
     /// policy is not applied there (no parameters for the pool). Without a rollout in `config`
     /// this is the config's own answer. Under a rollout with no state yet (the leader has not
     /// stepped it), the loaded version in dryrun.
-    pub fn resolve<'a>(
+    pub(crate) fn resolve<'a>(
         &'a self,
         policy: &'a Policy,
         version: &str,
@@ -242,7 +243,7 @@ impl RolloutView {
 fn observe_only<'a>(
     policy: &'a Policy,
     version: &str,
-    parameters: &'a Map<String, Value>,
+    parameters: &'a Parameters,
     group: String,
     status: Option<GroupStatus>,
 ) -> Option<Resolved<'a>> {

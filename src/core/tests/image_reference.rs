@@ -205,7 +205,7 @@ mod oracle {
         }
     }
 
-    pub fn parse_normalized_named(s: &str) -> Result<GoNamed, ()> {
+    pub(crate) fn parse_normalized_named(s: &str) -> Result<GoNamed, ()> {
         let r = res();
         if r.identifier.is_match(s) {
             return Err(());
