@@ -3,6 +3,9 @@
 //! certificates), certificate making and rotation planning (`certs`), where namespace labels
 //! come from (`namespaces`), file loading (`sources`) and the command line (`cli`).
 
+#![forbid(unsafe_code)]
+
+pub mod allocator;
 pub mod audit;
 pub mod certs;
 pub mod cli;

@@ -558,6 +558,8 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
         .env("HOME", dir.path())
         .env("KUBECONFIG", dir.path().join("kubeconfig"))
         .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("MIMALLOC_PURGE_DELAY")
+        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -590,6 +592,11 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
         !connected,
         "--dev connected to the kubeconfig's cluster: {seen}"
     );
+    // It restarted itself with the allocator's settings, and says which are in force.
+    assert!(
+        seen.contains("MIMALLOC_ARENA_EAGER_COMMIT=0") && seen.contains("MIMALLOC_PURGE_DELAY=0"),
+        "the allocator's settings must be in force and logged: {seen}"
+    );
 
     // Asked explicitly, it does use that cluster (and fails to start when it cannot read it).
     let out = Command::new(env!("CARGO_BIN_EXE_poolguard"))
@@ -609,6 +616,45 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("reading kubeconfig"), "{err}");
+}
+
+/// An operator's `MIMALLOC_*` setting stands: poolguard neither restarts itself with its own
+/// settings nor adds them, and logs what is in force.
+#[test]
+fn the_operators_allocator_settings_stand() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args([
+            "serve",
+            "--dev",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("MIMALLOC_PURGE_DELAY", "7")
+        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while !seen.contains("memory allocator") {
+        line.clear();
+        if log.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.contains("MIMALLOC_PURGE_DELAY=7"), "{seen}");
+    assert!(!seen.contains("MIMALLOC_ARENA_EAGER_COMMIT"), "{seen}");
 }
 
 const AUDIT: [&str; 8] = [

@@ -175,6 +175,7 @@ pub async fn start(opts: Options) -> Result<Running> {
         .with_context(|| format!("listening on {}", opts.metrics_addr))?;
     let addr = listener.local_addr()?;
     let metrics_addr = ops_listener.local_addr()?;
+    tracing::info!(allocator = %crate::allocator::in_force(), "memory allocator");
     tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
 
     let shutdown = CancellationToken::new();
