@@ -16,16 +16,10 @@ pub fn set_by_environment() -> bool {
     std::env::vars_os().any(|(name, _)| name.to_string_lossy().starts_with("MIMALLOC_"))
 }
 
-/// The allocator and the settings in force, in one line: `mimalloc 3.1.5, MIMALLOC_X=…`
+/// The allocator and the settings in force, in one line: `mimalloc 3.3.2, MIMALLOC_X=…`
 /// (mimalloc's defaults for those not set).
 pub fn in_force() -> String {
-    let version = mimalloc::MiMalloc.version();
-    let mut line = format!(
-        "mimalloc {}.{}.{}",
-        version / 100,
-        version / 10 % 10,
-        version % 10
-    );
+    let mut line = format!("mimalloc {}", version_text(mimalloc::MiMalloc.version()));
     let mut set: Vec<(String, String)> = std::env::vars()
         .filter(|(name, _)| name.starts_with("MIMALLOC_"))
         .collect();
@@ -39,8 +33,30 @@ pub fn in_force() -> String {
     line
 }
 
+/// mimalloc's version number as text: the major version, then two digits each of minor and
+/// patch (30302 is 3.3.2; mimalloc 1 used one digit each, 186 for 1.8.6).
+fn version_text(version: u32) -> String {
+    if version < 1000 {
+        format!("{}.{}.{}", version / 100, version / 10 % 10, version % 10)
+    } else {
+        format!(
+            "{}.{}.{}",
+            version / 10000,
+            version / 100 % 100,
+            version % 100
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn version_numbers_read_as_mimalloc_writes_them() {
+        assert_eq!(super::version_text(30302), "3.3.2");
+        assert_eq!(super::version_text(20117), "2.1.17");
+        assert_eq!(super::version_text(186), "1.8.6");
+    }
+
     #[test]
     fn the_line_names_mimalloc_and_its_version() {
         let line = super::in_force();
