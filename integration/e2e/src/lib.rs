@@ -43,9 +43,12 @@ pub const TEST_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long cleanup waits for a test's namespaces to disappear.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(45);
 const POLL: Duration = Duration::from_millis(250);
-/// Extra time given to poolguard after a watch of ours has seen a namespace change: poolguard's
-/// own watch gets the same event from the API server at about the same moment.
-pub const WATCH_SETTLE: Duration = Duration::from_millis(250);
+/// How long poolguard may take to place pods by a namespace's new label once a watch of ours
+/// has delivered the change (its own watch gets the same event at about the same moment).
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Server-side dry-run pods that must get the new pool in a row before a relabel counts as seen
+/// by poolguard (with several replicas, each answers some of them).
+const SETTLED_IN_A_ROW: usize = 3;
 
 /// One test's connection, settings and the objects it must clean up.
 pub struct Env {
@@ -245,13 +248,13 @@ impl Env {
 
     /// Relabels `ns` to `pool` and returns once a watch on the namespace (opened before the
     /// change, so it sees the MODIFIED event like poolguard's namespace cache does) has delivered
-    /// the new label, plus [`WATCH_SETTLE`]. Returns the label as read back and the time the
-    /// watch took.
+    /// the new label and poolguard places pods by it ([`Env::await_placement`]). Returns the
+    /// label as read back, the time the watch took and the time poolguard took after it.
     pub async fn relabel_and_await_watch(
         &self,
         ns: &str,
         pool: &str,
-    ) -> Result<(Option<String>, Duration)> {
+    ) -> Result<(Option<String>, Duration, Duration)> {
         let opened = Arc::new(AtomicBool::new(false));
         let condition = {
             let (opened, label, want) = (opened.clone(), self.label.clone(), pool.to_string());
@@ -293,8 +296,47 @@ impl Env {
             }
         }
         let lag = t.elapsed();
-        tokio::time::sleep(WATCH_SETTLE).await;
-        Ok((label, lag))
+        let settle = self.await_placement(ns, pool).await?;
+        Ok((label, lag, settle))
+    }
+
+    /// Waits until poolguard places pods of `ns` in `pool`: server-side dry-run creates of a pod
+    /// without a selector (they go through the admission webhooks, and nothing is stored) until
+    /// [`SETTLED_IN_A_ROW`] in a row come back with `pool`, for at most [`SETTLE_TIMEOUT`].
+    /// Returns how long it took.
+    pub async fn await_placement(&self, ns: &str, pool: &str) -> Result<Duration> {
+        let start = Instant::now();
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let probe = self.pod("settle-probe", &self.allowed_image, None)?;
+        let (mut in_a_row, mut last) = (0, None);
+        while in_a_row < SETTLED_IN_A_ROW {
+            if start.elapsed() > SETTLE_TIMEOUT {
+                bail!(
+                    "poolguard did not place pods of {ns} in {pool} within {SETTLE_TIMEOUT:?} \
+                     of the relabel (last dry-run pod: {last:?})"
+                );
+            }
+            let placed = match self.pods(ns).create(&dry_run, &probe).await {
+                Ok(pod) => node_selector(&pod).get(&self.selector_key).cloned(),
+                Err(e) => {
+                    last = Some(format!("refused: {e}"));
+                    None
+                }
+            };
+            if placed.as_deref() == Some(pool) {
+                in_a_row += 1;
+            } else {
+                in_a_row = 0;
+                if placed.is_some() {
+                    last = placed.map(|p| format!("placed in {p}"));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(start.elapsed())
     }
 
     /// Records a pod outside the test's own namespaces (e.g. in kube-system) for cleanup.

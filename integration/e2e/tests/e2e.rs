@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use kube::api::ListParams;
-use poolguard_e2e::{expect_refused, node_selector, random_suffix, run, WATCH_SETTLE};
+use poolguard_e2e::{expect_refused, node_selector, random_suffix, run};
 
 /// How long the scheduler gets to bind a Deployment's pods.
 const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -319,21 +319,21 @@ async fn relabelled_namespace() {
 
         // One create per relabel, no retries. poolguard reads labels from a watch cache (a
         // direct GET only on a cache miss), so the pod is created once a watch of ours has
-        // delivered the relabel (plus WATCH_SETTLE); `relabel_race_never_refuses` covers pods
-        // created at the same moment as the relabel.
+        // delivered the relabel and dry-run pods get the new pool; `relabel_race_never_refuses`
+        // covers pods created at the same moment as the relabel.
         for (step, pool) in [("after", pool2), ("back", pool1)] {
             env.say(format!(
                 "check: relabel {ns} to {}={pool}, the next pod gets {key}={pool}",
                 env.label
             ));
-            let (label, lag) = env.relabel_and_await_watch(&ns, pool).await?;
+            let (label, lag, settle) = env.relabel_and_await_watch(&ns, pool).await?;
             if label.as_deref() != Some(pool) {
                 bail!("the namespace's label reads {label:?} after the relabel");
             }
             env.say(format!(
-                "  relabelled; our namespace watch delivered it after {:.0} ms (+{} ms settle)",
+                "  relabelled; our namespace watch delivered it after {:.0} ms, dry-run pods got the new pool {:.0} ms later",
                 lag.as_secs_f64() * 1000.0,
-                WATCH_SETTLE.as_millis()
+                settle.as_secs_f64() * 1000.0
             ));
             let pod = env
                 .create_pod(&ns, &env.pod(step, &env.allowed_image, None)?)
