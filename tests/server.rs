@@ -1626,6 +1626,12 @@ async fn http1_waiting_for_a_request_is_idle_time_and_a_slow_head_is_cut_off() {
         tokio::time::sleep(Duration::from_millis(900)).await;
         assert!(!conn.is_finished(), "the waiting connection was closed");
     }
+    // The connection that waited is still served: a close by the head clock would show here as
+    // a failed request, not only as a finished connection task.
+    let status = send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
+        .await
+        .0;
+    assert_eq!(status, 200, "the connection that waited was not served");
 
     let mut slow = client.tls(running.addr).await.unwrap();
     slow.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\n")
