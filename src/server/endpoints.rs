@@ -26,6 +26,7 @@ use super::limits::{NoSlot, Reservation};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
+use super::phase_times::{Phase, PhaseClock};
 use super::state::ServerState;
 
 pub fn router(app: Arc<ServerState>) -> Router {
@@ -130,20 +131,24 @@ enum Refused {
     Malformed(BadReview),
 }
 
-/// The steps of [`handle`].
+/// The steps of [`handle`], each timed under its [`Phase`] (`poolguard_admission_phase_duration_seconds`).
 async fn answer(
     app: &ServerState,
     webhook: Webhook,
     request: HttpRequest,
 ) -> Result<Response, Refused> {
     let version = request.version();
+    let mut clock = PhaseClock::start(&app.metrics.phases, webhook);
     let received = receive(app, request).await?;
+    clock.lap(Phase::Read);
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + app.deadline);
     let rules = app.rules.load_full();
     let slot = evaluation_slot(app, webhook, &rules, deadline).await;
+    clock.lap(Phase::Wait);
     let (review, reservation) = parse(app, received, version, deadline).await?;
     let req = Request::from_value(&review["request"]).map_err(Refused::Malformed)?;
+    clock.lap(Phase::Parse);
     let subject = Subject::of(&req);
     let work = Work {
         rules: &rules,
@@ -152,9 +157,11 @@ async fn answer(
         reservation: Some(reservation),
         deadline,
     };
-    let (decision, namespace_found) = decide(app, webhook, slot, work).await;
+    let (decision, namespace_found) = decide(app, webhook, slot, work, &mut clock).await;
     record(app, webhook, &subject, &decision, namespace_found, started);
-    Ok(Json(admission::respond(&subject.uid, &decision)).into_response())
+    let response = Json(admission::respond(&subject.uid, &decision)).into_response();
+    clock.lap(Phase::Respond);
+    Ok(response)
 }
 
 /// Reads the body within the limits.
@@ -244,6 +251,7 @@ async fn decide(
     webhook: Webhook,
     slot: Option<Result<OwnedSemaphorePermit, NoSlot>>,
     mut work: Work<'_>,
+    clock: &mut PhaseClock<'_>,
 ) -> (Decision, bool) {
     let (rules, req) = (work.rules, work.req);
     let slot = match slot {
@@ -253,7 +261,9 @@ async fn decide(
         }
         slot => slot,
     };
-    let labels = match lookup(app, req.namespace).await {
+    let looked_up = lookup(app, req.namespace).await;
+    clock.lap(Phase::Lookup);
+    let labels = match looked_up {
         Ok(labels) => labels.map(Arc::new),
         Err(e) => {
             let message = format!(
@@ -282,6 +292,7 @@ async fn decide(
             rules.decide(webhook, req, scope, Budget::FULL)
         }
     };
+    clock.lap(Phase::Evaluate);
     (decision, labels.is_some())
 }
 

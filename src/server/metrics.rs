@@ -143,6 +143,8 @@ pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<WebhookLabels, Histogram>,
+    /// The same time, split by phase (`super::phase_times`).
+    pub phases: super::phase_times::PhaseTimes,
     pub policy_evaluations: Family<PolicyLabels, Counter>,
     pub infringements: Family<InfringementLabels, Counter>,
     pub reloads: Family<ReloadLabels, Counter>,
@@ -205,6 +207,12 @@ impl Metrics {
             "admission_request_duration_seconds",
             "Time from request body received to response ready",
             Declared(latency.clone()),
+        );
+        let phases = super::phase_times::PhaseTimes::new();
+        registry.register(
+            "admission_phase_duration_seconds",
+            "Time of each phase of an admission request (read, wait, parse, lookup, evaluate, respond), by webhook",
+            Declared(phases.family()),
         );
         let policy_evaluations = Family::<PolicyLabels, Counter>::default();
         registry.register(
@@ -387,6 +395,7 @@ impl Metrics {
             memo_capacity_bytes,
             requests,
             latency,
+            phases,
             policy_evaluations,
             infringements,
             reloads,

@@ -35,6 +35,7 @@ pub mod idle_eviction;
 pub mod limits;
 pub mod metrics;
 pub mod ops;
+pub mod phase_times;
 pub mod reload;
 pub mod state;
 pub mod tls;
