@@ -501,8 +501,9 @@ async fn share_of_calls_saved_on_a_mix() {
         println!();
         // Off: every update of the mix was sent (7 per pod, 4 image changes) and the ReplicaSet
         // updates of the scaling; on: only the image changes. The counter is poolguard's total,
-        // and kube-controller-manager makes an update of its own now and then (seen: 0 or 1
-        // with the condition, up to 7 without), so a little more is tolerated.
+        // and kube-controller-manager makes an update of its own now and then (seen: 0 to 3
+        // with the condition on a busy machine, up to 7 without), so a little more is
+        // tolerated: on, at most 8, against at least 144 off.
         let pod_updates = |c: &Counts| get(c, "validate", "UPDATE", "Pod");
         ensure!(
             pod_updates(&off) >= 20 * 7 + 4,
@@ -510,8 +511,8 @@ async fn share_of_calls_saved_on_a_mix() {
             pod_updates(&off)
         );
         ensure!(
-            (4..=6).contains(&pod_updates(&on)),
-            "condition on: {} pod UPDATEs sent, want the 4 image changes (and at most 2 of the controllers')",
+            (4..=8).contains(&pod_updates(&on)),
+            "condition on: {} pod UPDATEs sent, want the 4 image changes (and at most 4 of the controllers')",
             pod_updates(&on)
         );
         ensure!(
