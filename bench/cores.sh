@@ -30,14 +30,6 @@ CORE_RUNS=${CORE_RUNS:-3}
 CORE_SECONDS=${CORE_SECONDS:-5}
 CORE_CONNS=${CORE_CONNS:-64}
 LOADGEN_MAX_THREADS=${LOADGEN_MAX_THREADS:-8}
-NAMESPACES=${NAMESPACES:-10000}
-OPA_VERSION=${OPA_VERSION:-v1.22.2}
-PG_PORT=${PG_PORT:-18443}
-PG_METRICS_PORT=${PG_METRICS_PORT:-19090}
-OPA_PORT=${OPA_PORT:-18181}
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-export CARGO_TARGET_DIR=$TARGET
-OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
 
 log() { printf '[cores %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 command -v taskset >/dev/null || { echo "cores.sh: taskset (util-linux) is required" >&2; exit 1; }
@@ -52,9 +44,6 @@ trap stop_server EXIT
 # shellcheck source=bench/prepare.sh
 . "$B/prepare.sh"
 
-# The CPUs this script may use, in order.
-mapfile -t CPUS < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
-join() { local IFS=,; echo "$*"; }
 
 RESULTS=$W/cores.jsonl
 : >"$RESULTS"

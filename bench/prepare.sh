@@ -1,8 +1,23 @@
-# Sourced by bench/run.sh and bench/cores.sh: builds (or takes) poolguard, the load generator and
+# Sourced by bench/run.sh, bench/cores.sh and bench/profile.sh: the knobs they share (defaults
+# below, the environment's values when given), builds (or takes) poolguard, the load generator and
 # OPA, and writes the benchmark inputs into $W.
-# Reads: ROOT B W TARGET OPA_VERSION OPA_DIR NAMESPACES and log(). Sets: POOLGUARD LOADGEN OPA.
+# Reads: ROOT B W and log(). Sets: those knobs, POOLGUARD LOADGEN OPA, the server commands and
+# URLs, CPUS (the CPUs the script may use, in order) and join (a list with commas).
 # POOLGUARD_BIN, LOADGEN_BIN and OPA_BIN name prebuilt binaries instead (for a machine that
 # reaches no registry: copy them there with the repository).
+
+NAMESPACES=${NAMESPACES:-10000}
+OPA_VERSION=${OPA_VERSION:-v1.22.2}
+PG_PORT=${PG_PORT:-18443}
+PG_METRICS_PORT=${PG_METRICS_PORT:-19090}
+OPA_PORT=${OPA_PORT:-18181}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+export CARGO_TARGET_DIR=$TARGET
+OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
+
+# The CPUs this script may use, in order.
+mapfile -t CPUS < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
+join() { local IFS=,; echo "$*"; }
 
 if [ -n "${POOLGUARD_BIN:-}" ] && [ -n "${LOADGEN_BIN:-}" ]; then
   POOLGUARD=$POOLGUARD_BIN LOADGEN=$LOADGEN_BIN

@@ -26,15 +26,7 @@ PROFILE_CORES=${PROFILE_CORES:-1}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 WORKLOAD=${WORKLOAD:-distinct}
 CONNS=${CONNS:-64}
-NAMESPACES=${NAMESPACES:-10000}
 TOP=${TOP:-40}
-OPA_VERSION=${OPA_VERSION:-v1.22.2}
-PG_PORT=${PG_PORT:-18443}
-PG_METRICS_PORT=${PG_METRICS_PORT:-19090}
-OPA_PORT=${OPA_PORT:-18181}
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-export CARGO_TARGET_DIR=$TARGET
-OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
 
 log() { printf '[profile %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 command -v perf >/dev/null || { echo "profile.sh: perf is required (Debian: linux-perf)" >&2; exit 1; }
@@ -47,12 +39,10 @@ trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; wait 2>/dev/null |
 # shellcheck source=bench/prepare.sh
 . "$B/prepare.sh"
 
-mapfile -t CPUS < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
 if ((PROFILE_CORES + 1 > ${#CPUS[@]})); then
   echo "profile.sh: PROFILE_CORES=$PROFILE_CORES needs $((PROFILE_CORES + 1)) CPUs; this machine gives ${#CPUS[@]}" >&2
   exit 1
 fi
-join() { local IFS=,; echo "$*"; }
 SERVER_CPUS=$(join "${CPUS[@]:0:PROFILE_CORES}")
 LOADGEN_CPUS=("${CPUS[@]:PROFILE_CORES:8}")
 
