@@ -526,12 +526,50 @@ fn certs_signs_with_a_given_ca() {
     );
 }
 
+/// `poolguard serve --dev` on free ports, run in `dir` (also its HOME), outside any cluster,
+/// with its log on a pipe.
+fn serve_dev(dir: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_poolguard"));
+    command
+        .args([
+            "serve",
+            "--dev",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// Starts `command` and reads its log until a line containing `marker` (or the log ends, or
+/// 30 s have passed between lines); the child keeps running.
+fn start_reading_log_until(command: &mut Command, marker: &str) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let mut child = command.spawn().unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut line) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.contains(marker) && Instant::now() < deadline {
+        line.clear();
+        if log.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+    }
+    (child, seen)
+}
+
 /// `serve --dev` must not attach to whatever cluster the current kubeconfig names: with a
 /// KUBECONFIG (and a ~/.kube/config) pointing at a listener of ours, it serves the embedded
 /// namespaces, says so, and never connects; `--kubeconfig` is the explicit way to a cluster.
 #[test]
 fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
-    use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
@@ -545,35 +583,12 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
     std::fs::create_dir_all(dir.path().join(".kube")).unwrap();
     std::fs::write(dir.path().join(".kube/config"), &kubeconfig).unwrap();
     std::fs::write(dir.path().join("kubeconfig"), &kubeconfig).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
-        .args([
-            "serve",
-            "--dev",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .current_dir(dir.path())
-        .env("HOME", dir.path())
+    let mut command = serve_dev(dir.path());
+    command
         .env("KUBECONFIG", dir.path().join("kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("MIMALLOC_PURGE_DELAY")
-        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut line = String::new();
-    while !seen.contains("serving:") && Instant::now() < deadline {
-        line.clear();
-        if log.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        seen.push_str(&line);
-    }
+        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT");
+    let (mut child, seen) = start_reading_log_until(&mut command, "serving:");
     // A watch would connect at once; give it a second to try.
     let quiet_until = Instant::now() + Duration::from_secs(1);
     let mut connected = false;
@@ -622,35 +637,12 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
 /// settings nor adds them, and logs what is in force.
 #[test]
 fn the_operators_allocator_settings_stand() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
-        .args([
-            "serve",
-            "--dev",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .current_dir(dir.path())
-        .env("HOME", dir.path())
+    let mut command = serve_dev(dir.path());
+    command
         .env("MIMALLOC_PURGE_DELAY", "7")
-        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    let mut line = String::new();
-    while !seen.contains("memory allocator") {
-        line.clear();
-        if log.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        seen.push_str(&line);
-    }
+        .env_remove("MIMALLOC_ARENA_EAGER_COMMIT");
+    let (mut child, seen) = start_reading_log_until(&mut command, "memory allocator");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(seen.contains("MIMALLOC_PURGE_DELAY=7"), "{seen}");
