@@ -12,12 +12,12 @@ use poolguard_core::audit_tally::Tally;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub webhook: String,
-    pub operation: String,
+    pub webhook: &'static str,
+    pub operation: &'static str,
     /// One of [`KINDS`], or `other`: never the request's own text.
-    pub kind: String,
+    pub kind: &'static str,
     /// allowed | patched | denied | warned | invalid | too_large | body_timeout | overloaded
-    pub decision: String,
+    pub decision: &'static str,
 }
 
 /// The kinds poolguard knows, as (API group, kind): the `kind` label takes only these values,
@@ -44,21 +44,21 @@ pub fn kind_label(group: &str, kind: &str) -> &'static str {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    pub webhook: String,
+    pub webhook: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
     pub policy: String,
-    pub enforcement: String,
+    pub enforcement: &'static str,
     /// pass | infringement | error | pending (a dependency unmet: not evaluated)
-    pub result: String,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InfringementLabels {
     pub policy: String,
-    pub enforcement: String,
+    pub enforcement: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -526,10 +526,10 @@ mod tests {
         m.reload("policies", false);
         m.requests
             .get_or_create(&RequestLabels {
-                webhook: "mutate".into(),
-                operation: "CREATE".into(),
-                kind: "Pod".into(),
-                decision: "patched".into(),
+                webhook: "mutate",
+                operation: "CREATE",
+                kind: "Pod",
+                decision: "patched",
             })
             .inc();
         m.namespace_cache_size.set(3);
