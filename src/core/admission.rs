@@ -19,7 +19,7 @@ pub struct BadReview(pub String);
 pub const MAX_PARSED_BYTES: usize = 48 * 1024 * 1024;
 
 /// The deepest nesting of arrays and objects accepted (a pod's is under 20).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Parses and checks an AdmissionReview v1, returning the whole document. The request is at
 /// `review["request"]`; read it with [`Request::from_value`]. A body whose parsed document would

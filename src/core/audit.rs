@@ -33,15 +33,15 @@ use crate::scope::Scope;
 use crate::validate::{self, one_line};
 
 /// The policy (and rule) name of the placement result.
-pub const PLACEMENT: &str = "placement";
+pub(crate) const PLACEMENT: &str = "placement";
 /// The rule of a policy's result: SIT policies have one entry rule.
-pub const INFRINGEMENT_RULE: &str = "infringement";
+pub(crate) const INFRINGEMENT_RULE: &str = "infringement";
 /// The policy of a result for an object that cannot be read at all.
-pub const OBJECT_POLICY: &str = "poolguard";
+pub(crate) const OBJECT_POLICY: &str = "poolguard";
 /// Property naming the rollout group of a result for a policy under a rollout.
-pub const ROLLOUT_GROUP: &str = "rolloutGroup";
+pub(crate) const ROLLOUT_GROUP: &str = "rolloutGroup";
 /// Property naming the policy version that produced a result under a rollout.
-pub const POLICY_VERSION: &str = "policyVersion";
+pub(crate) const POLICY_VERSION: &str = "policyVersion";
 /// Longest message of one result (several infringements are joined into one).
 const MAX_MESSAGE_CHARS: usize = 1000;
 

@@ -76,9 +76,9 @@
 use std::fmt;
 
 /// Docker Hub's canonical name.
-pub const DEFAULT_DOMAIN: &str = "docker.io";
+pub(crate) const DEFAULT_DOMAIN: &str = "docker.io";
 /// Docker Hub's legacy name, folded into [`DEFAULT_DOMAIN`].
-pub const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
+pub(crate) const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
 /// Namespace of Docker Hub's official images.
 const OFFICIAL_REPO_PREFIX: &str = "library/";
 /// Reserved name that is always a registry.

@@ -21,7 +21,7 @@ pub mod node_selector;
 pub mod placement_policy;
 pub mod pod_images;
 pub mod policy;
-pub mod pool_authority;
+pub(crate) mod pool_authority;
 pub mod report;
 pub mod rollout;
 pub mod ruleset;

@@ -15,14 +15,14 @@ use serde::Serialize;
 use crate::audit::{AuditResult, Resource, Severity, Verdict};
 
 /// The `source` of every result: the engine that wrote it.
-pub const SOURCE: &str = "poolguard";
+pub(crate) const SOURCE: &str = "poolguard";
 /// The name of poolguard's report in each namespace.
 pub const REPORT_NAME: &str = "poolguard-audit";
 /// Annotation counting the results left out of a report by the cap.
-pub const OMITTED_ANNOTATION: &str = "poolguard.io/results-omitted";
+pub(crate) const OMITTED_ANNOTATION: &str = "poolguard.io/results-omitted";
 /// Bytes of results one report lists at most, whatever `max_results` allows: a report is one
 /// object in etcd, whose requests are limited to 1.5 MiB.
-pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// Label marking the reports poolguard owns.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "poolguard");
 

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 /// The name a dependency gives the pool placement check.
-pub const PLACEMENT: &str = "placement";
+pub(crate) const PLACEMENT: &str = "placement";
 
 /// The compliance a dependency requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

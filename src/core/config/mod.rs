@@ -115,7 +115,7 @@ pub struct PoolAuthority {
 /// The groups of a cluster's admins: `system:masters`, and `kubeadm:cluster-admins`, the group
 /// of the admin.conf user kubeadm (kind included) writes since Kubernetes 1.29, which is no
 /// longer in `system:masters`.
-pub const DEFAULT_AUTHORITY_GROUPS: [&str; 2] = ["system:masters", "kubeadm:cluster-admins"];
+pub(crate) const DEFAULT_AUTHORITY_GROUPS: [&str; 2] = ["system:masters", "kubeadm:cluster-admins"];
 
 fn default_authority_groups() -> Vec<String> {
     DEFAULT_AUTHORITY_GROUPS.map(String::from).to_vec()

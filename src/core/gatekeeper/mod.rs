@@ -16,8 +16,8 @@ mod decisions;
 #[cfg(test)]
 mod engine_differences;
 pub mod lint;
-pub mod matching;
-pub mod namespace_object;
+pub(crate) mod matching;
+pub(crate) mod namespace_object;
 pub mod review;
 pub mod suite;
 pub mod template;
@@ -28,9 +28,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-pub use constraint::Constraint;
-pub use matching::Match;
-pub use template::{CompiledTemplate, ConstraintTemplate};
+pub(crate) use constraint::Constraint;
+pub(crate) use template::{CompiledTemplate, ConstraintTemplate};
 
 use crate::config::Config;
 use crate::policy::{Policy, PolicySet};

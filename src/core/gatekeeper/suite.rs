@@ -58,7 +58,7 @@ struct CaseDoc {
 /// expression found anywhere in it) the case must have.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Assertion {
+pub(crate) struct Assertion {
     /// `yes` (at least one, the default), `no` (none) or a number (exactly that many).
     #[serde(default)]
     pub violations: Option<Value>,
@@ -68,7 +68,7 @@ pub struct Assertion {
 
 /// How many violations an assertion wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expected {
+pub(crate) enum Expected {
     AtLeastOne,
     None,
     Exactly(u64),

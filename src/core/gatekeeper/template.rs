@@ -11,10 +11,10 @@ use super::{bodies, lint};
 use crate::policy::engine::{add_source, new_engine};
 
 /// The entry rule of every template: a set of `{"msg": ..., "details": ...}`.
-pub const RULE: &str = "violation";
+pub(crate) const RULE: &str = "violation";
 
 /// The target every template is written for.
-pub const ADMISSION_TARGET: &str = "admission.k8s.gatekeeper.sh";
+pub(crate) const ADMISSION_TARGET: &str = "admission.k8s.gatekeeper.sh";
 
 /// One ConstraintTemplate as read.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@
 //!
 //! Pure: the same rules give the same objects, in the same order.
 
-pub mod image_cel;
+pub(crate) mod image_cel;
 mod placement;
 mod policies;
 mod selectors;

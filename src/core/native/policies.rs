@@ -14,7 +14,7 @@ use crate::policy::template;
 use crate::ruleset::RuleSet;
 
 /// Name of the policy refusing pod specs the webhook cannot read.
-pub const IMAGES: &str = "poolguard-images";
+pub(crate) const IMAGES: &str = "poolguard-images";
 
 /// The shipped policies this module compiles, with their sources: a loaded policy of that name
 /// whose Rego differs is custom and stays on the webhook.

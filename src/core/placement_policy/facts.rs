@@ -11,7 +11,7 @@ use crate::labels::Labels;
 
 /// Amounts by resource name (`cpu`, `memory`, `ephemeral-storage`, `pods`, `nvidia.com/gpu`,
 /// …).
-pub type Resources = BTreeMap<String, i64>;
+pub(crate) type Resources = BTreeMap<String, i64>;
 
 /// A node taint (`value` empty when the taint has none).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -237,7 +237,7 @@ fn resources(value: Option<&Value>) -> Result<Resources, (String, String)> {
 /// One container's resources. `requests` holds what the scheduler counts: a resource with a
 /// limit but no request is requested at its limit (the API server defaults it so).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ContainerResources {
+pub(crate) struct ContainerResources {
     pub name: String,
     /// `container`, `initContainer`, or `sidecar` (an init container with `restartPolicy:
     /// Always`, which runs beside the containers).
@@ -248,7 +248,7 @@ pub struct ContainerResources {
 
 /// What a pod spec asks of a node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PodRequirements {
+pub(crate) struct PodRequirements {
     /// The amounts the scheduler reserves on a node for the pod: the containers and sidecars
     /// together, or the largest init container (with the sidecars started before it) if that
     /// is more, per resource; pod-level `resources` replace that for the resources they name;

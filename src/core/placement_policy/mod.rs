@@ -4,7 +4,7 @@
 //! of the manual (docs/architecture.md, "Placement policies").
 
 pub mod facts;
-pub mod quantity;
+pub(crate) mod quantity;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -21,7 +21,8 @@ use crate::node_selector::{self, pool_of, Placement};
 use crate::policy::engine::{compile, compile_sorted, eval_within, TemplateKind};
 use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
-pub use facts::{NodeFacts, PodRequirements, PoolFacts, Resources, Taint};
+pub(crate) use facts::PodRequirements;
+pub use facts::{NodeFacts, PoolFacts};
 
 /// What a placement policy without settings gets as `input.parameters`, made once.
 static NO_PARAMETERS: std::sync::LazyLock<Parameters> =
@@ -43,7 +44,7 @@ pub struct PlacementPolicy {
 
 /// What a placement policy said about a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Solution {
+pub(crate) enum Solution {
     /// The pools it accepts, sorted.
     Fulfilled(Vec<String>),
     /// Why no pool is acceptable.

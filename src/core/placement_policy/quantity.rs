@@ -11,7 +11,7 @@ use std::fmt;
 
 /// Why a quantity could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuantityError {
+pub(crate) struct QuantityError {
     pub text: String,
     pub reason: &'static str,
 }

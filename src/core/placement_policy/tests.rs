@@ -5,8 +5,9 @@
 use serde_json::{json, Value as Json};
 
 use super::*;
+use crate::policy::engine::TemplateKind;
 use crate::policy::template::{from_rego, from_yaml, TestFile};
-use crate::policy::{kind_of, Policy, TemplateKind};
+use crate::policy::{kind_of, Policy};
 
 const FITSRESOURCES: &str = include_str!("../../../policies/placement/fitsresources.yaml");
 const GPUONLY: &str = include_str!("../../../policies/placement/gpuonly.yaml");

@@ -53,7 +53,7 @@ pub(crate) fn new_engine() -> Result<Engine> {
 /// whose content starts with more brackets over again (as a comprehension, then as a literal),
 /// so its parse time doubles with each level: about a second at 16 levels, minutes at 24 (found
 /// by fuzzing). poolguard's own policies and tests nest 6 deep at most.
-pub const MAX_NESTING: usize = 12;
+pub(crate) const MAX_NESTING: usize = 12;
 
 /// Adds Rego source to `engine`, returning its package (`data.…`); source nested deeper than
 /// [`MAX_NESTING`] is refused before it reaches the parser.

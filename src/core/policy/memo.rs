@@ -51,7 +51,7 @@ pub(crate) fn next_policy_id() -> u64 {
 }
 
 /// What an entry's value costs, in bytes beyond [`ENTRY_OVERHEAD`].
-pub trait Weigh {
+pub(crate) trait Weigh {
     fn weigh(&self) -> usize;
 }
 
@@ -74,7 +74,7 @@ impl<V: Weigh> Weighter<Arc<str>, V> for Bytes {
 
 /// Remembered results, bounded by a byte budget. Cloning shares the entries.
 #[derive(Clone)]
-pub struct Memo<V> {
+pub(crate) struct Memo<V> {
     cache: Option<Arc<Cache<Arc<str>, V, Bytes>>>,
     budget: u64,
 }

@@ -1,7 +1,7 @@
 //! SIT policies in Rego: templates ([`template`]) compiled into prepared regorus engines
 //! ([`engine`]), gathered into a set evaluated per object ([`set`]).
 
-pub mod builtins;
+pub(crate) mod builtins;
 pub mod dependencies;
 pub mod engine;
 pub mod input;
@@ -11,5 +11,5 @@ pub mod set;
 pub mod template;
 
 pub(crate) use engine::{add_source, new_engine};
-pub use engine::{kind_of, Policy, TemplateKind, MAX_NESTING};
+pub use engine::{kind_of, Policy};
 pub use set::{Evaluation, Outcome, Pending, PolicySet};

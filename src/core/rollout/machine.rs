@@ -202,7 +202,7 @@ pub enum Which {
 
 /// The version and enforcement that apply to one namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub version: Which,
     pub enforcement: Enforcement,
 }

@@ -12,7 +12,7 @@ pub mod version;
 pub mod view;
 
 pub use machine::{
-    step, Applied, Change, Command, Event, GroupObservation, GroupState, GroupStatus, Observations,
-    RolloutState, Transition, Which,
+    step, Change, Command, Event, GroupState, GroupStatus, Observations, RolloutState, Transition,
+    Which,
 };
 pub(crate) use version::policy_version;

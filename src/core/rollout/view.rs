@@ -142,7 +142,7 @@ pub struct RolloutMark {
 }
 
 /// What runs for one policy in one namespace.
-pub struct Resolved<'a> {
+pub(crate) struct Resolved<'a> {
     pub policy: &'a Policy,
     pub parameters: &'a Parameters,
     pub enforcement: Enforcement,
@@ -260,7 +260,7 @@ fn observe_only<'a>(
 }
 
 /// A view shared by decisions.
-pub type SharedView = Arc<RolloutView>;
+pub(crate) type SharedView = Arc<RolloutView>;
 
 #[cfg(test)]
 mod tests {
