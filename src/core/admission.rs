@@ -407,7 +407,8 @@ impl DenyCode {
         match self {
             DenyCode::BadRequest => "BadRequest",
             DenyCode::Forbidden => "Forbidden",
-            DenyCode::InternalError | DenyCode::Unavailable => "InternalError",
+            DenyCode::InternalError => "InternalError",
+            DenyCode::Unavailable => "ServiceUnavailable",
         }
     }
 }
