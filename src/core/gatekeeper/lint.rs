@@ -13,6 +13,8 @@
 //! The scan is textual: it skips comments and strings, and reports line numbers of the text it
 //! was given.
 
+use crate::policy::string_literal::skip_quoted;
+
 /// The code of each line: comments and the contents of strings removed (strings kept as `""`).
 pub(super) fn code_lines(rego: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -37,15 +39,8 @@ pub(super) fn code_lines(rego: &str) -> Vec<String> {
             match c {
                 '#' => break,
                 '"' => {
-                    while let Some(c) = chars.next() {
-                        match c {
-                            '\\' => {
-                                chars.next();
-                            }
-                            '"' => break,
-                            _ => {}
-                        }
-                    }
+                    // A line has no line break: the string ends at its quote or the line's end.
+                    skip_quoted(&mut chars);
                     code.push_str("\"\"");
                 }
                 '`' => {

@@ -2,6 +2,7 @@
 //! and what every policy engine shares (Rego v0, the builtins, a guard on parser depth,
 //! evaluation within a time limit).
 
+use crate::policy::string_literal::skip_quoted;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,22 +76,7 @@ fn check_nesting(path: &str, rego: &str) -> Result<()> {
             '\n' => line += 1,
             // A comment runs to the end of the line.
             '#' => line += usize::from(chars.by_ref().any(|c| c == '\n')),
-            '"' => {
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => {
-                            chars.next();
-                        }
-                        '"' => break,
-                        // Strings are one line: a stray quote does not hide the rest.
-                        '\n' => {
-                            line += 1;
-                            break;
-                        }
-                        _ => {}
-                    }
-                }
-            }
+            '"' => line += usize::from(skip_quoted(&mut chars)),
             '`' => {
                 for c in chars.by_ref() {
                     match c {
