@@ -5,7 +5,8 @@
 //! test's namespaces. A pod from a foreign registry already runs in the second group, so the
 //! rollout holds there: a new such pod is refused in the first group with the constraint's
 //! message, admitted with it as a Warning in the second, and the audit's PolicyReport of the
-//! second namespace has a failing result of the constraint for the running pod.
+//! second namespace has a failing result of the constraint for each violation of the running
+//! pod (two foreign images: two results).
 //!
 //! Needs KUBECONFIG, POOLGUARD_BIN and the PolicyReport CRD (integration/e2e.sh provides all).
 
@@ -71,14 +72,9 @@ async fn statuses(env: &Env, configmap: &str) -> Result<String> {
         .join(" "))
 }
 
-/// The audit's result of `policy` for the pod `name` in the PolicyReport of `ns`:
-/// (result, message).
-async fn report_result(
-    env: &Env,
-    ns: &str,
-    name: &str,
-    policy: &str,
-) -> Result<Option<(String, String)>> {
+/// The audit's results of `policy` for the pod `name` in the PolicyReport of `ns`, each as
+/// "result violation: message", sorted.
+async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result<Vec<String>> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "wgpolicyk8s.io",
         "v1alpha2",
@@ -86,19 +82,25 @@ async fn report_result(
     ));
     let reports: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), ns, &resource);
     let Some(report) = reports.get_opt("poolguard-audit").await? else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let report = serde_json::to_value(report)?;
-    Ok(report["results"].as_array().and_then(|results| {
-        results.iter().find_map(|r| {
-            (r["resources"][0]["name"] == name && r["policy"] == policy).then(|| {
-                (
-                    r["result"].as_str().unwrap_or_default().to_string(),
-                    r["message"].as_str().unwrap_or_default().to_string(),
-                )
-            })
+    let mut found: Vec<String> = report["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["resources"][0]["name"] == name && r["policy"] == policy)
+        .map(|r| {
+            format!(
+                "{} {}: {}",
+                r["result"].as_str().unwrap_or_default(),
+                r["properties"]["violation"].as_str().unwrap_or("-"),
+                r["message"].as_str().unwrap_or_default()
+            )
         })
-    }))
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
 /// A validating webhook sending the test namespaces' pod CREATEs to `replica`.
@@ -174,7 +176,13 @@ async fn scenario(
     }
     let (canary, standard) = (&namespaces[0], &namespaces[1]);
     let denied = env.denied_image.clone();
-    env.create_pod(standard, &env.pod("running", &denied, None)?)
+    // Two foreign images: two violations, two results in the PolicyReport.
+    let mut running = serde_json::to_value(env.pod("running", &denied, None)?)?;
+    running["spec"]["containers"]
+        .as_array_mut()
+        .context("the pod's containers")?
+        .push(json!({"name": "side", "image": "quay.io/example/side:1"}));
+    env.create_pod(standard, &serde_json::from_value(running)?)
         .await?;
 
     let gatekeeper_dir = replicas::repository().join("testdata/gatekeeper/allowedrepos");
@@ -266,27 +274,28 @@ async fn scenario(
         res.warnings
     ));
 
-    // The audit reports the running pod under the constraint's name.
-    let (result, text) = env
+    // The audit reports the running pod under the constraint's name, one result per violation.
+    let allowed = r#"starts with none of the allowed repos ["registry.k8s.io/"]"#;
+    let want = [
+        format!("fail 1: containers main: image nginx:1.27 {allowed}"),
+        format!("fail 2: containers side: image quay.io/example/side:1 {allowed}"),
+    ];
+    let found = env
         .wait_until(
-            "the PolicyReport's result of the constraint",
+            "the PolicyReport's results of the constraint",
             LIMIT,
             || async {
-                Ok(
-                    match report_result(env, standard, "running", CONSTRAINT).await? {
-                        Some(found) => Ok(found),
-                        None => Err("no result yet".to_string()),
-                    },
-                )
+                let found = report_results(env, standard, "running", CONSTRAINT).await?;
+                Ok(if found == want {
+                    Ok(found)
+                } else {
+                    Err(format!("{found:?}"))
+                })
             },
         )
         .await?;
-    ensure!(
-        result == "fail" && text.contains("image nginx:1.27 starts with none"),
-        "PolicyReport result: {result}: {text}"
-    );
     env.say(format!(
-        "PolicyReport of {standard}: {CONSTRAINT} {result}: {text}"
+        "PolicyReport of {standard}, {CONSTRAINT}: {found:?}"
     ));
     drop(replica);
     Ok(())
