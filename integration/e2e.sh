@@ -31,8 +31,8 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         native e2e bypasses match_conditions cert_renewal audit rollout faults
-#                         placement fail_closed (native runs before the webhooks are registered)
+#                         native e2e bypasses match_conditions cert_renewal audit rollout gatekeeper
+#                         faults placement fail_closed (native runs before the webhooks are registered)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -119,7 +119,7 @@ else
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
-cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --bin faults --test placement --test native --no-run
+cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --test gatekeeper --bin faults --test placement --test native --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
 log "build: $(since "${t_build}")s"
@@ -233,7 +233,7 @@ pick_port metrics_port
 pg_env_written=1
 "${ctl}" start "${work}"
 
-suites=" ${POOLGUARD_E2E_SUITES:-native e2e bypasses match_conditions cert_renewal audit rollout faults placement fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-native e2e bypasses match_conditions cert_renewal audit rollout gatekeeper faults placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 
 # The native fast path, while no webhook of poolguard is registered: the generated
@@ -328,6 +328,10 @@ fi
 if suite rollout; then
     log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
     POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
+fi
+if suite gatekeeper; then
+    log "running tests/gatekeeper.rs (a poolguard replica with --gatekeeper-dir: a K8sAllowedRepos constraint denies, warns in a rollout group, is reported)"
+    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test gatekeeper -- --nocapture
 fi
 if suite faults; then
     log "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"

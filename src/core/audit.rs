@@ -42,6 +42,9 @@ pub(crate) const OBJECT_POLICY: &str = "poolguard";
 pub(crate) const ROLLOUT_GROUP: &str = "rolloutGroup";
 /// Property naming the policy version that produced a result under a rollout.
 pub(crate) const POLICY_VERSION: &str = "policyVersion";
+/// Property of a constraint's `fail` results, one per violation: which of them (1, 2, ...);
+/// counts of objects take the first only.
+pub const VIOLATION: &str = "violation";
 /// Longest message of one result (several infringements are joined into one).
 const MAX_MESSAGE_CHARS: usize = 1000;
 
@@ -415,7 +418,21 @@ pub fn audit(
                     r.properties
                         .insert("infringements".into(), count.to_string());
                 }
-                results.push(r);
+                // A constraint's violations are one result each, as Gatekeeper reports them.
+                let constraint = policies
+                    .get(&outcome.policy)
+                    .is_some_and(|p| p.is_constraint());
+                match &outcome.result {
+                    Evaluation::Ran(Ok(found)) if constraint && !found.is_empty() => {
+                        for (i, message) in found.iter().enumerate() {
+                            let mut one = r.clone();
+                            one.message = cap(message.clone());
+                            one.properties.insert(VIOLATION.into(), (i + 1).to_string());
+                            results.push(one);
+                        }
+                    }
+                    _ => results.push(r),
+                }
             }
         }
     }
@@ -1087,6 +1104,76 @@ policies:
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_constraint_gets_one_result_per_violation() {
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("constraint.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
+            ),
+        ];
+        let (rules, _) = crate::gatekeeper::rules(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            &files,
+            "cfg.yaml",
+        )
+        .unwrap();
+        let audit_of = |images: &[&str]| {
+            let containers: Vec<Value> = images
+                .iter()
+                .enumerate()
+                .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+                .collect();
+            let object = pod("p", "team", json!({"containers": containers}));
+            audit(&object, scope(None), None, &rules)
+                .into_iter()
+                .filter(|r| r.policy == "images-from-allowed-repos")
+                .map(|r| {
+                    (
+                        r.result,
+                        r.message,
+                        r.properties.get(VIOLATION).cloned(),
+                        r.properties.get("infringements").cloned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let two = "2".to_string();
+        assert_eq!(
+            audit_of(&["nginx:1", "registry.k8s.io/pause:3.10", "evil.io/x:1"]),
+            [
+                (
+                    Verdict::Fail,
+                    r#"containers c0: image nginx:1 starts with none of the allowed repos ["registry.k8s.io/"]"#.to_string(),
+                    Some("1".to_string()),
+                    Some(two.clone()),
+                ),
+                (
+                    Verdict::Fail,
+                    r#"containers c2: image evil.io/x:1 starts with none of the allowed repos ["registry.k8s.io/"]"#.to_string(),
+                    Some(two.clone()),
+                    Some(two),
+                ),
+            ]
+        );
+        // A compliant object: one pass result, as for any policy.
+        assert_eq!(
+            audit_of(&["registry.k8s.io/pause:3.10"]),
+            [(
+                Verdict::Pass,
+                "no infringement".to_string(),
+                None,
+                Some("0".to_string())
+            )]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::audit::{AuditResult, Verdict, POLICY_VERSION, ROLLOUT_GROUP};
+use crate::audit::{AuditResult, Verdict, POLICY_VERSION, ROLLOUT_GROUP, VIOLATION};
 
 /// The objects of one rollout group for one policy, and their violations by policy version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,8 +34,12 @@ impl Tally {
         tally
     }
 
-    /// Counts one result.
+    /// Counts one result (a constraint's second and later violations of one object are not
+    /// counted: the counts are of objects).
     pub fn add(&mut self, r: &AuditResult) {
+        if r.properties.get(VIOLATION).is_some_and(|i| i != "1") {
+            return;
+        }
         *self
             .by_policy
             .entry((r.policy.clone(), r.result.as_str()))
@@ -119,5 +123,18 @@ mod tests {
         assert!(!tally
             .groups
             .contains_key(&("q".to_string(), "rest".to_string())));
+    }
+
+    #[test]
+    fn a_constraints_violations_of_one_object_count_once() {
+        let violation = |i: &str| {
+            let mut r = result("c", Verdict::Fail, Some(("canary", "v1")));
+            r.properties.insert(VIOLATION.to_string(), i.to_string());
+            r
+        };
+        let tally = Tally::of(&[violation("1"), violation("2"), violation("3")]);
+        assert_eq!(tally.total(), 1);
+        let canary = &tally.groups[&("c".to_string(), "canary".to_string())];
+        assert_eq!((canary.objects, canary.violations["v1"]), (1, 1));
     }
 }

@@ -294,6 +294,11 @@ impl Policy {
         }
     }
 
+    /// Whether the policy is a Gatekeeper constraint.
+    pub fn is_constraint(&self) -> bool {
+        self.applies_to.is_some()
+    }
+
     /// Whether the policy applies to the object of `review` (an AdmissionRequest, with
     /// `namespaceObject` when known): always for a SIT policy; for a constraint, when its
     /// `spec.match` selects the object (no review: never).

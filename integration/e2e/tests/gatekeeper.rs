@@ -1,0 +1,302 @@
+//! A Gatekeeper ConstraintTemplate and constraint through a real kube-apiserver: a poolguard
+//! replica runs with `--gatekeeper-dir testdata/gatekeeper/allowedrepos` (K8sAllowedRepos, its
+//! constraint `images-from-allowed-repos` allowing registry.k8s.io only) and a config that rolls
+//! the constraint out over two groups of namespaces; its own validating webhook covers the
+//! test's namespaces. A pod from a foreign registry already runs in the second group, so the
+//! rollout holds there: a new such pod is refused in the first group with the constraint's
+//! message, admitted with it as a Warning in the second, and the audit's PolicyReport of the
+//! second namespace has a failing result of the constraint for each violation of the running
+//! pod (two foreign images: two results).
+//!
+//! Needs KUBECONFIG, POOLGUARD_BIN and the PolicyReport CRD (integration/e2e.sh provides all).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::ByteString;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use poolguard_e2e::replicas::{self, Replica};
+use poolguard_e2e::{expect_refused, random_suffix, run, Env};
+use serde_json::{json, Value};
+
+const CONSTRAINT: &str = "images-from-allowed-repos";
+const NAMESPACE: &str = "default";
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn config_text(id: &str) -> String {
+    format!(
+        r#"namespaceLabel: agentpool
+nodeSelectorKey: agentpool
+policies:
+  {CONSTRAINT}:
+    rollout:
+      groups:
+        - name: canary
+          namespaceSelector: {{matchLabels: {{gatekeeper-risk-{id}: low}}}}
+        - name: standard
+          namespaceSelector: {{matchLabels: {{gatekeeper-risk-{id}: medium}}}}
+      minSuccessTime: 2s
+      progressDeadline: 120s
+      maxFailures: 0
+"#
+    )
+}
+
+/// "canary=Succeeded standard=Progressing", from the constraint's stored rollout state.
+async fn statuses(env: &Env, configmap: &str) -> Result<String> {
+    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let state: Option<Value> = api
+        .get_opt(configmap)
+        .await?
+        .and_then(|cm| cm.data)
+        .and_then(|d| d.get(&format!("state.{CONSTRAINT}")).cloned())
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?;
+    Ok(state
+        .and_then(|s| s["groups"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| {
+            format!(
+                "{}={}",
+                g["name"].as_str().unwrap_or("?"),
+                g["status"].as_str().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
+/// The audit's results of `policy` for the pod `name` in the PolicyReport of `ns`, each as
+/// "result violation: message", sorted.
+async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result<Vec<String>> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "wgpolicyk8s.io",
+        "v1alpha2",
+        "PolicyReport",
+    ));
+    let reports: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), ns, &resource);
+    let Some(report) = reports.get_opt("poolguard-audit").await? else {
+        return Ok(Vec::new());
+    };
+    let report = serde_json::to_value(report)?;
+    let mut found: Vec<String> = report["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["resources"][0]["name"] == name && r["policy"] == policy)
+        .map(|r| {
+            format!(
+                "{} {}: {}",
+                r["result"].as_str().unwrap_or_default(),
+                r["properties"]["violation"].as_str().unwrap_or("-"),
+                r["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// A validating webhook sending the test namespaces' pod CREATEs to `replica`.
+async fn register(env: &Env, name: &str, id: &str, replica: &Replica, ca: Vec<u8>) -> Result<()> {
+    let mut hook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "gatekeeper-e2e.poolguard.test",
+            "clientConfig": {"url": format!("https://{}/validate", replica.addr)},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"poolguard-gatekeeper-e2e": id}},
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10
+        }]
+    }))?;
+    if let Some(webhooks) = hook.webhooks.as_mut() {
+        webhooks[0].client_config.ca_bundle = Some(ByteString(ca));
+    }
+    Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
+        .create(&PostParams::default(), &hook)
+        .await
+        .context("registering the test's validating webhook")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_gatekeeper_constraint_denies_warns_and_is_reported() {
+    run("gatekeeper", |env| async move {
+        let id = random_suffix();
+        let dir = std::env::temp_dir().join(format!("poolguard-gatekeeper-e2e-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let certs = replicas::certificates(&id).await?;
+        let hook = format!("poolguard-gatekeeper-e2e-{id}");
+        let configmap = format!("poolguard-gatekeeper-e2e-{id}");
+        let result = scenario(&env, &id, &dir, &certs, &hook, &configmap).await;
+        // Removed whether the scenario passed or not (the replica is gone by now; the webhook
+        // only covers the test's namespaces, which run() deletes next).
+        let _ = Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
+            .delete(&hook, &DeleteParams::default())
+            .await;
+        let _ = Api::<ConfigMap>::namespaced(env.client.clone(), NAMESPACE)
+            .delete(&configmap, &DeleteParams::default())
+            .await;
+        let _ = Api::<Lease>::namespaced(env.client.clone(), NAMESPACE)
+            .delete(&configmap, &DeleteParams::default())
+            .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&certs);
+        result
+    })
+    .await;
+}
+
+async fn scenario(
+    env: &Env,
+    id: &str,
+    dir: &Path,
+    certs: &Path,
+    hook: &str,
+    configmap: &str,
+) -> Result<()> {
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, config_text(id))?;
+    // Two namespaces without a pool (the cluster's own poolguard leaves them alone), one per
+    // group; a pod from a foreign registry already runs in the second.
+    let mut namespaces = Vec::new();
+    for risk in ["low", "medium"] {
+        let ns = env.namespace(&format!("gatekeeper-{risk}"), None).await?;
+        let labels = json!({"metadata": {"labels": {format!("gatekeeper-risk-{id}"): risk, "poolguard-gatekeeper-e2e": id}}});
+        env.namespaces_api()
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(&labels))
+            .await?;
+        namespaces.push(ns);
+    }
+    let (canary, standard) = (&namespaces[0], &namespaces[1]);
+    let denied = env.denied_image.clone();
+    // Two foreign images: two violations, two results in the PolicyReport.
+    let mut running = serde_json::to_value(env.pod("running", &denied, None)?)?;
+    running["spec"]["containers"]
+        .as_array_mut()
+        .context("the pod's containers")?
+        .push(json!({"name": "side", "image": "quay.io/example/side:1"}));
+    env.create_pod(standard, &serde_json::from_value(running)?)
+        .await?;
+
+    let gatekeeper_dir = replicas::repository().join("testdata/gatekeeper/allowedrepos");
+    let args: Vec<String> = [
+        "--gatekeeper-dir",
+        &gatekeeper_dir.display().to_string(),
+        "--audit-interval",
+        "2s",
+        "--audit-namespace-selector",
+        &format!("poolguard-gatekeeper-e2e={id}"),
+        "--lease-name",
+        configmap,
+        "--lease-namespace",
+        NAMESPACE,
+        "--lease-duration",
+        "4s",
+        "--rollout-configmap",
+        configmap,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let replica = Replica::start(certs, &config, &format!("gatekeeper-e2e-{id}"), &args)?;
+    register(
+        env,
+        hook,
+        id,
+        &replica,
+        std::fs::read(certs.join("ca.crt"))?,
+    )
+    .await?;
+    env.say(format!(
+        "replica on {} with --gatekeeper-dir {}, webhook {hook}",
+        replica.addr,
+        gatekeeper_dir.display()
+    ));
+
+    // The running pod holds the rollout at the second group.
+    let want = "canary=Succeeded standard=Progressing";
+    env.wait_until(&format!("rollout {want}"), LIMIT, || async {
+        let got = statuses(env, configmap).await?;
+        Ok(if got == want { Ok(()) } else { Err(got) })
+    })
+    .await?;
+
+    // The first group denies: probed with server-side dry runs until the API server calls the
+    // new webhook, then a real create.
+    let message = "images-from-allowed-repos: containers main: image nginx:1.27 starts with none of the allowed repos";
+    let probe = env.pod("foreign", &denied, None)?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    env.wait_until("the API server calls the test's webhook", LIMIT, || async {
+        Ok(match env.pods(canary).create(&dry_run, &probe).await {
+            Err(kube::Error::Api(s)) if s.message.contains(CONSTRAINT) => Ok(()),
+            other => Err(format!("{:?}", other.map(|_| "admitted"))),
+        })
+    })
+    .await?;
+    let refused = expect_refused(
+        "a foreign image in the first group",
+        env.create_pod(canary, &probe).await,
+        403,
+        &[message],
+    )?;
+    env.say(format!("first group (Succeeded): 403 {refused}"));
+    env.create_pod(canary, &env.pod("allowed", &env.allowed_image, None)?)
+        .await
+        .context("an allowed image in the first group")?;
+
+    // The second group warns.
+    let res = env
+        .create_pod_raw(standard, &env.pod("warned", &denied, None)?)
+        .await?;
+    ensure!(
+        res.status == 201,
+        "a foreign image in the second group: HTTP {}: {}",
+        res.status,
+        res.body
+    );
+    ensure!(
+        res.warnings.iter().any(|w| w.contains(message)),
+        "no Warning header with the constraint's message: {:?}",
+        res.warnings
+    );
+    env.say(format!(
+        "second group (Progressing): 201 with {:?}",
+        res.warnings
+    ));
+
+    // The audit reports the running pod under the constraint's name, one result per violation.
+    let allowed = r#"starts with none of the allowed repos ["registry.k8s.io/"]"#;
+    let want = [
+        format!("fail 1: containers main: image nginx:1.27 {allowed}"),
+        format!("fail 2: containers side: image quay.io/example/side:1 {allowed}"),
+    ];
+    let found = env
+        .wait_until(
+            "the PolicyReport's results of the constraint",
+            LIMIT,
+            || async {
+                let found = report_results(env, standard, "running", CONSTRAINT).await?;
+                Ok(if found == want {
+                    Ok(found)
+                } else {
+                    Err(format!("{found:?}"))
+                })
+            },
+        )
+        .await?;
+    env.say(format!(
+        "PolicyReport of {standard}, {CONSTRAINT}: {found:?}"
+    ));
+    drop(replica);
+    Ok(())
+}
