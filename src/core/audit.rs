@@ -44,7 +44,7 @@ pub(crate) const ROLLOUT_GROUP: &str = "rolloutGroup";
 pub(crate) const POLICY_VERSION: &str = "policyVersion";
 /// Property of a constraint's `fail` results, one per violation: which of them (1, 2, ...);
 /// counts of objects take the first only.
-pub const VIOLATION: &str = "violation";
+pub(crate) const VIOLATION: &str = "violation";
 /// Longest message of one result (several infringements are joined into one).
 const MAX_MESSAGE_CHARS: usize = 1000;
 

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use anyhow::{bail, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::labels::Labels;
 
 /// A Kubernetes label selector. Every requirement must hold; an empty selector selects
 /// everything (the config refuses one, see [`LabelSelector::validate`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LabelSelector {
     /// Each label must be present with exactly this value.
@@ -21,7 +21,7 @@ pub struct LabelSelector {
 }
 
 /// One `matchExpressions` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Requirement {
     pub key: String,
@@ -30,7 +30,7 @@ pub struct Requirement {
     pub values: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 pub enum Operator {
     /// The label is present and its value is one of `values`.
     In,

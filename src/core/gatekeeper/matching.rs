@@ -2,7 +2,7 @@
 //! scope, namespaces and excludedNamespaces with `*` globs, labelSelector, namespaceSelector,
 //! name).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::selector::LabelSelector;
@@ -10,7 +10,7 @@ use crate::labels::Labels;
 
 /// `spec.match` of a constraint. Every criterion given must hold; an empty match selects every
 /// object.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Match {
     #[serde(default)]
@@ -36,7 +36,7 @@ pub struct Match {
 
 /// One `kinds` entry: the object's API group and kind must each be listed (`*`: any; an empty
 /// list: any).
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KindSelector {
     #[serde(default)]

@@ -32,6 +32,7 @@ pub(crate) use constraint::Constraint;
 pub(crate) use template::{CompiledTemplate, ConstraintTemplate};
 
 use crate::config::Config;
+use crate::policy::engine::ConstraintSource;
 use crate::policy::{Policy, PolicySet};
 
 /// The templates and constraints of a set of files.
@@ -133,7 +134,13 @@ pub fn compile(documents: &Documents) -> Result<Compiled> {
             t.engine.clone(),
             t.rule.clone(),
             &t.source,
-            c.matching.clone(),
+            ConstraintSource {
+                matching: c.matching.clone(),
+                template: t.template.name.clone(),
+                kind: t.template.kind.clone(),
+                rego: t.template.rego.clone(),
+                libs: t.template.libs.clone(),
+            },
         ));
     }
     Ok(Compiled { policies, warnings })

@@ -36,9 +36,25 @@ pub struct Policy {
     /// Whether its results may be remembered: it reads no `review` and calls no builtin whose
     /// answer changes ([`memo::deterministic`]).
     pub(super) memoizable: bool,
-    /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`); none for a
-    /// SIT policy, which applies to every object the webhook checks.
-    pub(super) applies_to: Option<Arc<crate::gatekeeper::matching::Match>>,
+    /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`) and its
+    /// template's text; none for a SIT policy, which applies to every object the webhook checks.
+    pub(super) applies_to: Option<Arc<ConstraintSource>>,
+}
+
+/// What a Gatekeeper constraint is made of beside its settings: its `spec.match` and its
+/// template's Rego (as written, before poolguard rewrites multi-body rules) and libs. Enough to
+/// compile it again anywhere, which a stored rollout version does.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConstraintSource {
+    pub matching: crate::gatekeeper::matching::Match,
+    /// The template's `metadata.name`.
+    pub template: String,
+    /// The template's kind (its constraints' kind).
+    pub kind: String,
+    pub rego: String,
+    #[serde(default)]
+    pub libs: Vec<String>,
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
@@ -271,14 +287,14 @@ impl Policy {
     /// A Gatekeeper constraint as a policy ([`crate::gatekeeper`]): `engine` holds its
     /// template's Rego, prepared, and `rule` is the template's `violation` rule; `rego` is what
     /// versions it (the template's source). It reads `input.review`, and applies only to the
-    /// objects `applies_to` matches.
+    /// objects its `source.matching` matches.
     pub(crate) fn constraint(
         name: String,
         path: PathBuf,
         engine: Engine,
         rule: String,
         rego: &str,
-        applies_to: crate::gatekeeper::matching::Match,
+        source: ConstraintSource,
     ) -> Policy {
         Policy {
             name,
@@ -290,7 +306,7 @@ impl Policy {
             rego: Arc::from(rego),
             id: memo::next_policy_id(),
             memoizable: false,
-            applies_to: Some(Arc::new(applies_to)),
+            applies_to: Some(Arc::new(source)),
         }
     }
 
@@ -305,7 +321,7 @@ impl Policy {
     pub fn applies(&self, review: Option<&serde_json::Value>) -> bool {
         match (&self.applies_to, review) {
             (None, _) => true,
-            (Some(m), Some(review)) => m.matches(review),
+            (Some(c), Some(review)) => c.matching.matches(review),
             (Some(_), None) => false,
         }
     }
@@ -313,6 +329,11 @@ impl Policy {
     /// The Rego source the policy was compiled from.
     pub fn rego(&self) -> &str {
         &self.rego
+    }
+
+    /// For a Gatekeeper constraint, its match and template.
+    pub fn constraint_source(&self) -> Option<&ConstraintSource> {
+        self.applies_to.as_deref()
     }
 
     /// The policy's version under `config`, for rollouts (see

@@ -16,8 +16,9 @@ use serde_json::{Map, Value};
 use super::machine::{enforcement_for, GroupStatus, RolloutState, Which};
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement, PolicySettings, PoolSettings};
+use crate::gatekeeper::template::{self, ConstraintTemplate};
 use crate::labels::Labels;
-use crate::policy::engine::Policy;
+use crate::policy::engine::{ConstraintSource, Policy};
 use crate::policy::template::Template;
 
 /// One version of a policy as stored beside the rollout state: enough to run it anywhere.
@@ -32,6 +33,10 @@ pub struct StoredVersion {
     /// Per-pool settings of the policy.
     #[serde(default)]
     pub pools: BTreeMap<String, StoredSettings>,
+    /// For a Gatekeeper constraint, its match and template (`rego` is then the text that
+    /// versions it, not what is compiled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<ConstraintSource>,
 }
 
 /// The parts of a policy's settings that a version carries.
@@ -65,6 +70,7 @@ impl StoredVersion {
                         .map(|s| (pool.clone(), settings(Some(s))))
                 })
                 .collect(),
+            constraint: policy.constraint_source().cloned(),
         }
     }
 
@@ -78,8 +84,11 @@ impl StoredVersion {
             rego: self.rego.clone(),
             path: PathBuf::from(format!("rollout:{name}@{}", self.version)),
         };
-        let policy = Policy::compile(&template)
-            .with_context(|| format!("the stored version {} of policy {name}", self.version))?;
+        let policy = match &self.constraint {
+            None => Policy::compile(&template),
+            Some(source) => compile_constraint(name, template.path, &self.rego, source),
+        }
+        .with_context(|| format!("the stored version {} of policy {name}", self.version))?;
         let to_settings = |s: &StoredSettings| PolicySettings {
             enforcement: s.enforcement,
             parameters: s.parameters.clone().map(Parameters::from),
@@ -103,6 +112,30 @@ impl StoredVersion {
             config,
         })
     }
+}
+
+/// A constraint's stored version compiled as its template is at load ([`template::compile`]).
+fn compile_constraint(
+    name: &str,
+    path: PathBuf,
+    versioned: &str,
+    source: &ConstraintSource,
+) -> Result<Policy> {
+    let compiled = template::compile(ConstraintTemplate {
+        name: source.template.clone(),
+        kind: source.kind.clone(),
+        rego: source.rego.clone(),
+        libs: source.libs.clone(),
+        path: path.clone(),
+    })?;
+    Ok(Policy::constraint(
+        name.to_string(),
+        path,
+        compiled.engine,
+        compiled.rule,
+        versioned,
+        source.clone(),
+    ))
 }
 
 /// A stored version, compiled.
@@ -446,5 +479,79 @@ mod tests {
             },
         );
         assert_eq!(answers(&view, &v2, &version, &warn_config)[0].1, w);
+    }
+
+    /// A Gatekeeper constraint's stored version compiles as the constraint it was (its
+    /// template's package and libs, its match), through the stored JSON, and decides as it does.
+    #[test]
+    fn a_constraint_version_compiles_as_the_constraint() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/gatekeeper/allowedrepos");
+        let files: Vec<(PathBuf, String)> = ["template.yaml", "constraint.yaml"]
+            .iter()
+            .map(|f| (dir.join(f), std::fs::read_to_string(dir.join(f)).unwrap()))
+            .collect();
+        let documents = crate::gatekeeper::read(&files).unwrap();
+        let loaded = crate::gatekeeper::compile(&documents)
+            .unwrap()
+            .policies
+            .remove(0);
+        let mut config = Config::default();
+        crate::gatekeeper::configure(&mut config, &documents.constraints).unwrap();
+
+        let stored = StoredVersion::of(&loaded, &config);
+        let text = serde_json::to_string(&stored).unwrap();
+        let back: StoredVersion = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, stored);
+        let compiled = back.compile(&loaded.name).unwrap();
+        assert!(compiled.policy.is_constraint());
+        assert_eq!(compiled.policy.version(&config), loaded.version(&config));
+
+        let review = |kind: &str, image: &str| {
+            serde_json::json!({
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "operation": "CREATE",
+                "namespace": "a",
+                "object": {"kind": kind, "metadata": {"name": "p", "namespace": "a"},
+                    "spec": {"containers": [{"name": "c", "image": image}]}}
+            })
+        };
+        let parameters = config.policies[&loaded.name].parameters.clone().unwrap();
+        for (kind, image) in [
+            ("Pod", "evil.example/x"),
+            ("Pod", "registry.k8s.io/pause"),
+            ("Deployment", "evil.example/x"),
+        ] {
+            let r = review(kind, image);
+            assert_eq!(
+                compiled.policy.applies(Some(&r)),
+                loaded.applies(Some(&r)),
+                "{kind} {image}"
+            );
+            let run = |p: &Policy| {
+                let mut input = Value::Object(Map::new());
+                input["review"] = r.clone();
+                input["parameters"] = Value::Object(parameters.map().clone());
+                p.infringements(
+                    regorus::Value::from(input),
+                    std::time::Duration::from_secs(5),
+                )
+            };
+            assert_eq!(run(&compiled.policy), run(&loaded), "{kind} {image}");
+        }
+        let denied = review("Pod", "evil.example/x");
+        let messages = {
+            let mut input = Value::Object(Map::new());
+            input["review"] = denied;
+            input["parameters"] = Value::Object(parameters.map().clone());
+            compiled
+                .policy
+                .infringements(
+                    regorus::Value::from(input),
+                    std::time::Duration::from_secs(5),
+                )
+                .unwrap()
+        };
+        assert_eq!(messages.len(), 1, "{messages:?}");
     }
 }
