@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# Pod CREATE latency through a real kube-apiserver against its floor and against OPA, one run,
-# interleaved (bench/README.md, "through kube-apiserver against a null webhook and OPA"):
+# Pod CREATE latency through a real kube-apiserver against its floor, against OPA and against
+# poolguard's native admission objects, one run, interleaved (bench/README.md, "through
+# kube-apiserver against a null webhook and OPA"):
 #
 #   bench/e2e-floor.sh                        # 300 rounds alone, then 10/50/200 creators
 #   ROUNDS=100 LEVELS="10 50" bench/e2e-floor.sh
 #
-# Arms, each with its own namespace and its own webhook configurations, selected by the namespace
-# label poolguard-floor=<arm>:
+# Arms, each with its own namespace and its own admission configuration, selected by the
+# namespace label poolguard-floor=<arm>:
 #   none       no webhook (the baseline every other arm is paired with, round by round)
 #   null       bench/e2e-latency's null_webhook: same TLS/HTTP stack as poolguard, allowed: true
 #   opa        OPA (bench/run.sh's build) serving the AdmissionReview itself (bench/opa/admission.rego)
 #   poolguard  poolguard serve with the e2e config
-# Every arm's configurations are the chart's own (rendered by integration/e2e/webhooks.sh), only
-# renamed and pointed at the arm's server, so rules, timeouts and failure policies are the same.
-# The client (create_floor) creates one pod per arm per round, arm order rotating; it checks every
-# pod (opa and poolguard must set the pool) and kube-apiserver's call count per webhook.
+#   native     no webhook: the MutatingAdmissionPolicy/ValidatingAdmissionPolicy objects that
+#              `poolguard native --namespace-match-label poolguard-floor=native` prints for the
+#              same config and policies (docs/native.md), server-side applied; the API server
+#              decides in process
+# The webhook arms' configurations are the chart's own (rendered by integration/e2e/webhooks.sh),
+# only renamed and pointed at the arm's server, so rules, timeouts and failure policies are the
+# same. The client (create_floor) creates one pod per arm per round, arm order rotating; it checks
+# every pod (opa, poolguard and native must set the pool), kube-apiserver's call count per
+# webhook, and that native's policies refuse a foreign image before and after the rounds.
 # Writes bench/results/e2e-floor.{json,md} (bench/e2e/floor_report.py).
 #
 # Environment: ROUNDS (300) WARMUP (30) LEVELS ("10 50 200") ROUNDS_PER_CREATOR (3)
@@ -151,15 +157,24 @@ PY
 for arm in poolguard null opa; do
     "${cp_bin}/kubectl" apply -f "${work}/webhooks-${arm}.yaml" >/dev/null
 done
+# The native arm: what `poolguard native` prints for the same config and policies, every binding
+# limited to the arm's namespace label, written as the leader would (server-side apply).
+"${work}/poolguard" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
+    --namespace-match-label poolguard-floor=native >"${work}/native.yaml"
+native_objects="$(grep -c '^kind:' "${work}/native.yaml")" || die "poolguard native printed no objects"
+"${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f "${work}/native.yaml" >/dev/null
+log "native: ${native_objects} objects applied; left to the webhook: $(grep -c '^# on the webhook:' "${work}/native.yaml" || true) (${work}/native.yaml)"
 log "servers ready, webhooks registered; ${k8s_version}, ${pg_version}, ${opa_log_version}"
 
 # --- measure, report ------------------------------------------------------------------------
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
-"${work}/create_floor" --rounds "${rounds}" --warmup "${warmup}" \
+"${work}/create_floor" --arms none,null,opa,poolguard,native --mutating-arms opa,poolguard,native \
+    --native-arms native --foreign-image docker.io/library/nginx:1.27 \
+    --rounds "${rounds}" --warmup "${warmup}" \
     --concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}" \
     --json "${work}/client.json"
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 python3 bench/e2e/floor_report.py "${work}/client.json" "${results}/e2e-floor.json" "${results}/e2e-floor.md" \
     --meta kubernetes="${k8s_version}" poolguard="${pg_version}" opa="${opa_log_version}" \
-    nproc="$(nproc)" loadavg_start="${load_start}" loadavg_end="${load_end}" \
+    native_objects="${native_objects}" nproc="$(nproc)" loadavg_start="${load_start}" loadavg_end="${load_end}" \
     date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"

@@ -3,8 +3,9 @@
 # Builds what it needs, runs both servers in turn, writes bench/results/latest.{md,json} and
 # bench/results/latency.png, and prints the Markdown table; then, unless E2E=0, measures pod CREATE
 # latency through kube-apiserver with and without poolguard (bench/e2e-latency.sh, results in
-# bench/results/e2e-latency.{md,json}) and against a null webhook and OPA at 1/10/50/200 creators
-# (bench/e2e-floor.sh, bench/results/e2e-floor.{md,json}). See bench/README.md.
+# bench/results/e2e-latency.{md,json}) and against a null webhook, OPA and poolguard's native
+# admission objects at 1/10/50/200 creators (bench/e2e-floor.sh, bench/results/e2e-floor.{md,json}).
+# See bench/README.md.
 #
 # /validate throughput is measured first, with both servers up: TPUT_RUNS (5) alternating rounds
 # of poolguard and OPA, each round on two workloads — pods shaped like ReplicaSets' (one spec, a
@@ -186,6 +187,6 @@ fi
 if [ "${E2E:-1}" != 0 ]; then
   log "pod CREATE latency through kube-apiserver (bench/e2e-latency.sh)"
   POOLGUARD_BIN=$POOLGUARD bash "$B/e2e-latency.sh"
-  log "pod CREATE through kube-apiserver: no webhook, null webhook, OPA, poolguard, interleaved (bench/e2e-floor.sh)"
+  log "pod CREATE through kube-apiserver: no webhook, null webhook, OPA, poolguard, poolguard native, interleaved (bench/e2e-floor.sh)"
   POOLGUARD_BIN=$POOLGUARD OPA_VERSION=$OPA_VERSION OPA_DIR=$OPA_DIR bash "$B/e2e-floor.sh"
 fi

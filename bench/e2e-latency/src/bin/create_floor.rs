@@ -1,18 +1,22 @@
 //! Pod CREATE latency through kube-apiserver for several "arms", interleaved so that every
-//! comparison is paired (`bench/e2e-latency.sh` with FLOOR=1 runs it; bench/README.md).
+//! comparison is paired (`bench/e2e-floor.sh` runs it; bench/README.md).
 //!
 //! Each arm has its own namespace `<prefix>-<arm>`, labelled `<label>=<pool>` and
 //! `<arm-label>=<arm>`; each arm's webhook configurations select namespaces by that label, so an
-//! arm's pods reach only its own server. The arm `none` is selected by no configuration. A round
+//! arm's pods reach only its own server. The arm `none` is selected by no configuration. A
+//! native arm (`--native-arms`) has no webhook: admission policies in the API server
+//! (MutatingAdmissionPolicy, ValidatingAdmissionPolicy), bound by the same label, decide its pods. A round
 //! creates one pod in every arm's namespace, back to back, the arm order rotating from round to
 //! round (and worker to worker); a round is the unit of pairing (arm minus the same round's
 //! `none`, computed by bench/e2e/floor_report.py).
 //!
 //! At concurrency C, C workers run their rounds at once (each with at most one request in
-//! flight), so every arm meets the same load. Every created pod is checked (arms `poolguard` and
-//! `opa` must have set the pool's nodeSelector and the `poolguard.io/pool` annotation, the others
-//! must not have), and kube-apiserver's per-webhook call counts must equal the pods created in
-//! each arm's namespace.
+//! flight), so every arm meets the same load. Every created pod is checked (arms `poolguard`,
+//! `opa` and `native` must have set the pool's nodeSelector and the `poolguard.io/pool`
+//! annotation, the others must not have), and kube-apiserver's per-webhook call counts must equal
+//! the pods created in each arm's namespace. Before and after the measured rounds, a native arm's
+//! policies must be in force: a dry-run pod gets the pool, one with `--foreign-image` is refused
+//! by a ValidatingAdmissionPolicy, and neither reaches any webhook.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -28,8 +32,12 @@ use serde_json::json;
 const USAGE: &str = "\
 usage: create_floor [options]   (needs KUBECONFIG)
 
-  --arms A,B,...         arms, the first is the baseline (default none,null,opa,poolguard)
-  --mutating-arms A,...  arms whose webhooks set the pool (default opa,poolguard)
+  --arms A,B,...         arms, the first is the baseline (default none,null,opa,poolguard,native)
+  --mutating-arms A,...  arms that set the pool (default opa,poolguard,native)
+  --native-arms A,...    arms decided by admission policies in the API server, no webhook
+                         (default native)
+  --foreign-image IMAGE  an image a native arm's policies refuse
+                         (default docker.io/library/nginx:1.27)
   --rounds N             measured rounds at concurrency 1 (default 500)
   --warmup N             unmeasured rounds first (default 50)
   --concurrency C,...    further levels: C concurrent creators (default: none)
@@ -52,6 +60,8 @@ const LEVEL_WARMUP: usize = 2;
 struct Args {
     arms: Vec<String>,
     mutating_arms: Vec<String>,
+    native_arms: Vec<String>,
+    foreign_image: String,
     rounds: usize,
     warmup: usize,
     concurrency: Vec<usize>,
@@ -75,8 +85,10 @@ fn list(v: &str) -> Vec<String> {
 impl Args {
     fn parse() -> Result<Option<Args>> {
         let mut a = Args {
-            arms: list("none,null,opa,poolguard"),
-            mutating_arms: list("opa,poolguard"),
+            arms: list("none,null,opa,poolguard,native"),
+            mutating_arms: list("opa,poolguard,native"),
+            native_arms: list("native"),
+            foreign_image: "docker.io/library/nginx:1.27".into(),
             rounds: 500,
             warmup: 50,
             concurrency: Vec::new(),
@@ -88,6 +100,7 @@ impl Args {
             image: "registry.k8s.io/pause:3.10".into(),
             json: None,
         };
+        let mut native_given = false;
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
             if flag == "-h" || flag == "--help" {
@@ -104,6 +117,11 @@ impl Args {
             match flag.as_str() {
                 "--arms" => a.arms = list(&value),
                 "--mutating-arms" => a.mutating_arms = list(&value),
+                "--native-arms" => {
+                    a.native_arms = list(&value);
+                    native_given = true;
+                }
+                "--foreign-image" => a.foreign_image = value,
                 "--rounds" => a.rounds = number(&value)?,
                 "--warmup" => a.warmup = number(&value)?,
                 "--concurrency" => {
@@ -127,6 +145,19 @@ impl Args {
             "--arms needs a baseline and at least one arm"
         );
         ensure!(a.rounds > 0, "--rounds must be at least 1");
+        if native_given {
+            let stray: Vec<&String> = (a.native_arms.iter())
+                .filter(|n| !a.arms[1..].contains(n))
+                .collect();
+            ensure!(
+                stray.is_empty(),
+                "--native-arms {stray:?}: not among the measured arms after the baseline {:?}",
+                &a.arms[1..]
+            );
+        } else {
+            // The default names an arm that --arms may leave out.
+            a.native_arms.retain(|n| a.arms[1..].contains(n));
+        }
         ensure!(
             a.concurrency.iter().all(|&c| c > 0) && a.rounds_per_worker > 0,
             "concurrency levels and --rounds-per-worker must be at least 1"
@@ -182,10 +213,14 @@ impl Bench {
     }
 
     fn pod(&self, name: &str) -> Result<Pod> {
+        self.pod_with_image(name, &self.args.image)
+    }
+
+    fn pod_with_image(&self, name: &str, image: &str) -> Result<Pod> {
         Ok(serde_json::from_value(json!({
             "metadata": {"name": name, "labels": {POD_LABEL: "1"}},
             "spec": {
-                "containers": [{"name": "main", "image": self.args.image}],
+                "containers": [{"name": "main", "image": image}],
                 "terminationGracePeriodSeconds": 0,
             }
         }))?)
@@ -288,23 +323,40 @@ impl Bench {
         Ok(out)
     }
 
+    /// Whether a native arm's policies are in force: a server-side dry run of a pod with
+    /// `--foreign-image` in its namespace must be refused by a ValidatingAdmissionPolicy.
+    /// `Ok(Err(why))` when it is admitted or refused by something else; `Err` when the request
+    /// itself fails.
+    async fn refuses_foreign_image(&self, arm: &str) -> Result<Result<(), String>> {
+        let pod = self.pod_with_image("probe-foreign", &self.args.foreign_image)?;
+        match self.pods(arm).create(&dry_run(), &pod).await {
+            Ok(_) => Ok(Err(format!(
+                "a pod with image {} was admitted",
+                self.args.foreign_image
+            ))),
+            Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => {
+                Ok(Ok(()))
+            }
+            Err(kube::Error::Api(s)) => Ok(Err(format!(
+                "a pod with image {} was refused, but not by a ValidatingAdmissionPolicy: {}",
+                self.args.foreign_image, s.message
+            ))),
+            Err(e) => Err(e).context(format!("dry-run pod in {}", self.ns(arm))),
+        }
+    }
+
     /// Waits until a server-side dry run in each arm's namespace reaches that arm's webhooks
-    /// (their call counts grow) and only theirs.
+    /// (their call counts grow) and only theirs; for a native arm (no webhooks), until its
+    /// policies set the pool and refuse a foreign image. At most 30 s in all.
     async fn await_webhooks(&self, webhooks: &BTreeMap<String, Vec<String>>) -> Result<()> {
         let start = Instant::now();
-        let dry = PostParams {
-            dry_run: true,
-            field_manager: None,
-        };
+        let dry = dry_run();
         for arm in &self.args.arms {
             let mine = webhooks.get(arm).cloned().unwrap_or_default();
+            let native = self.args.native_arms.contains(arm);
             loop {
                 let before = self.webhook_calls().await?;
-                let pod = self
-                    .pods(arm)
-                    .create(&dry, &self.pod("probe")?)
-                    .await
-                    .with_context(|| format!("dry-run pod in {}", self.ns(arm)))?;
+                let created = self.pods(arm).create(&dry, &self.pod("probe")?).await;
                 let after = self.webhook_calls().await?;
                 let grew = |n: &String| {
                     after.get(n).copied().unwrap_or(0.0) > before.get(n).copied().unwrap_or(0.0)
@@ -318,13 +370,35 @@ impl Bench {
                     "a pod in {} reached webhooks of other arms: {others:?}",
                     self.ns(arm)
                 );
-                if mine.iter().all(grew) {
-                    self.check(&pod, arm)?;
-                    break;
-                }
+                let not_yet = if !native {
+                    let pod =
+                        created.with_context(|| format!("dry-run pod in {}", self.ns(arm)))?;
+                    if mine.iter().all(grew) {
+                        self.check(&pod, arm)?;
+                        break;
+                    }
+                    format!("the webhooks of arm {arm} ({mine:?}) are not called")
+                } else {
+                    // The API server loads policies and bindings from its informers: not all in
+                    // force at once after they are written (the validating ones may refuse the
+                    // pod before the mutating one sets the pool).
+                    match created.map(|pod| self.check(&pod, arm)) {
+                        Err(kube::Error::Api(s)) => {
+                            format!("the policies of native arm {arm}: refused {}", s.message)
+                        }
+                        Err(e) => {
+                            return Err(e).context(format!("dry-run pod in {}", self.ns(arm)))
+                        }
+                        Ok(Err(e)) => format!("the policies of native arm {arm}: {e:#}"),
+                        Ok(Ok(())) => match self.refuses_foreign_image(arm).await? {
+                            Ok(()) => break,
+                            Err(why) => format!("the policies of native arm {arm}: {why}"),
+                        },
+                    }
+                };
                 ensure!(
                     start.elapsed() < Duration::from_secs(30),
-                    "the webhooks of arm {arm} ({mine:?}) are not called after 30 s"
+                    "{not_yet} after 30 s"
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -369,9 +443,18 @@ fn micros(d: Duration) -> f64 {
     (d.as_nanos() as f64 / 100.0).round() / 10.0
 }
 
-fn webhook_names(arms: &[String]) -> BTreeMap<String, Vec<String>> {
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        field_manager: None,
+    }
+}
+
+/// The webhooks of each arm after the baseline, native arms having none.
+fn webhook_names(arms: &[String], native_arms: &[String]) -> BTreeMap<String, Vec<String>> {
     arms.iter()
         .skip(1)
+        .filter(|a| !native_arms.contains(a))
         .map(|a| {
             let names = if a == "poolguard" {
                 vec!["mutate.poolguard.io".into(), "validate.poolguard.io".into()]
@@ -399,10 +482,12 @@ async fn run() -> Result<()> {
     for arm in &args.arms {
         bench.namespace(arm).await?;
     }
-    let webhooks = webhook_names(&args.arms);
+    let webhooks = webhook_names(&args.arms, &args.native_arms);
     bench.await_webhooks(&webhooks).await?;
     log(format!(
-        "every arm reaches its own webhooks only: {webhooks:?}"
+        "every arm reaches its own webhooks only: {webhooks:?}; native arms {:?} (no webhook) \
+         set the pool and refuse {}",
+        args.native_arms, args.foreign_image
     ));
 
     let calls_before = bench.webhook_calls().await?;
@@ -454,9 +539,16 @@ async fn run() -> Result<()> {
     log(format!(
         "webhook calls as kube-apiserver counted them: {calls:?}"
     ));
+    // The native arms' policies were in force throughout: still now.
+    for arm in &args.native_arms {
+        if let Err(why) = bench.refuses_foreign_image(arm).await? {
+            bail!("after the measured rounds, the policies of native arm {arm}: {why}");
+        }
+    }
     let report = json!({
         "arms": args.arms,
         "baseline": args.arms[0],
+        "native_arms": args.native_arms,
         "namespaces": args.arms.iter().map(|a| bench.ns(a)).collect::<Vec<_>>(),
         "arm_label": args.arm_label,
         "image": args.image,
