@@ -153,6 +153,7 @@ fn compile(
         };
         // A dependency that does not apply in the group (no parameters) is unmet: the policy
         // is Pending there, never enforced.
+        let mut fields = check.fields.clone();
         let condition = match dependency {
             None => None,
             Some((dep, compliance)) => {
@@ -167,7 +168,12 @@ fn compile(
                     );
                     return;
                 };
-                let infringed = format!("variables.images.exists(i, {})", dep_check.infringes);
+                for field in dep_check.fields {
+                    if !fields.iter().any(|(name, _)| *name == field.0) {
+                        fields.push(field);
+                    }
+                }
+                let infringed = format!("variables.refs.exists(i, {})", dep_check.infringes);
                 Some(match compliance {
                     Compliance::Compliant => format!("!{infringed}"),
                     Compliance::NonCompliant => infringed,
@@ -175,7 +181,7 @@ fn compile(
             }
         };
         let deny = effective.enforcement == Enforcement::Deny;
-        let mut policy = policy_object(&object_name, &check, condition, deny, config);
+        let mut policy = policy_object(&object_name, &check, &fields, condition, deny, config);
         if let Some(pool) = pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
@@ -206,9 +212,12 @@ fn is_name_part(pool: &str) -> bool {
         && pool.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-/// A policy's check of one image `i` (`{'type', 'name', 'image'}`), in CEL.
+/// A policy's check of one image `i` of the `refs` variable: `{'type', 'name', 'image'}` and
+/// the [`Check::fields`] it reads, each worked out once per image.
 struct Check {
     policy: String,
+    /// What the check reads of a reference beyond its text: (field, CEL of `i.image`).
+    fields: Vec<(&'static str, String)>,
     /// Whether the image infringes.
     infringes: String,
     /// The infringement's message (after `<type> "<name>": `).
@@ -218,16 +227,17 @@ struct Check {
 impl Check {
     fn of(name: &str, params: &Map<String, Value>) -> Option<Check> {
         let r = "i.image";
-        let repository = image_cel::repository(r);
+        let repository = ("repository", image_cel::repository(r));
         match name {
             "allowedrepositories" => {
                 let allowed = prefixes(params.get("repositories"))?;
                 let text = serde_json::to_string(params.get("repositories")?).ok()?;
                 Some(Check {
                     policy: name.into(),
-                    infringes: format!("!{}", matches_any(&allowed, &repository)),
+                    fields: vec![repository],
+                    infringes: format!("!{}", matches_any(&allowed, "i.repository")),
                     message: format!(
-                        "'image \"' + i.image + '\" (repository \"' + {repository} + '\") is not from an allowed repository ' + {}",
+                        "'image \"' + i.image + '\" (repository \"' + i.repository + '\") is not from an allowed repository ' + {}",
                         literal(&text)
                     ),
                 })
@@ -237,13 +247,24 @@ impl Check {
                     None => Vec::new(),
                     some => prefixes(some)?,
                 };
-                let tag = image_cel::tag(r);
+                let mut fields = vec![
+                    ("tag", image_cel::tag(r)),
+                    // A CEL map's values share one type: '@' when there is a digest, else ''.
+                    (
+                        "digest",
+                        format!("({} ? '@' : '')", image_cel::has_digest(r)),
+                    ),
+                ];
+                if !exempt.is_empty() {
+                    fields.push(repository);
+                }
+                let tag = "i.tag";
                 Some(Check {
                     policy: name.into(),
+                    fields,
                     infringes: format!(
-                        "(!{} && ({tag} == '' || {tag} == 'latest') && !{})",
-                        image_cel::has_digest(r),
-                        matches_any(&exempt, &repository)
+                        "(i.digest == '' && ({tag} == '' || {tag} == 'latest') && !{})",
+                        matches_any(&exempt, "i.repository")
                     ),
                     message: format!(
                         "'image \"' + i.image + '\" ' + ({tag} == '' ? 'has no tag, so the runtime pulls :latest' : 'uses the :latest tag') + '; pin a version tag or a digest'"
@@ -289,17 +310,27 @@ fn readable(config: &Config) -> String {
     )
 }
 
-/// `condition`: CEL that must hold for the policy to run on the object (its dependency met).
+/// `condition`: CEL that must hold for the policy to run on the object (its dependency met);
+/// `fields`: what the check and the condition read of each reference (`refs`).
 fn policy_object(
     object_name: &str,
     check: &Check,
+    fields: &[(&'static str, String)],
     condition: Option<String>,
     deny: bool,
     config: &Config,
 ) -> Value {
     let infringing = format!(
-        "variables.images.filter(i, variables.dependencyMet && {})",
+        "variables.refs.filter(i, variables.dependencyMet && {})",
         check.infringes
+    );
+    // Each image's normalised parts, worked out once (the checks read them per prefix).
+    let refs = format!(
+        "variables.images.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
+        fields
+            .iter()
+            .map(|(name, cel)| format!(", '{name}': {cel}"))
+            .collect::<String>()
     );
     // A denial only for an infringement the old object did not have (same image, same
     // container); warnings and dry-run findings for every one, as the webhook reports them.
@@ -321,6 +352,7 @@ fn policy_object(
                 {"name": "images", "expression": workloads::images("variables.spec")},
                 {"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))},
                 {"name": "readable", "expression": readable(config)},
+                {"name": "refs", "expression": refs},
                 {"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())},
                 {"name": "infringing", "expression": infringing},
                 {"name": "found", "expression": found},

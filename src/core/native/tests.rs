@@ -106,8 +106,21 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
         .unwrap()["expression"]
         .as_str()
         .unwrap();
-    assert!(met.starts_with("!variables.images.exists(i, "), "{met}");
+    assert!(met.starts_with("!variables.refs.exists(i, "), "{met}");
     assert!(met.contains("'registry.example.com'"), "{met}");
+    // The dependency reads the repository, which latesttag alone (no exemptions) does not:
+    // each image's reference carries it once.
+    let refs = latesttag["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "refs")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap();
+    for field in ["'tag': ", "'digest': ", "'repository': "] {
+        assert_eq!(refs.matches(field).count(), 1, "{field} in {refs}");
+    }
 
     let native = generate(
         &rules(
