@@ -584,6 +584,26 @@ fn pod_json(name: &str, image: &str, selector: Option<&[(&str, &str)]>) -> Value
 }
 
 /// The pod's `spec.nodeSelector` (empty when unset).
+/// A stored rollout state's groups as "canary=Succeeded standard=Progressing critical=ToApply".
+pub fn rollout_statuses(state: &Value) -> String {
+    state["groups"]
+        .as_array()
+        .map(|groups| {
+            groups
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{}={}",
+                        g["name"].as_str().unwrap_or("?"),
+                        g["status"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
 pub fn node_selector(pod: &Pod) -> BTreeMap<String, String> {
     pod.spec
         .as_ref()

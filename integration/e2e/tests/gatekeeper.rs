@@ -21,7 +21,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use poolguard_e2e::replicas::{self, Replica};
-use poolguard_e2e::{expect_refused, random_suffix, run, Env};
+use poolguard_e2e::{expect_refused, random_suffix, rollout_statuses, run, Env};
 use serde_json::{json, Value};
 
 const CONSTRAINT: &str = "images-from-allowed-repos";
@@ -57,19 +57,7 @@ async fn statuses(env: &Env, configmap: &str) -> Result<String> {
         .and_then(|d| d.get(&format!("state.{CONSTRAINT}")).cloned())
         .map(|text| serde_json::from_str(&text))
         .transpose()?;
-    Ok(state
-        .and_then(|s| s["groups"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .map(|g| {
-            format!(
-                "{}={}",
-                g["name"].as_str().unwrap_or("?"),
-                g["status"].as_str().unwrap_or("?")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" "))
+    Ok(state.as_ref().map(rollout_statuses).unwrap_or_default())
 }
 
 /// The audit's results of `policy` for the pod `name` in the PolicyReport of `ns`, each as

@@ -17,7 +17,7 @@ use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use poolguard_e2e::replicas::{self, Replica};
-use poolguard_e2e::{random_suffix, run, Env};
+use poolguard_e2e::{random_suffix, rollout_statuses, run, Env};
 use poolguard_testclient::{client_config, post, send1, TlsClient};
 use serde_json::{json, Value};
 
@@ -109,31 +109,11 @@ async fn state(env: &Env, configmap: &str) -> Result<Option<Value>> {
     Ok(Some(serde_json::from_str(&text)?))
 }
 
-/// "canary=Succeeded standard=Progressing critical=ToApply"
-fn statuses(state: &Value) -> String {
-    state["groups"]
-        .as_array()
-        .map(|groups| {
-            groups
-                .iter()
-                .map(|g| {
-                    format!(
-                        "{}={}",
-                        g["name"].as_str().unwrap_or("?"),
-                        g["status"].as_str().unwrap_or("?")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_default()
-}
-
 async fn await_statuses(env: &Env, configmap: &str, want: &str, limit: Duration) -> Result<Value> {
     env.wait_until(&format!("rollout {want}"), limit, || async {
         Ok(match state(env, configmap).await? {
-            Some(s) if statuses(&s) == want => Ok(s),
-            Some(s) => Err(statuses(&s)),
+            Some(s) if rollout_statuses(&s) == want => Ok(s),
+            Some(s) => Err(rollout_statuses(&s)),
             None => Err("no state yet".to_string()),
         })
     })
