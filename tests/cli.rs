@@ -614,18 +614,9 @@ fn dev_never_reads_a_cluster_unless_given_a_kubeconfig() {
     );
 
     // Asked explicitly, it does use that cluster (and fails to start when it cannot read it).
-    let out = Command::new(env!("CARGO_BIN_EXE_poolguard"))
-        .args([
-            "serve",
-            "--dev",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+    let out = serve_dev(dir.path())
         .arg("--kubeconfig")
         .arg(dir.path().join("missing"))
-        .current_dir(dir.path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
