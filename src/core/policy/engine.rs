@@ -2,7 +2,6 @@
 //! and what every policy engine shares (Rego v0, the builtins, a guard on parser depth,
 //! evaluation within a time limit).
 
-use crate::policy::string_literal::skip_quoted;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use regorus::utils::limits::ExecutionTimerConfig;
 use regorus::{Engine, Value};
 
+use super::string_literal::skip_quoted;
 use super::template::Template;
 use super::{builtins, memo};
 use crate::config::Config;
@@ -38,7 +38,7 @@ pub struct Policy {
     pub(super) memoizable: bool,
     /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`) and its
     /// template's text; none for a SIT policy, which applies to every object the webhook checks.
-    pub(super) applies_to: Option<Arc<ConstraintSource>>,
+    pub(super) constraint: Option<Arc<ConstraintSource>>,
 }
 
 /// What a Gatekeeper constraint is made of beside its settings: its `spec.match` and its
@@ -280,7 +280,7 @@ impl Policy {
             memoizable: compiled.memoizable,
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
-            applies_to: None,
+            constraint: None,
         })
     }
 
@@ -306,20 +306,20 @@ impl Policy {
             rego: Arc::from(rego),
             id: memo::next_policy_id(),
             memoizable: false,
-            applies_to: Some(Arc::new(source)),
+            constraint: Some(Arc::new(source)),
         }
     }
 
     /// Whether the policy is a Gatekeeper constraint.
     pub fn is_constraint(&self) -> bool {
-        self.applies_to.is_some()
+        self.constraint.is_some()
     }
 
     /// Whether the policy applies to the object of `review` (an AdmissionRequest, with
     /// `namespaceObject` when known): always for a SIT policy; for a constraint, when its
     /// `spec.match` selects the object (no review: never).
     pub fn applies(&self, review: Option<&serde_json::Value>) -> bool {
-        match (&self.applies_to, review) {
+        match (&self.constraint, review) {
             (None, _) => true,
             (Some(c), Some(review)) => c.matching.matches(review),
             (Some(_), None) => false,
@@ -333,7 +333,7 @@ impl Policy {
 
     /// For a Gatekeeper constraint, its match and template.
     pub fn constraint_source(&self) -> Option<&ConstraintSource> {
-        self.applies_to.as_deref()
+        self.constraint.as_deref()
     }
 
     /// The policy's version under `config`, for rollouts (see
