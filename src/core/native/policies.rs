@@ -147,13 +147,12 @@ fn compile(
         let Some(effective) = config.effective_policy(name, pool) else {
             continue; // no parameters at any level: not applied there
         };
-        let Some(check) = Check::of(name, effective.parameters) else {
+        let Some(mut check) = Check::of(name, effective.parameters) else {
             skip(native, name, "its parameters are not lists of strings");
             return;
         };
         // A dependency that does not apply in the group (no parameters) is unmet: the policy
         // is Pending there, never enforced.
-        let mut fields = check.fields.clone();
         let condition = match dependency {
             None => None,
             Some((dep, compliance)) => {
@@ -168,9 +167,10 @@ fn compile(
                     );
                     return;
                 };
+                // The condition reads the dependency's fields from the same `refs`.
                 for field in dep_check.fields {
-                    if !fields.iter().any(|(name, _)| *name == field.0) {
-                        fields.push(field);
+                    if !check.fields.iter().any(|(name, _)| *name == field.0) {
+                        check.fields.push(field);
                     }
                 }
                 let infringed = format!("variables.refs.exists(i, {})", dep_check.infringes);
@@ -181,7 +181,7 @@ fn compile(
             }
         };
         let deny = effective.enforcement == Enforcement::Deny;
-        let mut policy = policy_object(&object_name, &check, &fields, condition, deny, config);
+        let mut policy = policy_object(&object_name, &check, condition, deny, config);
         if let Some(pool) = pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
@@ -216,7 +216,8 @@ fn is_name_part(pool: &str) -> bool {
 /// the [`Check::fields`] it reads, each worked out once per image.
 struct Check {
     policy: String,
-    /// What the check reads of a reference beyond its text: (field, CEL of `i.image`).
+    /// What the check (and a dependency's condition) reads of a reference beyond its text:
+    /// (field, CEL of `i.image`).
     fields: Vec<(&'static str, String)>,
     /// Whether the image infringes.
     infringes: String,
@@ -310,12 +311,11 @@ fn readable(config: &Config) -> String {
     )
 }
 
-/// `condition`: CEL that must hold for the policy to run on the object (its dependency met);
-/// `fields`: what the check and the condition read of each reference (`refs`).
+/// `condition`: CEL that must hold for the policy to run on the object (its dependency met),
+/// reading only fields of `refs` that `check.fields` holds.
 fn policy_object(
     object_name: &str,
     check: &Check,
-    fields: &[(&'static str, String)],
     condition: Option<String>,
     deny: bool,
     config: &Config,
@@ -327,7 +327,8 @@ fn policy_object(
     // Each image's normalised parts, worked out once (the checks read them per prefix).
     let refs = format!(
         "variables.images.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
-        fields
+        check
+            .fields
             .iter()
             .map(|(name, cel)| format!(", '{name}': {cel}"))
             .collect::<String>()
