@@ -258,15 +258,12 @@ impl<'a> Request<'a> {
 
     /// `kind/name` for logs and messages (controller-made pods may only have a generateName).
     pub fn object_name(&self) -> &'a str {
-        let meta = |o: Option<&'a Value>| o.and_then(|o| o.get("metadata"));
-        let field = |key: &str| {
-            let object = meta(self.object.or(self.old_object));
-            object.and_then(|m| m.get(key)).and_then(Value::as_str)
-        };
-        field("name")
+        let meta = &self.object.or(self.old_object).unwrap_or(&Value::Null)["metadata"];
+        meta["name"]
+            .as_str()
             .filter(|n| !n.is_empty())
-            .or_else(|| field("generateName"))
-            .or_else(|| self.raw.get("name").and_then(Value::as_str))
+            .or_else(|| meta["generateName"].as_str())
+            .or_else(|| self.raw["name"].as_str())
             .unwrap_or_default()
     }
 }
