@@ -32,9 +32,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod, ServiceAccount};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Config};
 use serde_json::{json, Value};
 
@@ -197,6 +198,36 @@ impl Env {
 
     pub fn deployments(&self, ns: &str) -> Api<Deployment> {
         Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// poolguard's PolicyReport (`poolguard-audit`) of `ns`, if the audit wrote one.
+    pub async fn policy_report(&self, ns: &str) -> Result<Option<Value>> {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "wgpolicyk8s.io",
+            "v1alpha2",
+            "PolicyReport",
+        ));
+        let reports: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &resource);
+        match reports.get_opt("poolguard-audit").await? {
+            Some(object) => Ok(Some(serde_json::to_value(object)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The stored state of `policy`'s rollout, in the rollout ConfigMap `configmap` of `ns`.
+    pub async fn rollout_state(
+        &self,
+        ns: &str,
+        configmap: &str,
+        policy: &str,
+    ) -> Result<Option<Value>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let text = api
+            .get_opt(configmap)
+            .await?
+            .and_then(|cm| cm.data)
+            .and_then(|d| d.get(&format!("state.{policy}")).cloned());
+        Ok(text.map(|t| serde_json::from_str(&t)).transpose()?)
     }
 
     pub fn namespaces_api(&self) -> Api<Namespace> {

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use poolguard_e2e::replicas::{self, Replica};
 use poolguard_e2e::{random_suffix, run, Env};
 use serde_json::{json, Value};
@@ -19,24 +18,6 @@ use serde_json::{json, Value};
 const INTERVAL: Duration = Duration::from_secs(3);
 const LEASE: Duration = Duration::from_secs(6);
 const LEASE_NAMESPACE: &str = "default";
-const REPORT: &str = "poolguard-audit";
-
-fn reports(env: &Env, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "wgpolicyk8s.io",
-        "v1alpha2",
-        "PolicyReport",
-    ));
-    Api::namespaced_with(env.client.clone(), ns, &resource)
-}
-
-/// The report of `ns`, if written.
-async fn report(env: &Env, ns: &str) -> Result<Option<Value>> {
-    match reports(env, ns).get_opt(REPORT).await? {
-        Some(object) => Ok(Some(serde_json::to_value(object)?)),
-        None => Ok(None),
-    }
-}
 
 /// The result of `policy` for the object named `name` in a report: (result, message, timestamp).
 fn result_for(report: &Value, name: &str, policy: &str) -> Option<(String, String, i64)> {
@@ -64,7 +45,7 @@ async fn await_result(
     limit: Duration,
 ) -> Result<String> {
     env.wait_until(&format!("{ns}/{name}: {policy} {want}"), limit, || async {
-        let Some(report) = report(env, ns).await? else {
+        let Some(report) = env.policy_report(ns).await? else {
             return Ok(Err("no report yet".to_string()));
         };
         Ok(match result_for(&report, name, policy) {
@@ -199,7 +180,7 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
         await_result(&env, &ns_b, "before-label", "placement", "skip", &[], first).await?;
         let msg = await_result(&env, &ns_c, "warned-image", "allowedrepositories", "fail", &[], first).await?;
         env.say(format!("warn-only policy still reports fail ({msg})"));
-        let report_c = report(&env, &ns_c).await?.context("report of ns c")?;
+        let report_c = env.policy_report(&ns_c).await?.context("report of ns c")?;
         ensure!(report_c["summary"]["fail"].as_i64() >= Some(1), "summary: {}", report_c["summary"]);
         ensure!(report_c["results"].as_array().is_some_and(|r| r.iter().all(|r| r["source"] == "poolguard")));
 
@@ -224,7 +205,7 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
         env.pods(&ns_a).delete("other-pool-node", &now).await?;
         await_result(&env, &ns_b, "before-label", "placement", "pass", &[&pool1], INTERVAL * 4).await?;
         env.wait_until("other-pool-node's results gone", INTERVAL * 4, || async {
-            let report = report(&env, &ns_a).await?.context("report of ns a")?;
+            let report = env.policy_report(&ns_a).await?.context("report of ns a")?;
             Ok(match result_for(&report, "other-pool-node", "placement") {
                 None => Ok(()),
                 Some(r) => Err(format!("still {r:?}")),
@@ -237,7 +218,7 @@ async fn audit_reports_follow_the_cluster_and_survive_the_leader() {
         let killed_at = (Instant::now(), unix_now());
         env.say(format!("killed the leader {killed}"));
         env.wait_until("a report written after the leader died", LEASE + INTERVAL * 3, || async {
-            let report = report(&env, &ns_a).await?.context("report of ns a")?;
+            let report = env.policy_report(&ns_a).await?.context("report of ns a")?;
             Ok(match result_for(&report, "bound-right", "placement") {
                 Some((_, _, at)) if at > killed_at.1 => Ok(()),
                 Some((_, _, at)) => Err(format!("last written at {at}, leader killed at {}", killed_at.1)),

@@ -18,11 +18,10 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use poolguard_e2e::replicas::{self, Replica};
 use poolguard_e2e::{expect_refused, random_suffix, rollout_statuses, run, Env};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const CONSTRAINT: &str = "images-from-allowed-repos";
 const NAMESPACE: &str = "default";
@@ -49,30 +48,16 @@ policies:
 
 /// "canary=Succeeded standard=Progressing", from the constraint's stored rollout state.
 async fn statuses(env: &Env, configmap: &str) -> Result<String> {
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let state: Option<Value> = api
-        .get_opt(configmap)
-        .await?
-        .and_then(|cm| cm.data)
-        .and_then(|d| d.get(&format!("state.{CONSTRAINT}")).cloned())
-        .map(|text| serde_json::from_str(&text))
-        .transpose()?;
+    let state = env.rollout_state(NAMESPACE, configmap, CONSTRAINT).await?;
     Ok(state.as_ref().map(rollout_statuses).unwrap_or_default())
 }
 
 /// The audit's results of `policy` for the pod `name` in the PolicyReport of `ns`, each as
 /// "result violation: message", sorted.
 async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result<Vec<String>> {
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "wgpolicyk8s.io",
-        "v1alpha2",
-        "PolicyReport",
-    ));
-    let reports: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), ns, &resource);
-    let Some(report) = reports.get_opt("poolguard-audit").await? else {
+    let Some(report) = env.policy_report(ns).await? else {
         return Ok(Vec::new());
     };
-    let report = serde_json::to_value(report)?;
     let mut found: Vec<String> = report["results"]
         .as_array()
         .into_iter()

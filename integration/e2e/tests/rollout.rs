@@ -96,17 +96,7 @@ impl Setup {
 
 /// The stored state of the policy's rollout.
 async fn state(env: &Env, configmap: &str) -> Result<Option<Value>> {
-    let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let Some(cm) = api.get_opt(configmap).await? else {
-        return Ok(None);
-    };
-    let Some(text) = cm
-        .data
-        .and_then(|d| d.get(&format!("state.{POLICY}")).cloned())
-    else {
-        return Ok(None);
-    };
-    Ok(Some(serde_json::from_str(&text)?))
+    env.rollout_state(NAMESPACE, configmap, POLICY).await
 }
 
 async fn await_statuses(env: &Env, configmap: &str, want: &str, limit: Duration) -> Result<Value> {
