@@ -98,26 +98,22 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
                 && o["metadata"]["name"] == "poolguard-latesttag"
         })
         .unwrap();
-    let met = latesttag["spec"]["variables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "dependencyMet")
-        .unwrap()["expression"]
-        .as_str()
-        .unwrap();
+    let variable = |name: &str| {
+        latesttag["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap()["expression"]
+            .as_str()
+            .unwrap()
+    };
+    let met = variable("dependencyMet");
     assert!(met.starts_with("!variables.refs.exists(i, "), "{met}");
     assert!(met.contains("'registry.example.com'"), "{met}");
     // The dependency reads the repository, which latesttag alone (no exemptions) does not:
     // each image's reference carries it once.
-    let refs = latesttag["spec"]["variables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "refs")
-        .unwrap()["expression"]
-        .as_str()
-        .unwrap();
+    let refs = variable("refs");
     for field in ["'tag': ", "'digest': ", "'repository': "] {
         assert_eq!(refs.matches(field).count(), 1, "{field} in {refs}");
     }
