@@ -242,8 +242,9 @@ suite() { [[ "${suites}" == *" $1 "* ]]; }
 if suite native; then
     log "suite: native"
     cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
-    # The leader keeps them written (serve --native-apply), and they decide with poolguard down.
-    KUBECTL="${cp_bin}/kubectl" integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader"
+    # The leader keeps them written (serve --native-apply), registers the webhooks only as their
+    # fallback (--native-fallback), and the objects decide with poolguard down.
+    KUBECTL="${cp_bin}/kubectl" integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader" "${work}/certs"
 fi
 
 # The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the

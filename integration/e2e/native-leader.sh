@@ -6,15 +6,22 @@
 #  1. it writes the objects `poolguard native` generates (field manager poolguard), and leaves a
 #     ValidatingAdmissionPolicy without poolguard's label alone;
 #  2. a config change that drops a pool's own settings deletes that pool's objects (and only them);
-#  3. with that poolguard stopped (no webhook registered at all), a pod in a pool's namespace gets
-#     its pool's nodeSelector and annotation, a foreign image and another pool are refused;
-#  4. everything it wrote is removed again (by its label).
+#  3. the webhook as the fallback (--native-fallback, --register-webhooks with the chart's
+#     webhooks at failurePolicy Fail): it registers the pod and workload webhooks, leaves them out
+#     once the objects read back as generated, puts them back when a custom Rego policy is loaded
+#     (which only the webhook decides) and leaves them out again when it is removed; the
+#     namespace (pool-authority) webhook stays all along;
+#  4. with that poolguard stopped (the webhook configurations still in place), a pod in a pool's
+#     namespace gets its pool's nodeSelector and annotation, a foreign image and another pool are
+#     refused;
+#  5. everything it wrote is removed again (by its label).
 #
-#   integration/e2e/native-leader.sh POOLGUARD_BIN WORK_DIR     # KUBECONFIG set; kubectl in PATH
-#                                                                 # or KUBECTL
+#   integration/e2e/native-leader.sh POOLGUARD_BIN WORK_DIR CERT_DIR
+#       KUBECONFIG set; kubectl in PATH or KUBECTL; CERT_DIR holds ca.crt, tls.crt and tls.key of
+#       a serving certificate for 127.0.0.1 (integration/e2e.sh makes one)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-poolguard="$1" work="$2"
+poolguard="$1" work="$2" certs="$3"
 mkdir -p "${work}"
 work="$(cd "${work}" && pwd)"
 kubectl="${KUBECTL:-kubectl}"
@@ -26,21 +33,26 @@ source integration/controlplane/free-port.sh
 kinds=validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings
 managed=app.kubernetes.io/managed-by=poolguard
 ns=pg-e2e-native-leader
+# The webhook configurations this poolguard registers into (the chart's, under another name).
+registered=pg-e2e-native-fallback
 pid=""
 cleanup() {
     [[ -n "${pid}" ]] && kill -TERM "${pid}" 2>/dev/null && wait "${pid}" 2>/dev/null
     k delete "${kinds}" -l "${managed}" --ignore-not-found >/dev/null 2>&1 || true
     k delete validatingadmissionpolicy pg-e2e-team-rules --ignore-not-found >/dev/null 2>&1 || true
     k delete namespace "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    k delete mutatingwebhookconfiguration "${registered}-mutating" --ignore-not-found >/dev/null 2>&1 || true
+    k delete validatingwebhookconfiguration "${registered}-validating" --ignore-not-found >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
-# Waits up to 30 s for a command to succeed.
+# Waits up to WAIT_S (30) s for a command to succeed.
 await() { # what command...
     local what="$1"; shift
-    local deadline=$((SECONDS + 30)) start=${SECONDS}
+    local limit="${WAIT_S:-30}"
+    local deadline=$((SECONDS + limit)) start=${SECONDS}
     until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || die "${what}: not after 30 s"
+        ((SECONDS < deadline)) || die "${what}: not after ${limit} s"
         sleep 0.25
     done
     log "${what}: after $((SECONDS - start)) s"
@@ -67,12 +79,37 @@ YAML
 port="" metrics=""
 pick_port port
 pick_port metrics
-# In the work directory: --dev writes its serving certificate into ./certs.
-(cd "${work}" && exec "${poolguard}" serve --dev --kubeconfig "${KUBECONFIG}" --addr "127.0.0.1:${port}" \
-    --metrics-addr "127.0.0.1:${metrics}" --config "${work}/config/config.yaml" \
+# The chart's webhooks (failurePolicy Fail, namespaces with the pool label), calling this
+# poolguard; the configurations are created empty, as the chart does with
+# webhook.registration=poolguard, and poolguard fills them in.
+integration/e2e/webhooks.sh "https://127.0.0.1:${port}" "${certs}/ca.crt" agentpool \
+    --set fullnameOverride="${registered}" >"${work}/webhooks.yaml"
+k create --dry-run=client -o json -f "${work}/webhooks.yaml" | python3 -c '
+import json, sys
+text, decoder, at, items = sys.stdin.read(), json.JSONDecoder(), 0, []
+while text[at:].strip():
+    item, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    item["webhooks"] = []
+    items.append(item)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' | k create -f - >/dev/null
+webhook_names() { k get "$1webhookconfiguration" "${registered}-$1" -o jsonpath='{.webhooks[*].name}'; }
+# The pod and workload webhooks are registered (mutating and validating), or left out with only the
+# namespace webhook in place.
+pod_webhooks_in() {
+    [[ "$(webhook_names mutating)" == "mutate.poolguard.io" ]] \
+        && [[ "$(webhook_names validating)" == "validate.poolguard.io pool-authority.poolguard.io"* ]]
+}
+pod_webhooks_out() {
+    [[ -z "$(webhook_names mutating)" ]] \
+        && [[ "$(webhook_names validating)" == "pool-authority.poolguard.io"* ]]
+}
+"${poolguard}" serve --kubeconfig "${KUBECONFIG}" --addr "127.0.0.1:${port}" \
+    --metrics-addr "127.0.0.1:${metrics}" --tls-cert-file "${certs}/tls.crt" \
+    --tls-key-file "${certs}/tls.key" --config "${work}/config/config.yaml" \
     --policies-dir "${work}/policies" --audit-interval 1h --lease-name pg-e2e-native-leader \
     --lease-namespace default --rollout-configmap pg-e2e-native-leader-rollouts \
-    --native-apply --native-exclude-namespace kube-system >"${work}/serve.log" 2>&1) &
+    --native-apply --native-exclude-namespace kube-system \
+    --register-webhooks "${work}/webhooks.yaml" --native-fallback >"${work}/serve.log" 2>&1 &
 pid=$!
 
 # 1. Written as generated.
@@ -99,14 +136,33 @@ has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepo
 has validatingadmissionpolicy.admissionregistration.k8s.io/pg-e2e-team-rules || die "a policy without poolguard's label was deleted"
 grep -q 'native admission objects written' "${work}/serve.log" || die "no log line of the writes"
 
-# 3. poolguard stopped: the API server decides alone.
+# 3. The webhook as the fallback: registered first (nothing read back yet), left out once the
+# objects read back as generated for 15 s, back with a custom policy, out again without it.
+WAIT_S=60 await "the leader left the pod and workload webhooks out" pod_webhooks_out
+grep -q 'native fallback: the pod and workload webhooks are registered' "${work}/serve.log" \
+    || die "the pod and workload webhooks were never registered before the objects read back"
+cat >"${work}/policies/pgcustom.yaml" <<'YAML'
+name: pgcustom
+inputs: []
+policy: |
+  package pgcustom
+  import rego.v1
+  infringement contains {"msg": "never"} if false
+YAML
+await "a custom policy (webhook only) puts the pod and workload webhooks back" pod_webhooks_in
+rm "${work}/policies/pgcustom.yaml"
+WAIT_S=60 await "without it they are left out again" pod_webhooks_out
+# The namespace is labelled while poolguard serves: its pool-authority webhook stays registered.
+k create namespace "${ns}" >/dev/null
+k label namespace "${ns}" agentpool=blue >/dev/null
+await "the ServiceAccount controller created ${ns}/default" k -n "${ns}" get serviceaccount default
+
+# 4. poolguard stopped, its webhook configurations in place: the API server decides alone.
 kill -TERM "${pid}"
 wait "${pid}" || true
 pid=""
 log "poolguard stopped"
-k create namespace "${ns}" >/dev/null
-k label namespace "${ns}" agentpool=blue >/dev/null
-await "the ServiceAccount controller created ${ns}/default" k -n "${ns}" get serviceaccount default
+pod_webhooks_out || die "stopping poolguard registered the pod webhooks again"
 got="$(k -n "${ns}" run placed --image=registry.example.com/app:1 --dry-run=server \
     -o jsonpath='{.spec.nodeSelector.agentpool} {.metadata.annotations.poolguard\.io/pool}')"
 [[ "${got}" == "blue blue" ]] || die "a pod of pool blue's namespace got '${got}', not its pool"

@@ -90,7 +90,7 @@ cases=(
     # webhook.skipUnchangedUpdates off: the same configurations without matchConditions.
     "no-skip|--set webhook.skipUnchangedUpdates=false"
     # Native admission: written by the leader, or rendered verbatim from `poolguard native`.
-    "native-apply|--set native.mode=apply --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring} --set-string webhook.namespaceMatchLabels.poolguard=on"
+    "native-apply|--set native.mode=apply --set native.webhookFallback=true --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring} --set-string webhook.namespaceMatchLabels.poolguard=on"
     "native-static|--set native.mode=static --set-file native.objects=${out}/native.yaml"
     "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
 )
@@ -196,11 +196,14 @@ refuse "no results per report" "/audit/maxResultsPerReport" --set audit.maxResul
 refuse "unknown native mode" "/native/mode" --set native.mode=on
 refuse "native apply without the audit" "needs the audit's leader election" --set native.mode=apply --set audit.interval=0
 refuse "native static without objects" "native.mode static needs native.objects" --set native.mode=static
+refuse "native webhookFallback without mode apply" "native.webhookFallback needs native.mode apply" --set native.webhookFallback=true
+refuse "native webhookFallback with registration chart" "native.webhookFallback needs native.mode apply and webhook.registration poolguard" --set native.mode=apply --set native.webhookFallback=true --set webhook.registration=chart
 refuse "native static with something else" "native.mode static needs native.objects" --set native.mode=static --set-string native.objects=kind:\ ConfigMap
 
 # Native admission: no policy objects, RBAC for them or --native-apply unless native.mode says so;
 # mode static renders exactly what `poolguard native` printed (the chart generates nothing);
-# mode apply gives the leader --native-apply with the webhooks' scope and RBAC for the four kinds.
+# mode apply gives the leader --native-apply with the webhooks' scope and RBAC for the four kinds
+# (and --native-fallback with native.webhookFallback).
 if python3 - "$out" "${cases[@]%%|*}" <<'PY'; then
 import sys, yaml
 out, names = sys.argv[1], sys.argv[2:]
@@ -226,6 +229,7 @@ for name in names:
         excluded = sorted(args[i + 1] for i, a in enumerate(args) if a == "--native-exclude-namespace")
         matched = [args[i + 1] for i, a in enumerate(args) if a == "--native-namespace-match-label"]
         if "--native-apply" not in args or "--native-require-namespace-label" not in args \
+                or "--native-fallback" not in args \
                 or excluded != ["kube-system", "monitoring", "poolguard-system"] or matched != ["poolguard=on"]:
             errors.append(f"{name}: args {args}")
         if len(writes) != 1 or sorted(writes[0]["resources"]) != [

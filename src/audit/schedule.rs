@@ -38,6 +38,9 @@ pub struct Settings {
     /// `Some`: the leader also writes the native admission objects these options generate
     /// (`serve --native-apply`).
     pub native: Option<poolguard_core::native::Options>,
+    /// `--native-fallback`: the leader registers the webhooks and leaves the pod and workload
+    /// webhooks out while the native objects decide alone.
+    pub native_fallback: bool,
 }
 
 /// The rules of the moment (they change when the config or policies are reloaded).
@@ -104,6 +107,7 @@ pub async fn run(
     settings: Settings,
     rules: Rules,
     metrics: Arc<Metrics>,
+    leads: watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
     metrics
@@ -130,11 +134,13 @@ pub async fn run(
         &settings,
         &rules,
         &metrics,
+        &leads,
         &shutdown,
         &mut leading,
     )
     .await;
     metrics.audit_leader.set(0);
+    leads.send_replace(false);
     // Closing the channel makes the lease task release the lease, so another replica takes
     // over now rather than after the lease duration.
     drop(leading);
@@ -153,6 +159,7 @@ async fn lead_while_held(
     settings: &Settings,
     rules: &Rules,
     metrics: &Arc<Metrics>,
+    leads: &watch::Sender<bool>,
     shutdown: &CancellationToken,
     leading: &mut watch::Receiver<bool>,
 ) {
@@ -166,6 +173,7 @@ async fn lead_while_held(
             },
         }
         metrics.audit_leader.set(1);
+        leads.send_replace(true);
         tracing::info!("audit: this replica leads");
         let mut controller = Controller::new(
             client.clone(),
@@ -228,6 +236,7 @@ async fn lead_while_held(
             }
         }
         metrics.audit_leader.set(0);
+        leads.send_replace(false);
         tracing::info!("audit: this replica no longer leads");
     }
 }

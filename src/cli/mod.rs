@@ -466,6 +466,14 @@ struct ServeAuditArgs {
         requires = "native_apply"
     )]
     native_namespace_match_labels: Vec<(String, String)>,
+    /// With --native-apply and --register-webhooks: the webhook becomes the fallback. Only the
+    /// audit's leader registers the webhooks, and it leaves the pod and workload webhooks out
+    /// while the native objects decide those requests alone: nothing but pool authority left to
+    /// the webhook, and the objects read back from the cluster as this replica generates them,
+    /// for 15 s in a row. It puts them back within 5 s once that no longer holds. The namespace
+    /// (pool-authority) webhooks always stay.
+    #[arg(long, requires_all = ["native_apply", "register_webhooks"])]
+    native_fallback: bool,
 }
 
 impl ServeAuditArgs {
@@ -494,6 +502,7 @@ impl ServeAuditArgs {
                 namespace: self.lease_namespace.clone(),
                 name: self.rollout_configmap,
             },
+            native_fallback: self.native_fallback,
             native: self
                 .native_apply
                 .then_some(poolguard_core::native::Options {

@@ -97,20 +97,18 @@ async fn write(client: &Client, native: &Native) -> Result<Synced> {
             .with_context(|| format!("applying {kind}/{name}"))?;
         synced.applied += 1;
     }
-    let mut existing = Vec::new();
-    for (kind, plural) in KINDS {
-        let list = api(client, kind, plural)
-            .list(&ListParams::default().labels(&format!("{MANAGED_LABEL}={MANAGED_VALUE}")))
-            .await
-            .with_context(|| format!("listing {plural}"))?;
-        existing.extend(list.into_iter().filter_map(|object| {
+    let existing: Vec<Existing> = read_managed(client)
+        .await?
+        .into_iter()
+        .filter_map(|object| {
             Some(Existing {
-                kind: kind.to_string(),
-                name: object.metadata.name?,
-                labels: object.metadata.labels.unwrap_or_default(),
+                kind: object["kind"].as_str()?.to_string(),
+                name: object["metadata"]["name"].as_str()?.to_string(),
+                labels: serde_json::from_value(object["metadata"]["labels"].clone())
+                    .unwrap_or_default(),
             })
-        }));
-    }
+        })
+        .collect();
     for (kind, name) in sync_plan::deletions(native, &existing) {
         let Some((_, plural)) = KINDS.iter().find(|(k, _)| *k == kind) else {
             continue;
@@ -125,6 +123,25 @@ async fn write(client: &Client, native: &Native) -> Result<Synced> {
         }
     }
     Ok(synced)
+}
+
+/// The objects of the four kinds labelled as poolguard's, as the API server returns them, each
+/// with its `kind`.
+pub async fn read_managed(client: &Client) -> Result<Vec<serde_json::Value>> {
+    let mut objects = Vec::new();
+    for (kind, plural) in KINDS {
+        let list = api(client, kind, plural)
+            .list(&ListParams::default().labels(&format!("{MANAGED_LABEL}={MANAGED_VALUE}")))
+            .await
+            .with_context(|| format!("listing {plural}"))?;
+        for object in list {
+            let mut value = serde_json::to_value(&object)
+                .with_context(|| format!("reading a listed {kind}"))?;
+            value["kind"] = kind.into();
+            objects.push(value);
+        }
+    }
+    Ok(objects)
 }
 
 /// How often the leader applies the objects again although they did not change (repairs an

@@ -9,6 +9,13 @@
 //! nothing but the webhooks, so labels, annotations and whatever other managers own (a caBundle
 //! injected by cert-manager, a matchCondition added by someone else) stay. `helm uninstall`
 //! deletes the configurations with the release.
+//!
+//! With `--native-fallback` ([`Fallback`]) only the audit's leader registers, and it leaves the
+//! pod and workload webhooks (every webhook but those on namespaces) out of what it applies while
+//! the native admission objects decide those requests alone
+//! ([`poolguard_core::native::in_force`]): read back from the cluster as the leader's own rules
+//! generate them, for [`SETTLE`] in a row. Left out of the apply, the webhooks are removed; the
+//! next pass that finds the native objects short puts them back.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,8 +30,13 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Client;
+use poolguard_core::native;
 use serde_json::{json, Value};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use crate::audit::schedule::Rules;
+use crate::cluster::native_objects;
 
 /// The field manager of the registration's writes.
 pub const FIELD_MANAGER: &str = "poolguard-registration";
@@ -32,6 +44,32 @@ pub const FIELD_MANAGER: &str = "poolguard-registration";
 pub const RECHECK: Duration = Duration::from_secs(30);
 /// How often a replica looks again while nothing is registered yet.
 const WAITING: Duration = Duration::from_secs(2);
+/// With `--native-fallback`: how often the leader looks at the native objects and applies.
+pub const FALLBACK_RECHECK: Duration = Duration::from_secs(5);
+/// With `--native-fallback`: how long the native objects must read back as generated before the
+/// pod and workload webhooks are left out (the API server's policy caches follow new objects
+/// with a lag of a few seconds).
+pub const SETTLE: Duration = Duration::from_secs(15);
+
+/// `--native-fallback`: the pod and workload webhooks are registered only while the native
+/// objects do not decide their requests alone, and only the audit's leader registers.
+pub struct Fallback {
+    /// Whether this replica leads the audit (the leader writes the native objects).
+    pub leading: watch::Receiver<bool>,
+    /// The rules of the moment.
+    pub rules: Rules,
+    /// Where the native objects' bindings look, as the leader's writer generates them.
+    pub options: native::Options,
+}
+
+/// The state of the fallback between passes.
+#[derive(Default)]
+struct Settling {
+    /// Since when the native objects have read back as generated, without a break.
+    since: Option<std::time::Instant>,
+    /// What was last logged: why the webhooks were registered, or None once left out.
+    logged: Option<Option<String>>,
+}
 
 /// One configuration to apply: its kind and name, and the apply body.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +184,36 @@ pub fn services(desired: &[Desired]) -> Vec<(String, String)> {
     out
 }
 
+/// Whether a webhook is decided on namespaces (pool authority): its rules name a `namespaces`
+/// resource. Those stay registered whatever the native objects decide.
+fn on_namespaces(webhook: &Value) -> bool {
+    webhook["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|rule| {
+            rule["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r.as_str().is_some_and(|r| r.starts_with("namespaces")))
+        })
+}
+
+/// `desired` without its pod and workload webhooks.
+pub fn namespace_webhooks_only(desired: &[Desired]) -> Vec<Desired> {
+    desired
+        .iter()
+        .cloned()
+        .map(|mut d| {
+            if let Some(webhooks) = d.body["webhooks"].as_array_mut() {
+                webhooks.retain(on_namespaces);
+            }
+            d
+        })
+        .collect()
+}
+
 /// Whether an EndpointSlice lists an endpoint that is ready. An unset `ready` is unknown, which
 /// the API asks consumers to take as ready.
 pub fn has_ready_endpoint(slices: &[EndpointSlice]) -> bool {
@@ -164,14 +232,23 @@ pub struct Registrar {
     file: PathBuf,
     /// The CA bundle poolguard manages (`--manage-certs`), kept current by its renewals.
     bundle: Option<Arc<ArcSwap<String>>>,
+    fallback: Option<Fallback>,
+    settling: Settling,
 }
 
 impl Registrar {
-    pub fn new(client: Client, file: PathBuf, bundle: Option<Arc<ArcSwap<String>>>) -> Registrar {
+    pub fn new(
+        client: Client,
+        file: PathBuf,
+        bundle: Option<Arc<ArcSwap<String>>>,
+        fallback: Option<Fallback>,
+    ) -> Registrar {
         Registrar {
             client,
             file,
             bundle,
+            fallback,
+            settling: Settling::default(),
         }
     }
 
@@ -182,11 +259,15 @@ impl Registrar {
 
     /// Applies until `stop`: every [`WAITING`] until the first registration, then every
     /// [`RECHECK`]. A failed step is logged and tried again.
-    pub async fn run(self, stop: CancellationToken) {
+    pub async fn run(mut self, stop: CancellationToken) {
         let mut registered = false;
         let mut last_error = String::new();
         loop {
             match self.step().await {
+                Ok(Step::NotLeader) => {
+                    registered = false;
+                    last_error.clear();
+                }
                 Ok(Step::Registered) => {
                     if !registered {
                         tracing::info!(file = %self.file.display(), "webhooks registered: poolguard's webhook configurations are in effect");
@@ -208,7 +289,11 @@ impl Registrar {
                     }
                 }
             }
-            let wait = if registered { RECHECK } else { WAITING };
+            let wait = match (&self.fallback, registered) {
+                (Some(_), _) => FALLBACK_RECHECK,
+                (None, true) => RECHECK,
+                (None, false) => WAITING,
+            };
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
@@ -216,9 +301,15 @@ impl Registrar {
         }
     }
 
-    async fn step(&self) -> Result<Step> {
+    async fn step(&mut self) -> Result<Step> {
+        if let Some(fallback) = &self.fallback {
+            if !*fallback.leading.borrow() {
+                self.settling = Settling::default();
+                return Ok(Step::NotLeader);
+            }
+        }
         let bundle = self.bundle.as_ref().map(|b| b.load_full());
-        let desired = desired(&read(&self.file)?, bundle.as_deref().map(String::as_str))?;
+        let mut desired = desired(&read(&self.file)?, bundle.as_deref().map(String::as_str))?;
         for (namespace, name) in services(&desired) {
             let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &namespace);
             let listed = slices
@@ -230,6 +321,9 @@ impl Registrar {
             if !has_ready_endpoint(&listed.items) {
                 return Ok(Step::NoEndpoint(format!("{namespace}/{name}")));
             }
+        }
+        if self.fallback.is_some() && self.native_decides_alone().await {
+            desired = namespace_webhooks_only(&desired);
         }
         for d in &desired {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &d.kind.resource());
@@ -259,7 +353,46 @@ impl Registrar {
     }
 }
 
+impl Registrar {
+    /// With `--native-fallback`: whether the native objects have decided every pod and workload
+    /// request alone for [`SETTLE`]; logs each change of the answer once.
+    async fn native_decides_alone(&mut self) -> bool {
+        let Some(fallback) = &self.fallback else {
+            return false;
+        };
+        let generated = native::generate(&(fallback.rules)(), &fallback.options);
+        let needed = match native_objects::read_managed(&self.client).await {
+            Ok(cluster) => native::in_force::webhook_needed(&generated, &cluster),
+            Err(e) => Some(format!("reading the native objects failed: {e:#}")),
+        };
+        let needed = match (needed, self.settling.since) {
+            (Some(why), _) => {
+                self.settling.since = None;
+                Some(why)
+            }
+            (None, Some(since)) if since.elapsed() >= SETTLE => None,
+            (None, since) => {
+                self.settling.since = since.or_else(|| Some(std::time::Instant::now()));
+                Some(format!(
+                    "the native objects read back as generated; waiting {} s for the API server to use them",
+                    SETTLE.as_secs()
+                ))
+            }
+        };
+        if self.settling.logged.as_ref() != Some(&needed) {
+            match &needed {
+                None => tracing::info!("native fallback: the pod and workload webhooks are left out of the registration; the native admission objects decide those requests"),
+                Some(why) => tracing::info!(%why, "native fallback: the pod and workload webhooks are registered"),
+            }
+            self.settling.logged = Some(needed.clone());
+        }
+        needed.is_none()
+    }
+}
+
 enum Step {
+    /// `--native-fallback` and not the leader: the leader registers.
+    NotLeader,
     Registered,
     /// This Service has no ready endpoint yet.
     NoEndpoint(String),
@@ -357,6 +490,31 @@ mod tests {
             let error = format!("{:#}", desired(&docs, None).unwrap_err());
             assert!(error.contains(says), "{error} lacks {says}");
         }
+    }
+
+    #[test]
+    fn the_fallback_keeps_only_the_webhooks_on_namespaces() {
+        let rules = |resources: Value| json!([{"apiGroups": [""], "resources": resources}]);
+        let svc = json!({"url": "https://x/validate"});
+        let mut mutate = webhook("mutate.poolguard.io", svc.clone());
+        mutate["rules"] = rules(json!(["pods"]));
+        let mut validate = webhook("validate.poolguard.io", svc.clone());
+        validate["rules"] = rules(json!(["pods", "pods/ephemeralcontainers"]));
+        let mut authority = webhook("pool-authority.poolguard.io", svc.clone());
+        authority["rules"] = rules(json!(["namespaces", "namespaces/*"]));
+        let docs = vec![
+            config("MutatingWebhookConfiguration", "m", json!([mutate])),
+            config(
+                "ValidatingWebhookConfiguration",
+                "v",
+                json!([validate, authority.clone()]),
+            ),
+        ];
+        let kept = namespace_webhooks_only(&desired(&docs, None).unwrap());
+        // Both configurations are still applied: the mutating one empty, which removes its webhook.
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].body["webhooks"], json!([]));
+        assert_eq!(kept[1].body["webhooks"], json!([authority]));
     }
 
     #[test]

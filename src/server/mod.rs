@@ -18,7 +18,7 @@ use crate::certs::rotation::{Settings, Stored};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
 use crate::cluster::node_cache;
-use crate::cluster::webhook_registration::Registrar;
+use crate::cluster::webhook_registration::{Fallback, Registrar};
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
 pub use limits::Limits;
@@ -180,12 +180,27 @@ pub async fn start(opts: Options) -> Result<Running> {
     tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
 
     let shutdown = CancellationToken::new();
-    let audit = start_audit(&opts, &app, &metrics, &shutdown).await?;
+    let (leads, leading) = tokio::sync::watch::channel(false);
+    let audit = start_audit(&opts, &app, &metrics, leads, &shutdown).await?;
     if let Some(file) = &opts.register_webhooks {
         let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
             .await
             .context("--register-webhooks needs the Kubernetes API")?;
-        let registrar = Registrar::new(client, file.clone(), bundle);
+        let fallback = match opts.audit.as_ref().filter(|a| a.native_fallback) {
+            None => None,
+            Some(_) if audit.is_none() => {
+                bail!("--native-fallback needs the audit's leader election, which is off here (no cluster to audit)")
+            }
+            Some(settings) => {
+                let state = app.clone();
+                Some(Fallback {
+                    leading,
+                    rules: Arc::new(move || state.rules.load_full()),
+                    options: settings.native.clone().unwrap_or_default(),
+                })
+            }
+        };
+        let registrar = Registrar::new(client, file.clone(), bundle, fallback);
         tokio::spawn(registrar.run(shutdown.clone()));
     }
     let ops_router = ops::router(app.clone());
@@ -236,6 +251,7 @@ async fn start_audit(
     opts: &Options,
     app: &Arc<ServerState>,
     metrics: &Arc<Metrics>,
+    leads: tokio::sync::watch::Sender<bool>,
     shutdown: &CancellationToken,
 ) -> Result<Option<JoinHandle<()>>> {
     let rolled_out = {
@@ -292,6 +308,7 @@ async fn start_audit(
         settings,
         rules,
         metrics.clone(),
+        leads,
         shutdown.clone(),
     ))))
 }

@@ -326,4 +326,7 @@ matchConditions:
 {{- if and (eq .Values.native.mode "apply") (not (include "poolguard.auditEnabled" .)) }}
 {{- fail "native.mode apply needs the audit's leader election: set audit.interval, not 0" }}
 {{- end }}
+{{- if and .Values.native.webhookFallback (or (ne .Values.native.mode "apply") (ne .Values.webhook.registration "poolguard")) }}
+{{- fail "native.webhookFallback needs native.mode apply and webhook.registration poolguard (poolguard itself registers the webhooks and leaves them out)" }}
+{{- end }}
 {{- end }}

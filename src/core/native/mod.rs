@@ -8,6 +8,7 @@
 //! Pure: the same rules give the same objects, in the same order.
 
 pub(crate) mod image_cel;
+pub mod in_force;
 mod placement;
 mod policies;
 mod selectors;
@@ -46,6 +47,17 @@ pub struct Skipped {
     pub what: String,
     /// Why it cannot be compiled (yet).
     pub why: String,
+    /// Which of the webhooks' requests it concerns.
+    pub requests: Requests,
+}
+
+/// The requests a thing left to the webhook is decided on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requests {
+    /// Pods and workloads: the mutating webhook and the validating webhook's pod rules.
+    Pods,
+    /// Namespaces: the pool-authority webhooks, which the native objects never replace.
+    Namespaces,
 }
 
 /// The generated objects, in apply order (each policy before its bindings).
@@ -83,11 +95,13 @@ pub fn generate(rules: &RuleSet, options: &Options) -> Native {
         native.skipped.push(Skipped {
             what: "namespaces whose pods get their pool chosen by the placement policies".into(),
             why: "the choice reads the nodes' facts and runs SAT Rego policies".into(),
+            requests: Requests::Pods,
         });
     }
     native.skipped.push(Skipped {
         what: "pool authority (who may set a namespace's pool label)".into(),
         why: "not compiled yet: it stays on the webhook's namespace rules".into(),
+        requests: Requests::Namespaces,
     });
     native
 }

@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::image_cel::{self, literal};
-use super::{metadata, selectors, workloads, Native, Options, Skipped, API_VERSION};
+use super::{metadata, selectors, workloads, Native, Options, Requests, Skipped, API_VERSION};
 use crate::config::dependencies::Compliance;
 use crate::config::{Config, Enforcement};
 use crate::policy::template;
@@ -96,13 +96,14 @@ fn is_shipped(rules: &RuleSet, name: &str) -> bool {
         .iter()
         .find(|(n, _)| *n == name)
         .and_then(|(n, text)| template::from_yaml(text, format!("policies/{n}.yaml").into()).ok())
-        .is_some_and(|t| t.rego == policy.rego())
+        .is_some_and(|t| t.rego == policy.rego() && policy.constraint_source().is_none())
 }
 
 fn skip(native: &mut Native, policy: &str, why: &str) {
     native.skipped.push(Skipped {
         what: format!("policy {policy}"),
         why: why.into(),
+        requests: Requests::Pods,
     });
 }
 

@@ -207,6 +207,7 @@ mod tests {
         c.skipped.push(crate::native::Skipped {
             what: "policy x".into(),
             why: "custom Rego".into(),
+            requests: crate::native::Requests::Pods,
         });
         assert_eq!(due(Some(&a), &c, Duration::ZERO, minute), Due::No);
     }
