@@ -77,18 +77,20 @@ struct Outcome {
 fn resource_of(kind: &str) -> (&'static str, &'static str, &'static str) {
     match kind {
         "Deployment" => ("apps", "deployments", "/apis/apps/v1"),
+        "CronJob" => ("batch", "cronjobs", "/apis/batch/v1"),
         _ => ("", "pods", "/api/v1"),
     }
 }
 
 /// The webhooks' decision, in-process: mutate, apply the patch, validate. `old` makes it an
-/// UPDATE.
+/// UPDATE (of `subresource` when not empty).
 fn reference(
     rules: &RuleSet,
     ns: &str,
     labels: &Labels,
     object: &Value,
     old: Option<&Value>,
+    subresource: &str,
 ) -> Result<Outcome> {
     let kind = object["kind"].as_str().unwrap_or("Pod");
     let (group, resource, _) = resource_of(kind);
@@ -99,6 +101,9 @@ fn reference(
             "object": object, "userInfo": {"username": "e2e"}});
         if let Some(old) = old {
             review["oldObject"] = old.clone();
+        }
+        if !subresource.is_empty() {
+            review["subResource"] = json!(subresource);
         }
         review
     };
@@ -143,10 +148,10 @@ impl Outcome {
 }
 
 fn outcome_of(object: &Value, warned: BTreeSet<String>) -> Outcome {
-    let spec = if object["kind"] == "Deployment" {
-        &object["spec"]["template"]["spec"]
-    } else {
-        &object["spec"]
+    let spec = match object["kind"].as_str() {
+        Some("Deployment") => &object["spec"]["template"]["spec"],
+        Some("CronJob") => &object["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+        _ => &object["spec"],
     };
     Outcome {
         allowed: true,
@@ -162,16 +167,27 @@ fn outcome_of(object: &Value, warned: BTreeSet<String>) -> Outcome {
     }
 }
 
-/// The API server's decision: a dry-run CREATE, or with `update` a dry-run PUT of the object.
-async fn native_outcome(env: &Env, ns: &str, object: &Value, update: bool) -> Result<Outcome> {
+/// The API server's decision: a dry-run CREATE, or with `update` a dry-run PUT of the object
+/// (`Some("")`) or of its subresource (`Some("ephemeralcontainers")`).
+async fn native_outcome(
+    env: &Env,
+    ns: &str,
+    object: &Value,
+    update: Option<&str>,
+) -> Result<Outcome> {
     let kind = object["kind"].as_str().unwrap_or("Pod");
     let (_, resource, prefix) = resource_of(kind);
     let collection = format!("{prefix}/namespaces/{ns}/{resource}");
-    let req = if update {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        http::Request::put(format!("{collection}/{name}?dryRun=All"))
-    } else {
-        http::Request::post(format!("{collection}?dryRun=All"))
+    let req = match update {
+        Some(subresource) => {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let path = match subresource {
+                "" => format!("{collection}/{name}?dryRun=All"),
+                sub => format!("{collection}/{name}/{sub}?dryRun=All"),
+            };
+            http::Request::put(path)
+        }
+        None => http::Request::post(format!("{collection}?dryRun=All")),
     }
     .header("content-type", "application/json")
     .body(serde_json::to_vec(object)?)?;
@@ -345,8 +361,8 @@ const ALLOWED: [&str; 6] = [
     "gpu.example.com/cuda:12",
 ];
 
-/// One generated object: a Pod (half the time with allowed images only) or a Deployment, with a
-/// nodeSelector under `key` among the cases of the decision table.
+/// One generated object: a Pod (half the time with allowed images only), a Deployment or a
+/// CronJob, with a nodeSelector under `key` among the cases of the decision table.
 fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) -> Value {
     let clean = rng.below(2) == 0;
     let image = |rng: &mut Rng| match (clean, rng.below(5)) {
@@ -382,12 +398,18 @@ fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) 
         2 => metadata["annotations"] = json!({"team": "a"}),
         _ => metadata["annotations"] = json!({"poolguard.io/pool": "pool1", "team": "a"}),
     }
-    if rng.below(10) == 0 {
-        return json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+    match rng.below(10) {
+        0 => json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
             "spec": {"selector": {"matchLabels": {"app": "w"}},
-                "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}});
+                "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}}),
+        1 => {
+            // A Job's pods must not restart Always.
+            spec["restartPolicy"] = json!("Never");
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata,
+                "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}})
+        }
+        _ => json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
     }
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
 /// Changes to a stored, unscheduled (gated) pod: the scheduling directives Kubernetes still lets
@@ -454,6 +476,75 @@ fn edits(key: &str) -> Vec<Edit> {
             }),
         ),
     ]
+}
+
+/// Images of an ephemeral container added to a stored pod.
+const EPHEMERAL_IMAGES: [&str; 5] = [
+    "registry.example.com/debug:1",
+    "foreign.example.org/debug:1",
+    "debug:1.0:evil",
+    "registry.example.com/debug:latest",
+    "busybox",
+];
+
+/// Changes to a stored Deployment's pod template (`spec.template`).
+fn template_edits(key: &str) -> Vec<Edit> {
+    let key = key.to_string();
+    let other = key.clone();
+    vec![
+        ("nothing (replicas only)", Box::new(|_: &mut Value| {})),
+        (
+            "a foreign image",
+            Box::new(|t: &mut Value| {
+                t["spec"]["containers"][0]["image"] = json!("foreign.example.org/app:1");
+            }),
+        ),
+        (
+            "an invalid image",
+            Box::new(|t: &mut Value| {
+                t["spec"]["containers"][0]["image"] = json!("app:1.0:evil");
+            }),
+        ),
+        (
+            "another pool",
+            Box::new(move |t: &mut Value| {
+                t["spec"]["nodeSelector"] = json!({&key: "other"});
+            }),
+        ),
+        (
+            "its own pool and a disk",
+            Box::new(move |t: &mut Value| {
+                t["spec"]["nodeSelector"] = json!({&other: "pool1", "disk": "ssd"});
+            }),
+        ),
+        (
+            "the pool annotation",
+            Box::new(|t: &mut Value| {
+                t["metadata"]["annotations"] = json!({"poolguard.io/pool": "other"});
+            }),
+        ),
+    ]
+}
+
+/// Creates `object` for real (no dry run) and returns it as stored.
+async fn store(env: &Env, ns: &str, object: &Value) -> Result<Value> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (_, resource, prefix) = resource_of(kind);
+    let req = http::Request::post(format!("{prefix}/namespaces/{ns}/{resource}"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(object)?)?;
+    let res = env
+        .client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .context("storing the object")?;
+    let status = res.status().as_u16();
+    let bytes = res.into_body().collect_bytes().await?;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    match status {
+        200 | 201 => Ok(body),
+        _ => bail!("storing {kind} in {ns}: HTTP {status}: {body}"),
+    }
 }
 
 /// The API of one generated object's kind.
@@ -636,7 +727,7 @@ async fn compare(
             let probe = probe.clone();
             let first = first.clone();
             async move {
-                let got = native_outcome(&env, &first, &probe, false).await?;
+                let got = native_outcome(&env, &first, &probe, None).await?;
                 Ok(match &got.node_selector {
                     Some(s) if s.get(round.key).is_some() => Ok(()),
                     _ => Err(format!("{got:?}")),
@@ -662,7 +753,7 @@ async fn compare(
     for i in 0..count {
         let (ns, pool) = &namespaces[i % namespaces.len()];
         let object = object(&mut rng, i, &refs, &dict, round.key);
-        let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
+        let want = reference(rules, ns, &labels_of(*pool), &object, None, "")?;
         cases.push((ns.clone(), object, want));
     }
     // Every reference of the image reference table once, as the only image of a Pod (the
@@ -671,14 +762,14 @@ async fn compare(
         let (ns, pool) = &namespaces[j % namespaces.len()];
         let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("table-{j}")},
             "spec": {"containers": [{"name": "c", "image": case.input}]}});
-        let want = reference(rules, ns, &labels_of(*pool), &object, None)?;
+        let want = reference(rules, ns, &labels_of(*pool), &object, None, "")?;
         cases.push((ns.clone(), object, want));
     }
     let results: Vec<Result<(Value, Outcome, Outcome)>> = stream::iter(cases)
         .map(|(ns, object, want)| {
             let env = env.clone();
             async move {
-                let got = native_outcome(&env, &ns, &object, false).await?;
+                let got = native_outcome(&env, &ns, &object, None).await?;
                 Ok((object, want, got))
             }
         })
@@ -714,8 +805,8 @@ async fn compare(
             let stored = serde_json::to_value(&stored)?;
             let mut new = stored.clone();
             edit(&mut new);
-            let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored))?;
-            let got = native_outcome(env, ns, &new, true).await?;
+            let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored), "")?;
+            let got = native_outcome(env, ns, &new, Some("")).await?;
             if want != got {
                 disagreements.push(format!(
                     "{}: UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
@@ -725,8 +816,62 @@ async fn compare(
             updated.add(&want);
         }
     }
+    // Ephemeral containers added to a stored pod (the pods/ephemeralcontainers subresource), and
+    // UPDATEs of a stored Deployment's pod template.
+    let mut changed = Tally::default();
+    for (ns, pool) in &namespaces {
+        let labels = labels_of(*pool);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ephemeral"},
+            "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
+                "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+        let stored = store(env, ns, &pod).await?;
+        env.track_pod(ns, "ephemeral");
+        for image in EPHEMERAL_IMAGES {
+            let mut new = stored.clone();
+            new["spec"]["ephemeralContainers"] = json!([{"name": "debug", "image": image}]);
+            let want = reference(
+                rules,
+                ns,
+                &labels,
+                &new,
+                Some(&stored),
+                "ephemeralcontainers",
+            )?;
+            let got = native_outcome(env, ns, &new, Some("ephemeralcontainers")).await?;
+            if want != got {
+                disagreements.push(format!(
+                    "{}: UPDATE pods/ephemeralcontainers {image}\n  webhook {want:?}\n  native  {got:?}",
+                    round.name
+                ));
+            }
+            changed.add(&want);
+        }
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "stored"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "w"}},
+                "template": {"metadata": {"labels": {"app": "w"}},
+                    "spec": {"containers": [{"name": "c", "image": "registry.example.com/app:1"}]}}}});
+        let stored = store(env, ns, &deployment).await?;
+        for (what, edit) in template_edits(round.key) {
+            let mut new = stored.clone();
+            // The Deployment controller writes its status meanwhile: an unconditional update.
+            new["metadata"]
+                .as_object_mut()
+                .map(|m| m.remove("resourceVersion"));
+            edit(&mut new["spec"]["template"]);
+            let want = reference(rules, ns, &labels, &new, Some(&stored), "")?;
+            let got = native_outcome(env, ns, &new, Some("")).await?;
+            if want != got {
+                disagreements.push(format!(
+                    "{}: Deployment UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
+                    round.name
+                ));
+            }
+            changed.add(&want);
+        }
+    }
     env.say(format!(
-        "{}: CREATE {created}; gated-pod UPDATE {updated}; {} disagreements",
+        "{}: CREATE {created}; gated-pod UPDATE {updated}; ephemeral containers and Deployment UPDATE {changed}; {} disagreements",
         round.name,
         disagreements.len()
     ));
