@@ -77,6 +77,8 @@ cases=(
     "prometheusrule-off|--api-versions monitoring.coreos.com/v1/PrometheusRule --set prometheusRule.enabled=false"
     "grafana-dashboard|--set grafanaDashboard.enabled=true --set grafanaDashboard.namespace=monitoring"
     "policies|-f ${chart}/ci/policies-values.yaml"
+    # A Gatekeeper user's ConstraintTemplate and constraint, as files.
+    "gatekeeper|--set-file gatekeeperPolicies.template\.yaml=testdata/gatekeeper/allowedrepos/template.yaml --set-file gatekeeperPolicies.constraint\.yaml=testdata/gatekeeper/allowedrepos/constraint.yaml"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
     "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
@@ -491,6 +493,21 @@ for name in names:
                 if os.path.exists(shipped):
                     check(text == open(shipped).read(), f"{subdir}/{key} differs from {shipped}")
             break
+        if cm["metadata"]["name"].endswith("-gatekeeper"):
+            os.makedirs(f"{out}/{name}.d/gatekeeper", exist_ok=True)
+            for key, text in (cm.get("data") or {}).items():
+                open(f"{out}/{name}.d/gatekeeper/{key}", "w").write(text)
+    # Gatekeeper files only from gatekeeperPolicies: their ConfigMap, mount and --gatekeeper-dir.
+    gatekeeper_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-gatekeeper")]
+    check(len(gatekeeper_cms) == (name == "gatekeeper"), "a Gatekeeper ConfigMap only with gatekeeperPolicies")
+    for workload in kinds.get("Deployment", []) + [p for p in kinds.get("Pod", [])]:
+        pod = workload["spec"]["template"]["spec"] if workload["kind"] == "Deployment" else workload["spec"]
+        c = pod["containers"][0]
+        has_dir = c["args"][c["args"].index("--gatekeeper-dir") + 1:][:1] == ["/gatekeeper"] if "--gatekeeper-dir" in c["args"] else False
+        mounted = any(m["name"] == "gatekeeper" and m["mountPath"] == "/gatekeeper" and m.get("readOnly")
+                      for m in c.get("volumeMounts", []))
+        check(has_dir == mounted == (name == "gatekeeper"),
+              f"{workload['kind']} {workload['metadata']['name']}: --gatekeeper-dir /gatekeeper, mounted read-only, only with gatekeeperPolicies")
     # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
     placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
     check(len(placement_cms) == 1, "one placement policies ConfigMap")
@@ -877,9 +894,11 @@ fi
 for c in "${cases[@]}"; do
     name="${c%%|*}"
     d="${out}/${name}.d"
+    gatekeeper=()
+    [[ -d "${d}/gatekeeper" ]] && gatekeeper=(--gatekeeper-dir "${d}/gatekeeper")
     if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml \
             --config "${d}/config/config.yaml" --policies-dir "${d}/policies" \
-            --placement-policies-dir "${d}/placement-policies" \
+            --placement-policies-dir "${d}/placement-policies" ${gatekeeper[@]+"${gatekeeper[@]}"} \
             --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
         log "poolguard loads ${name}: ok"
         passed=$((passed + 1))
@@ -892,6 +911,24 @@ for c in "${cases[@]}"; do
         failures=$((failures + 1))
     fi
 done
+
+# The gatekeeper case's constraint decides in poolguard: the sample pod's image is not from
+# registry.k8s.io.
+d="${out}/gatekeeper.d"
+if output="$("$poolguard" eval --namespaces-file testdata/namespaces.yaml --config "${d}/config/config.yaml" \
+        --policies-dir "${d}/policies" --placement-policies-dir "${d}/placement-policies" \
+        --gatekeeper-dir "${d}/gatekeeper" --webhook validate testdata/reviews/pod-create-placed.json 2>&1)"; then
+    printf '%s\n' "$output" >&2
+    log "gatekeeper constraint: FAILED (the pod was allowed)"
+    failures=$((failures + 1))
+elif grep -q 'images-from-allowed-repos' <<<"$output"; then
+    log "gatekeeper constraint: ok (the rendered constraint denies the sample pod)"
+    passed=$((passed + 1))
+else
+    printf '%s\n' "$output" >&2
+    log "gatekeeper constraint: FAILED (denied, but not by images-from-allowed-repos)"
+    failures=$((failures + 1))
+fi
 
 # The placement case chooses pools in poolguard with the rendered config and placement policies:
 # the shipped gpuonly with its parameter, the extra readynodes (spot, preferred, has no Ready node)
