@@ -21,7 +21,9 @@
 # same. The client (create_floor) creates one pod per arm per round, arm order rotating; it checks
 # every pod (opa, poolguard and native must set the pool), kube-apiserver's call count per
 # webhook, and that native's policies refuse a foreign image before and after the rounds.
-# Writes bench/results/e2e-floor.{json,md} (bench/e2e/floor_report.py).
+# Writes bench/results/e2e-floor.{json,md} (bench/e2e/floor_report.py), with poolguard's own time
+# per request and phase from its /metrics after the rounds, and kube-apiserver's time per admission
+# policy evaluation from its /metrics.
 #
 # Environment: ROUNDS (300) WARMUP (30) LEVELS ("10 50 200") ROUNDS_PER_CREATOR (3)
 #   OPA_VERSION (v1.22.2) POOLGUARD_BIN (default: cargo build --release) CARGO_TARGET_DIR
@@ -174,7 +176,11 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
     --concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}" \
     --json "${work}/client.json"
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+# poolguard's own time per phase, for the split of what it adds over the null webhook.
+curl -fsS --max-time 5 "http://127.0.0.1:${metrics_port}/metrics" >"${work}/poolguard-metrics.txt"
+# kube-apiserver's time per admission policy evaluation, for the native arm.
+"${cp_bin}/kubectl" get --raw /metrics >"${work}/apiserver-metrics.txt"
 python3 bench/e2e/floor_report.py "${work}/client.json" "${results}/e2e-floor.json" "${results}/e2e-floor.md" \
-    --meta kubernetes="${k8s_version}" poolguard="${pg_version}" opa="${opa_log_version}" \
+    --phases "${work}/poolguard-metrics.txt" --policies "${work}/apiserver-metrics.txt" --meta kubernetes="${k8s_version}" poolguard="${pg_version}" opa="${opa_log_version}" \
     native_objects="${native_objects}" nproc="$(nproc)" loadavg_start="${load_start}" loadavg_end="${load_end}" \
     date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"

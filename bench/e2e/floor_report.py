@@ -9,10 +9,21 @@ the API server, no webhook) to null's and to poolguard's, resampled jointly over
 Targets (reported, never asserted), at one creator: poolguard's added median <= 1.15x null's and
 <= 0.5x OPA's; native's < 0.5x null's.
 
-usage: floor_report.py CLIENT_JSON OUT_JSON OUT_MD [--meta key=value ...]
+With --phases METRICS (poolguard's /metrics text after the rounds): poolguard's own time per
+request, by webhook and phase (poolguard_admission_phase_duration_seconds, sum / count), next to
+what poolguard adds over the null webhook at one creator: the split of its extra time into its own
+handling and the rest (transport, response size, patch application in the API server).
+
+With --policies METRICS (kube-apiserver's /metrics after the rounds): each admission policy's
+evaluations and mean time per evaluation (apiserver_*_admission_policy_*duration_seconds, sum /
+count per policy), so the native arm's time can be told apart policy by policy.
+
+usage: floor_report.py CLIENT_JSON OUT_JSON OUT_MD [--phases METRICS] [--policies METRICS]
+                       [--meta key=value ...]
 """
 import json
 import random
+import re
 import sys
 
 RESAMPLES = 2000
@@ -36,16 +47,70 @@ def interval(samples):
     return [quantile(s, 0.025), quantile(s, 0.975)] if s else [None, None]
 
 
+PHASES = ("read", "wait", "parse", "lookup", "evaluate", "respond")
+
+
+def phase_means(text):
+    """{webhook: {"requests": n, phase: mean µs, ..., "total": µs}} from poolguard's /metrics."""
+    sums, counts = {}, {}
+    pattern = re.compile(r'^poolguard_admission_phase_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        key = (labels.get("webhook"), labels.get("phase"))
+        (sums if m.group(1) == "sum" else counts)[key] = float(m.group(3))
+    out = {}
+    for (webhook, phase), n in counts.items():
+        if not n:
+            continue
+        row = out.setdefault(webhook, {"requests": 0})
+        row["requests"] = max(row["requests"], int(n))
+        row[phase] = sums.get((webhook, phase), 0.0) / n * 1e6
+    for row in out.values():
+        row["total"] = sum(row.get(p, 0.0) for p in PHASES)
+    return out
+
+
+def policy_means(text):
+    """{(metric, policy): {"evaluations": n, "mean_us": µs}} from kube-apiserver's /metrics."""
+    sums, counts = {}, {}
+    pattern = re.compile(
+        r'^(apiserver_\w*admission_policy\w*duration_seconds)_(sum|count)\{([^}]*)\} (\S+)$')
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3)))
+        if "policy" not in labels:
+            continue
+        key = (m.group(1), labels["policy"])
+        target = sums if m.group(2) == "sum" else counts
+        target[key] = target.get(key, 0.0) + float(m.group(4))
+    return {f"{metric} {policy}": {"evaluations": int(n), "mean_us": sums.get((metric, policy), 0.0) / n * 1e6}
+            for (metric, policy), n in sorted(counts.items()) if n}
+
+
 def main():
     args = sys.argv[1:]
     if len(args) < 3:
         sys.exit(__doc__)
     client, out_json, out_md = args[:3]
+    rest = args[3:]
+    phases = None
+    if rest[:1] == ["--phases"] and len(rest) >= 2:
+        phases = phase_means(open(rest[1]).read())
+        rest = rest[2:]
+    policies = None
+    if rest[:1] == ["--policies"] and len(rest) >= 2:
+        policies = policy_means(open(rest[1]).read())
+        rest = rest[2:]
     meta = {}
-    if len(args) > 3:
-        if args[3] != "--meta":
+    if rest:
+        if rest[0] != "--meta":
             sys.exit(__doc__)
-        for kv in args[4:]:
+        for kv in rest[1:]:
             k, _, v = kv.partition("=")
             meta[k] = v
     data = json.load(open(client))
@@ -104,6 +169,10 @@ def main():
                 targets[text] = met(r[key]["median_added_ratio"])
     out = {"meta": meta, "arms": arms, "webhook_calls": data.get("webhook_calls"),
            "levels": levels, "targets_met": targets}
+    if phases:
+        out["poolguard_phases_us"] = phases
+    if policies is not None:
+        out["apiserver_policies"] = policies
     json.dump(out, open(out_json, "w"), indent=2)
 
     ms = lambda us: "–" if us is None else f"{us / 1000:.2f}"
@@ -147,6 +216,30 @@ def main():
               + (f"; native arms {json.dumps(data.get('native_arms'))}: no webhook, their policies set the pool on "
                  "every pod and refused a foreign image before and after the rounds" if data.get("native_arms") else "")
               + "\n")
+    if phases:
+        md.append("poolguard's own time per request (its `poolguard_admission_phase_duration_seconds`, sum / count "
+                  "over every request of the run, warm-up and all creator levels included), µs:\n")
+        md.append("| webhook | requests | " + " | ".join(PHASES) + " | total |")
+        md.append("|---|---:|" + "---:|" * (len(PHASES) + 1))
+        for webhook, row in sorted(phases.items()):
+            md.append(f"| {webhook} | {row['requests']} | "
+                      + " | ".join(f"{row.get(p, 0.0):.0f}" for p in PHASES) + f" | {row['total']:.0f} |")
+        own = sum(row["total"] for row in phases.values())
+        if first and "poolguard" in first["added"] and "null" in first["added"]:
+            extra = first["added"]["poolguard"]["median"]["us"] - first["added"]["null"]["median"]["us"]
+            md.append(f"\nAt one creator poolguard adds {ms(extra)} ms more than the null webhook (added medians); "
+                      f"its own handling of one pod (mutate + validate, means) is {ms(own)} ms, "
+                      f"so {ms(extra - own)} ms is outside poolguard's handlers (TLS and HTTP on both sides, "
+                      "the response's size, the API server applying the patch and decoding the reply).\n")
+    if policies:
+        md.append("kube-apiserver's own count and mean time per evaluation of each admission policy "
+                  "(its /metrics after the run, every arm and level), µs:\n")
+        md.append("| metric | policy | evaluations | mean, µs |")
+        md.append("|---|---|---:|---:|")
+        for key, row in policies.items():
+            metric, policy = key.split(" ", 1)
+            md.append(f"| {metric} | {policy} | {row['evaluations']} | {row['mean_us']:.0f} |")
+        md.append("")
     text = "\n".join(md)
     open(out_md, "w").write(text)
     print(text)
