@@ -27,6 +27,9 @@
 #    replica's poolguard, draining a replica's worker to completion, stopping a replica's whole
 #    worker (podman kill of its node), pods created at 20/s throughout; the harness judges each
 #    row by poolguard's promise (docs/operations.md) and prints the table;
+# 5b. native admission with the webhook as the fallback (helm upgrade to native.mode=apply,
+#    native.webhookFallback): the pod webhooks left out, the Deployment scaled to 0, pods still
+#    placed and refused by the native objects; back to native.mode=off;
 # 6. helm uninstall: both pods terminated, poolguard exited 0 after SIGTERM, no webhook
 #    configuration or object of the release left, a pod in a labelled namespace admitted untouched.
 # Prints "N passed, N failed" and the time of each phase; the cluster is deleted on exit.
@@ -165,6 +168,9 @@ begin "helm install"
     printf 'config:\n'
     sed -e 's/^/  /' integration/e2e/manifests/poolguard-config.yaml
 } >"${work}/values.yaml"
+# The same without config.placement, for the native fallback step (5b).
+awk '/^  placement:/ { skip = 1; next } skip && /^  [^ #]/ { skip = 0 } !skip' "${work}/values.yaml" \
+    >"${work}/values-native.yaml"
 "${helm}" --kubeconfig "${KUBECONFIG}" install "${release}" charts/poolguard -n "${ns}" --create-namespace \
     -f "${work}/values.yaml" --wait --timeout 5m
 kubectl -n "${ns}" get pods -o wide
@@ -258,6 +264,74 @@ while read -r row; do
 done < <(grep -o 'row: .*' "${work}/under-load.log" || true)
 ((ul_rc == 0 || ul_rc == 1)) || bad "under_load stopped with an error (exit ${ul_rc}, see above)"
 [[ -s "${work}/under-load.out" ]] || bad "under_load printed no table"
+
+# --- 5b. native admission with the webhook as the fallback, poolguard scaled to 0 ---------------
+# helm upgrade to native.mode=apply with native.webhookFallback and the e2e config without
+# config.placement (namespaces whose pool is chosen keep the webhook): the leader writes the native objects and leaves the pod and
+# workload webhooks out once they read back as generated; with the Deployment scaled to 0 a pod
+# in a pool's namespace still gets its pool, and a foreign image and another pool are refused.
+# Then back to the install's values (native.mode=off): the webhooks are registered again and the
+# objects deleted.
+begin "native fallback"
+pod_webhooks() {
+    kubectl get mutatingwebhookconfiguration "${release}-mutating" -o jsonpath='{.webhooks[*].name}'
+    printf ' | '
+    kubectl get validatingwebhookconfiguration "${release}-validating" -o jsonpath='{.webhooks[*].name}'
+}
+await_webhooks() { # what want-regex seconds
+    local deadline=$((SECONDS + $3)) got=""
+    until got="$(pod_webhooks 2>&1)" && [[ "${got}" =~ $2 ]]; do
+        ((SECONDS < deadline)) || { bad "$1: webhooks '${got}' after $3 s"; return 1; }
+        sleep 1
+    done
+    ok "$1 ('${got}')"
+}
+native_kinds=validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings
+if "${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard -n "${ns}" \
+    -f "${work}/values-native.yaml" --set native.mode=apply --set native.webhookFallback=true \
+    --wait --timeout 5m >/dev/null; then
+    ok "helm upgrade to native.mode=apply, native.webhookFallback=true"
+else
+    bad "helm upgrade to native.mode=apply failed"
+fi
+if await_webhooks "the leader left the pod and workload webhooks out" '^ \| pool-authority\.poolguard\.io' 180; then
+    kubectl create namespace pg-kind-native >/dev/null
+    kubectl label namespace pg-kind-native "${label}=${pools[0]}" >/dev/null
+    bash "${work}/poolguard-stop.sh" >&2
+    native_pod() { # name image [nodeSelector JSON]
+        local selector="${3:-}"
+        [[ -n "${selector}" ]] || selector='{}'
+        printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "%s", "namespace": "pg-kind-native"},
+          "spec": {"nodeSelector": %s, "containers": [{"name": "c", "image": "%s"}]}}' "$1" "${selector}" "$2"
+    }
+    got="$(native_pod placed registry.k8s.io/pause:3.10 | kubectl create --dry-run=server -f - \
+        -o jsonpath='{.spec.nodeSelector.agentpool} {.metadata.annotations.poolguard\.io/pool}' 2>&1)"
+    [[ "${got}" == "${pools[0]} ${pools[0]}" ]] \
+        && ok "poolguard at 0 replicas: a pod in pool ${pools[0]}'s namespace got its pool from the native objects" \
+        || bad "poolguard at 0 replicas: the pod got '${got}', not pool ${pools[0]}"
+    if out="$(native_pod foreign docker.io/library/nginx:1.27 | kubectl create --dry-run=server -f - 2>&1)"; then
+        bad "poolguard at 0 replicas: a foreign image was admitted"
+    else
+        [[ "${out}" == *poolguard-allowedrepositories* ]] && ok "poolguard at 0 replicas: a foreign image is refused by poolguard-allowedrepositories" \
+            || bad "poolguard at 0 replicas: a foreign image refused otherwise: ${out}"
+    fi
+    if out="$(native_pod override registry.k8s.io/pause:3.10 "{\"${label}\": \"${pools[1]}\"}" |
+        kubectl create --dry-run=server -f - 2>&1)"; then
+        bad "poolguard at 0 replicas: another pool was admitted"
+    else
+        [[ "${out}" == *poolguard-placement* ]] && ok "poolguard at 0 replicas: another pool is refused by poolguard-placement" \
+            || bad "poolguard at 0 replicas: another pool refused otherwise: ${out}"
+    fi
+    bash "${work}/poolguard-start.sh" >&2
+    kubectl delete namespace pg-kind-native --wait=false >/dev/null
+fi
+"${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard -n "${ns}" \
+    -f "${work}/values.yaml" --wait --timeout 5m >/dev/null \
+    || bad "helm upgrade back to native.mode=off failed"
+await_webhooks "native.mode=off: every replica registers the pod and workload webhooks again" \
+    '^mutate\.poolguard\.io \| validate\.poolguard\.io pool-authority' 120 || true
+# native.mode apply -> off leaves the objects (docs/native.md): delete them, as the docs say.
+kubectl delete "${native_kinds}" -l app.kubernetes.io/managed-by=poolguard >/dev/null
 
 # --- 6. helm uninstall -------------------------------------------------------------------------
 begin "helm uninstall"
