@@ -5,6 +5,7 @@
 #
 #   bench/e2e-floor.sh                        # 300 rounds alone, then 10/50/200 creators
 #   ROUNDS=100 LEVELS="10 50" bench/e2e-floor.sh
+#   LEVELS= bench/e2e-floor.sh                # one creator only
 #
 # Arms, each with its own namespace and its own admission configuration, selected by the
 # namespace label poolguard-floor=<arm>:
@@ -36,7 +37,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
 rounds="${ROUNDS:-300}"
 warmup="${WARMUP:-30}"
-levels="${LEVELS:-10 50 200}"
+levels="${LEVELS-10 50 200}"
 per_creator="${ROUNDS_PER_CREATOR:-3}"
 opa_version="${OPA_VERSION:-v1.22.2}"
 opa_dir="${OPA_DIR:-$HOME/.cache/poolguard/opa/${opa_version}}"
@@ -170,10 +171,12 @@ log "servers ready, webhooks registered; ${k8s_version}, ${pg_version}, ${opa_lo
 
 # --- measure, report ------------------------------------------------------------------------
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+# LEVELS="" measures one creator only (then poolguard's phase times are those of one creator).
+more_levels=()
+[[ -n "${levels// /}" ]] && more_levels=(--concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}")
 "${work}/create_floor" --arms none,null,opa,poolguard,native --mutating-arms opa,poolguard,native \
     --native-arms native --foreign-image docker.io/library/nginx:1.27 \
-    --rounds "${rounds}" --warmup "${warmup}" \
-    --concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}" \
+    --rounds "${rounds}" --warmup "${warmup}" ${more_levels[@]+"${more_levels[@]}"} \
     --json "${work}/client.json"
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 # poolguard's own time per phase, for the split of what it adds over the null webhook.

@@ -52,22 +52,28 @@ PHASES = ("read", "wait", "parse", "lookup", "evaluate", "respond")
 
 def phase_means(text):
     """{webhook: {"requests": n, phase: mean µs, ..., "total": µs}} from poolguard's /metrics."""
-    sums, counts = {}, {}
-    pattern = re.compile(r'^poolguard_admission_phase_duration_seconds_(sum|count)\{([^}]*)\} (\S+)$')
+    sums, counts, buckets = {}, {}, {}
+    pattern = re.compile(r'^poolguard_admission_phase_duration_seconds_(sum|count|bucket)\{([^}]*)\} (\S+)$')
     for line in text.splitlines():
         m = pattern.match(line)
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
         key = (labels.get("webhook"), labels.get("phase"))
-        (sums if m.group(1) == "sum" else counts)[key] = float(m.group(3))
+        if m.group(1) == "bucket":
+            buckets.setdefault(key, []).append((float(labels["le"]), float(m.group(3))))
+        else:
+            (sums if m.group(1) == "sum" else counts)[key] = float(m.group(3))
     out = {}
     for (webhook, phase), n in counts.items():
         if not n:
             continue
-        row = out.setdefault(webhook, {"requests": 0})
+        row = out.setdefault(webhook, {"requests": 0, "median_le": {}})
         row["requests"] = max(row["requests"], int(n))
         row[phase] = sums.get((webhook, phase), 0.0) / n * 1e6
+        # The median's bucket: the smallest upper bound holding half the requests.
+        row["median_le"][phase] = next((le * 1e6 for le, c in sorted(buckets.get((webhook, phase), []))
+                                        if c >= n / 2), None)
     for row in out.values():
         row["total"] = sum(row.get(p, 0.0) for p in PHASES)
     return out
@@ -217,13 +223,17 @@ def main():
                  "every pod and refused a foreign image before and after the rounds" if data.get("native_arms") else "")
               + "\n")
     if phases:
-        md.append("poolguard's own time per request (its `poolguard_admission_phase_duration_seconds`, sum / count "
-                  "over every request of the run, warm-up and all creator levels included), µs:\n")
+        md.append("poolguard's own time per request (its `poolguard_admission_phase_duration_seconds` over every "
+                  "request of the run, warm-up and all creator levels included), µs: the mean (sum / count), and "
+                  "below it the upper bound of the histogram bucket holding the median (buckets double from 5 µs):\n")
         md.append("| webhook | requests | " + " | ".join(PHASES) + " | total |")
         md.append("|---|---:|" + "---:|" * (len(PHASES) + 1))
+        le = lambda v: "–" if v is None else f"≤ {v:.0f}"
         for webhook, row in sorted(phases.items()):
             md.append(f"| {webhook} | {row['requests']} | "
                       + " | ".join(f"{row.get(p, 0.0):.0f}" for p in PHASES) + f" | {row['total']:.0f} |")
+            md.append(f"| {webhook}, median | | "
+                      + " | ".join(le(row["median_le"].get(p)) for p in PHASES) + " | |")
         own = sum(row["total"] for row in phases.values())
         if first and "poolguard" in first["added"] and "null" in first["added"]:
             extra = first["added"]["poolguard"]["median"]["us"] - first["added"]["null"]["median"]["us"]
