@@ -258,7 +258,8 @@ impl Registrar {
     }
 
     /// Applies until `stop`: every [`WAITING`] until the first registration, then every
-    /// [`RECHECK`]. A failed step is logged and tried again.
+    /// [`RECHECK`]; with [`Fallback`], every [`FALLBACK_RECHECK`] (and only while leading). A
+    /// failed step is logged and tried again.
     pub async fn run(mut self, stop: CancellationToken) {
         let mut registered = false;
         let mut last_error = String::new();
