@@ -188,19 +188,11 @@ async fn native_outcome(
             http::Request::put(path)
         }
         None => http::Request::post(format!("{collection}?dryRun=All")),
-    }
-    .header("content-type", "application/json")
-    .body(serde_json::to_vec(object)?)?;
-    let res = env
-        .client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .context("sending the object")?;
-    let status = res.status().as_u16();
+    };
+    let (status, headers, body) = send(env, req, object).await?;
     // `299 - "Validation failed for ValidatingAdmissionPolicy 'poolguard-<policy>[.pool-<pool>]'
     // with binding ...`: the policy's name.
-    let warned = res
-        .headers()
+    let warned = headers
         .get_all("warning")
         .iter()
         .map(|w| {
@@ -213,8 +205,6 @@ async fn native_outcome(
             name.split(".pool-").next().unwrap_or(name).to_string()
         })
         .collect();
-    let bytes = res.into_body().collect_bytes().await?;
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     match status {
         201 | 200 => Ok(outcome_of(&body, warned)),
         400 | 403 | 422 => Ok(Outcome::DENIED),
@@ -487,21 +477,37 @@ const EPHEMERAL_IMAGES: [&str; 5] = [
     "busybox",
 ];
 
-/// Creates `object` for real (no dry run) and returns it as stored.
-async fn store(env: &Env, ns: &str, object: &Value) -> Result<Value> {
-    let kind = object["kind"].as_str().unwrap_or("Pod");
-    let (_, resource, prefix) = resource_of(kind);
-    let req = http::Request::post(format!("{prefix}/namespaces/{ns}/{resource}"))
+/// Sends `object` as the body of `req`: the status, the headers and the body read as JSON (null
+/// when it is not).
+async fn send(
+    env: &Env,
+    req: http::request::Builder,
+    object: &Value,
+) -> Result<(u16, http::HeaderMap, Value)> {
+    let req = req
         .header("content-type", "application/json")
         .body(serde_json::to_vec(object)?)?;
     let res = env
         .client
         .send(req.map(kube::client::Body::from))
         .await
-        .context("storing the object")?;
+        .context("sending the object")?;
     let status = res.status().as_u16();
+    let headers = res.headers().clone();
     let bytes = res.into_body().collect_bytes().await?;
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Ok((
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
+}
+
+/// Creates `object` for real (no dry run) and returns it as stored.
+async fn store(env: &Env, ns: &str, object: &Value) -> Result<Value> {
+    let kind = object["kind"].as_str().unwrap_or("Pod");
+    let (_, resource, prefix) = resource_of(kind);
+    let req = http::Request::post(format!("{prefix}/namespaces/{ns}/{resource}"));
+    let (status, _, body) = send(env, req, object).await?;
     match status {
         200 | 201 => Ok(body),
         _ => bail!("storing {kind} in {ns}: HTTP {status}: {body}"),
