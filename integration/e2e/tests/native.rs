@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use futures::stream::{self, StreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use poolguard_core::config::Config;
 use poolguard_core::labels::Labels;
 use poolguard_core::native::{self, Options};
@@ -188,11 +188,19 @@ async fn native_outcome(
             http::Request::put(path)
         }
         None => http::Request::post(format!("{collection}?dryRun=All")),
-    };
-    let (status, headers, body) = send(env, req, object).await?;
+    }
+    .header("content-type", "application/json")
+    .body(serde_json::to_vec(object)?)?;
+    let res = env
+        .client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .context("sending the object")?;
+    let status = res.status().as_u16();
     // `299 - "Validation failed for ValidatingAdmissionPolicy 'poolguard-<policy>[.pool-<pool>]'
     // with binding ...`: the policy's name.
-    let warned = headers
+    let warned = res
+        .headers()
         .get_all("warning")
         .iter()
         .map(|w| {
@@ -205,6 +213,8 @@ async fn native_outcome(
             name.split(".pool-").next().unwrap_or(name).to_string()
         })
         .collect();
+    let bytes = res.into_body().collect_bytes().await?;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     match status {
         201 | 200 => Ok(outcome_of(&body, warned)),
         400 | 403 | 422 => Ok(Outcome::DENIED),
@@ -477,41 +487,18 @@ const EPHEMERAL_IMAGES: [&str; 5] = [
     "busybox",
 ];
 
-/// Sends `object` as the body of `req`: the status, the headers and the body read as JSON (null
-/// when it is not).
-async fn send(
-    env: &Env,
-    req: http::request::Builder,
-    object: &Value,
-) -> Result<(u16, http::HeaderMap, Value)> {
-    let req = req
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(object)?)?;
-    let res = env
-        .client
-        .send(req.map(kube::client::Body::from))
+/// Creates an unscheduled pod (held by a scheduling gate) named `name`, and returns it as stored.
+async fn gated_pod(env: &Env, ns: &str, name: &str) -> Result<Value> {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
+            "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
+    let stored = env
+        .create_pod(ns, &pod)
         .await
-        .context("sending the object")?;
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let bytes = res.into_body().collect_bytes().await?;
-    Ok((
-        status,
-        headers,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    ))
-}
-
-/// Creates `object` for real (no dry run) and returns it as stored.
-async fn store(env: &Env, ns: &str, object: &Value) -> Result<Value> {
-    let kind = object["kind"].as_str().unwrap_or("Pod");
-    let (_, resource, prefix) = resource_of(kind);
-    let req = http::Request::post(format!("{prefix}/namespaces/{ns}/{resource}"));
-    let (status, _, body) = send(env, req, object).await?;
-    match status {
-        200 | 201 => Ok(body),
-        _ => bail!("storing {kind} in {ns}: HTTP {status}: {body}"),
-    }
+        .with_context(|| format!("creating gated pod {ns}/{name}"))?;
+    env.track_pod(ns, name);
+    Ok(serde_json::to_value(&stored)?)
 }
 
 /// The API of one generated object's kind.
@@ -760,16 +747,7 @@ async fn compare(
     let mut updated = Tally::default();
     for (ns, pool) in &namespaces {
         for (n, (what, edit)) in edits(round.key).into_iter().enumerate() {
-            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("gated-{n}")},
-                "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
-                    "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
-            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod)?;
-            let stored = env
-                .create_pod(ns, &pod)
-                .await
-                .with_context(|| format!("creating gated pod {ns}/gated-{n}"))?;
-            env.track_pod(ns, &format!("gated-{n}"));
-            let stored = serde_json::to_value(&stored)?;
+            let stored = gated_pod(env, ns, &format!("gated-{n}")).await?;
             let mut new = stored.clone();
             edit(&mut new);
             let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored), "")?;
@@ -788,11 +766,7 @@ async fn compare(
     let mut changed = Tally::default();
     for (ns, pool) in &namespaces {
         let labels = labels_of(*pool);
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ephemeral"},
-            "spec": {"schedulingGates": [{"name": "e2e.poolguard.io/hold"}],
-                "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}});
-        let stored = store(env, ns, &pod).await?;
-        env.track_pod(ns, "ephemeral");
+        let stored = gated_pod(env, ns, "ephemeral").await?;
         for image in EPHEMERAL_IMAGES {
             let mut new = stored.clone();
             new["spec"]["ephemeralContainers"] = json!([{"name": "debug", "image": image}]);
@@ -813,12 +787,13 @@ async fn compare(
             }
             changed.add(&want);
         }
-        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "stored"},
-            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "w"}},
-                "template": {"metadata": {"labels": {"app": "w"}},
-                    "spec": {"containers": [{"name": "c", "image": "registry.example.com/app:1"}]}}}});
-        let stored = store(env, ns, &deployment).await?;
+        let deployment = env.deployment("stored", "registry.example.com/app:1", 0, None)?;
+        let stored = env
+            .deployments(ns)
+            .create(&PostParams::default(), &deployment)
+            .await
+            .with_context(|| format!("creating Deployment {ns}/stored"))?;
+        let stored = serde_json::to_value(&stored)?;
         // A pod template is a pod's metadata and spec: the gated pods' edits, and none at all.
         let unchanged: Edit = ("nothing (replicas only)", Box::new(|_: &mut Value| {}));
         for (what, edit) in std::iter::once(unchanged).chain(edits(round.key)) {
