@@ -139,8 +139,7 @@ pub async fn run(
         &mut leading,
     )
     .await;
-    metrics.audit_leader.set(0);
-    leads.send_replace(false);
+    say_leading(metrics.as_ref(), &leads, false);
     // Closing the channel makes the lease task release the lease, so another replica takes
     // over now rather than after the lease duration.
     drop(leading);
@@ -172,8 +171,7 @@ async fn lead_while_held(
                 return;
             },
         }
-        metrics.audit_leader.set(1);
-        leads.send_replace(true);
+        say_leading(metrics, leads, true);
         tracing::info!("audit: this replica leads");
         let mut controller = Controller::new(
             client.clone(),
@@ -235,10 +233,16 @@ async fn lead_while_held(
                 break;
             }
         }
-        metrics.audit_leader.set(0);
-        leads.send_replace(false);
+        say_leading(metrics, leads, false);
         tracing::info!("audit: this replica no longer leads");
     }
+}
+
+/// Whether this replica leads, for the `audit_leader` gauge and for the webhook registration
+/// (`--native-fallback`).
+fn say_leading(metrics: &Metrics, leads: &watch::Sender<bool>, leading: bool) {
+    metrics.audit_leader.set(i64::from(leading));
+    leads.send_replace(leading);
 }
 
 fn record(metrics: &Metrics, pass: &Pass) {

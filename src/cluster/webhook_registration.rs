@@ -352,9 +352,7 @@ impl Registrar {
         }
         Ok(Step::Registered)
     }
-}
 
-impl Registrar {
     /// With `--native-fallback`: whether the native objects have decided every pod and workload
     /// request alone for [`SETTLE`]; logs each change of the answer once.
     async fn native_decides_alone(&mut self) -> bool {
