@@ -50,20 +50,25 @@ def interval(samples):
 PHASES = ("read", "wait", "parse", "lookup", "evaluate", "respond")
 
 
+def histogram_series(text, name):
+    """The `_sum`, `_count` and `_bucket` samples of the histograms whose name matches the regex
+    `name` in Prometheus text: (metric, suffix, labels, value) each."""
+    pattern = re.compile(r'^(' + name + r')_(sum|count|bucket)\{([^}]*)\} (\S+)$')
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if m:
+            yield m.group(1), m.group(2), dict(re.findall(r'(\w+)="([^"]*)"', m.group(3))), float(m.group(4))
+
+
 def phase_means(text):
     """{webhook: {"requests": n, phase: mean µs, ..., "total": µs}} from poolguard's /metrics."""
     sums, counts, buckets = {}, {}, {}
-    pattern = re.compile(r'^poolguard_admission_phase_duration_seconds_(sum|count|bucket)\{([^}]*)\} (\S+)$')
-    for line in text.splitlines():
-        m = pattern.match(line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+    for _, suffix, labels, value in histogram_series(text, "poolguard_admission_phase_duration_seconds"):
         key = (labels.get("webhook"), labels.get("phase"))
-        if m.group(1) == "bucket":
-            buckets.setdefault(key, []).append((float(labels["le"]), float(m.group(3))))
+        if suffix == "bucket":
+            buckets.setdefault(key, []).append((float(labels["le"]), value))
         else:
-            (sums if m.group(1) == "sum" else counts)[key] = float(m.group(3))
+            (sums if suffix == "sum" else counts)[key] = value
     out = {}
     for (webhook, phase), n in counts.items():
         if not n:
@@ -82,18 +87,12 @@ def phase_means(text):
 def policy_means(text):
     """{(metric, policy): {"evaluations": n, "mean_us": µs}} from kube-apiserver's /metrics."""
     sums, counts = {}, {}
-    pattern = re.compile(
-        r'^(apiserver_\w*admission_policy\w*duration_seconds)_(sum|count)\{([^}]*)\} (\S+)$')
-    for line in text.splitlines():
-        m = pattern.match(line)
-        if not m:
+    for metric, suffix, labels, value in histogram_series(text, r"apiserver_\w*admission_policy\w*duration_seconds"):
+        if suffix == "bucket" or "policy" not in labels:
             continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3)))
-        if "policy" not in labels:
-            continue
-        key = (m.group(1), labels["policy"])
-        target = sums if m.group(2) == "sum" else counts
-        target[key] = target.get(key, 0.0) + float(m.group(4))
+        key = (metric, labels["policy"])
+        target = sums if suffix == "sum" else counts
+        target[key] = target.get(key, 0.0) + value
     return {f"{metric} {policy}": {"evaluations": int(n), "mean_us": sums.get((metric, policy), 0.0) / n * 1e6}
             for (metric, policy), n in sorted(counts.items()) if n}
 
