@@ -2,6 +2,7 @@
 //! file, a manifest or AdmissionReview (or standard input). The parsing itself is the core's.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
@@ -11,6 +12,10 @@ use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
+
+/// The rules of the moment, as the loops that outlive a reload (the audit, the webhook
+/// registration) read them: they change when the config or policies are reloaded.
+pub type Rules = Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>;
 
 /// The policies directory used when none is given.
 pub const DEFAULT_POLICIES_DIR: &str = "policies";

@@ -18,6 +18,7 @@ use super::scan::{self, Scan, ScanOptions};
 use crate::cluster::native_objects;
 use crate::rollout::controller::{Controller, STEP_EVERY};
 use crate::server::metrics::Metrics;
+use crate::sources::Rules;
 use crate::wall_clock::unix_now;
 use poolguard_core::audit::Verdict;
 use poolguard_core::report::{self, ReportApi, Timestamp};
@@ -42,9 +43,6 @@ pub struct Settings {
     /// webhooks out while the native objects decide alone.
     pub native_fallback: bool,
 }
-
-/// The rules of the moment (they change when the config or policies are reloaded).
-pub type Rules = Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>;
 
 /// What one pass did.
 #[derive(Debug)]

@@ -35,8 +35,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::schedule::Rules;
 use crate::cluster::native_objects;
+use crate::sources::Rules;
 
 /// The field manager of the registration's writes.
 pub const FIELD_MANAGER: &str = "poolguard-registration";

@@ -302,7 +302,7 @@ async fn start_audit(
         shutdown.clone(),
     ));
     let state = app.clone();
-    let rules: crate::audit::schedule::Rules = Arc::new(move || state.rules.load_full());
+    let rules: crate::sources::Rules = Arc::new(move || state.rules.load_full());
     Ok(Some(tokio::spawn(crate::audit::schedule::run(
         client,
         settings,
