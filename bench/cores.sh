@@ -85,6 +85,10 @@ cell() {
     taskset -c "$(join "${loadgen_cpus[@]}")" "$LOADGEN" --label "cores:$n:$server:$workload:$run" --url "$url" \
       --ca "$W/certs/ca.crt" "${args[@]}" --seq-token seqno --mode closed --connections "$CORE_CONNS" \
       --duration "$CORE_SECONDS" --threads "$threads" >>"$RESULTS"
+    # poolguard's phase histograms so far (cumulative; the report takes the difference per workload).
+    [ "$sub" = pg ] && curl -s "http://127.0.0.1:$PG_METRICS_PORT/metrics" \
+      | python3 -c 'import json, sys; print(json.dumps({"label": sys.argv[1], "metrics": sys.stdin.read()}))' \
+        "phases:$n:$workload:$run" >>"$RESULTS"
   done
   printf '{"label": "hwm:%s:%s:%s", "vmhwm_kib": %s}\n' "$n" "$server" "$run" \
     "$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER_PID/status")" >>"$RESULTS"
@@ -103,12 +107,14 @@ for n in $CORES; do
   done
 done
 
-python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
+B=$B python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
   "$CORE_SECONDS" "$CORE_CONNS" "$OPA_VERSION" "${SKIPPED[*]:-}" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
-import json, statistics, sys, datetime
+import json, os, statistics, sys, datetime
+sys.path.insert(0, os.path.join(os.environ["B"], "e2e"))
+from floor_report import PHASES, histogram_series
 results, out, cpus, arch, model, seconds, conns, opa, skipped, load_start, load_end = sys.argv[1:12]
 rows = [json.loads(l) for l in open(results) if l.strip()]
-tput, hwm = {}, {}
+tput, hwm, snapshots = {}, {}, {}
 for r in rows:
     parts = r["label"].split(":")
     if parts[0] == "cores":
@@ -117,6 +123,25 @@ for r in rows:
     elif parts[0] == "hwm":
         _, n, server, _run = parts
         hwm.setdefault((int(n), server), []).append(int(r["vmhwm_kib"]))
+    elif parts[0] == "phases":
+        _, n, workload, run = parts
+        totals = {}
+        for _, suffix, labels, value in histogram_series(r["metrics"], "poolguard_admission_phase_duration_seconds"):
+            if labels.get("webhook") == "validate" and suffix in ("sum", "count"):
+                totals[(labels["phase"], suffix)] = value
+        snapshots[(int(n), run, workload)] = totals
+
+# poolguard's mean time per /validate request in each phase, µs: one server process serves the
+# replicas round and then the distinct one, so the distinct round is its snapshot less the first.
+phase_us = {}
+for (n, run, workload), totals in snapshots.items():
+    before = snapshots.get((n, run, "replicas"), {}) if workload == "distinct" else {}
+    means = {}
+    for phase in PHASES:
+        count = totals.get((phase, "count"), 0) - before.get((phase, "count"), 0)
+        if count:
+            means[phase] = (totals.get((phase, "sum"), 0) - before.get((phase, "sum"), 0)) / count * 1e6
+    phase_us.setdefault((n, workload), []).append(means)
 cells = sorted({(n, w) for (n, w, _) in tput}, key=lambda c: (c[0], c[1] != "replicas"))
 table, data = [], []
 for n, w in cells:
@@ -125,8 +150,11 @@ for n, w in cells:
         continue
     mp, mo = statistics.median(pg), statistics.median(op)
     peak = max(hwm.get((n, "poolguard"), [0])) / 1024
+    phases = {p: statistics.median(m[p] for m in phase_us.get((n, w), []) if p in m)
+              for p in PHASES if any(p in m for m in phase_us.get((n, w), []))}
     data.append({"cores": n, "workload": w, "poolguard_rps": pg, "opa_rps": op,
-                 "poolguard_median": mp, "opa_median": mo, "ratio": mp / mo, "poolguard_vmhwm_mib": peak})
+                 "poolguard_median": mp, "opa_median": mo, "ratio": mp / mo, "poolguard_vmhwm_mib": peak,
+                 "poolguard_phase_us": phases})
     table.append(f"| {n} | {w} | {mp:,.0f} ({min(pg):,.0f}–{max(pg):,.0f}) | {mo:,.0f} ({min(op):,.0f}–{max(op):,.0f}) "
                  f"| {mp / mo:.1f}× | {peak:.1f} MiB |")
 lines = [
@@ -142,6 +170,18 @@ lines = [
     *table,
     "",
 ]
+if any(d["poolguard_phase_us"] for d in data):
+    lines += [
+        "poolguard's mean time per `/validate` request by phase, µs (its `admission_phase_duration_seconds`; median of the rounds). "
+        "In a closed loop with more connections than cores a phase's time includes waiting for a CPU, so a phase that grows "
+        "with the cores while the throughput stalls is where requests contend.",
+        "",
+        "| server cores | workload | " + " | ".join(PHASES) + " | total |",
+        "|---:|---|" + "---:|" * (len(PHASES) + 1),
+        *[f"| {d['cores']} | {d['workload']} | " + " | ".join(f"{d['poolguard_phase_us'].get(p, 0):,.0f}" for p in PHASES)
+          + f" | {sum(d['poolguard_phase_us'].values()):,.0f} |" for d in data],
+        "",
+    ]
 for w in ("replicas", "distinct"):
     ns = sorted(d["cores"] for d in data if d["workload"] == w)
     if len(ns) > 1:

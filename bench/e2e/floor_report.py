@@ -254,4 +254,5 @@ def main():
     print(text)
 
 
-main()
+if __name__ == "__main__":
+    main()
