@@ -1849,6 +1849,114 @@ async fn a_rapid_reset_flood_ends_its_connection_and_others_are_served() {
     running.wait().await.unwrap();
 }
 
+/// An evaluation runs in place (on the worker that received the request) when a worker is
+/// left for the rest, else on the blocking pool; the answers are the same either way, for
+/// every review in testdata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn decisions_in_place_and_on_the_blocking_pool_are_the_same() {
+    let with = |in_place| Limits {
+        in_place_evaluations: in_place,
+        ..Limits::default()
+    };
+    let handed_off = state(example_rules(), Duration::from_secs(4), with(0));
+    let in_place = state(example_rules(), Duration::from_secs(4), with(8));
+    assert_eq!(handed_off.gates.in_place_capacity(), 0);
+    // Never more than the workers less one.
+    assert_eq!(in_place.gates.in_place_capacity(), 2);
+    let mut files: Vec<_> = std::fs::read_dir("testdata/reviews")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert!(files.len() > 20, "{files:?}");
+    let mut denied = 0;
+    for file in &files {
+        for path in ["/validate", "/mutate"] {
+            let a = call(&handed_off, request("POST", path, review(file))).await;
+            let b = call(&in_place, request("POST", path, review(file))).await;
+            assert_eq!((a.status, &a.text), (b.status, &b.text), "{path} {file}");
+            denied += usize::from(a.text.contains(r#""allowed":false"#));
+        }
+    }
+    assert!(denied >= 10, "{denied} denials");
+}
+
+/// On a single-threaded runtime nothing runs in place: the one worker would be blocked.
+#[tokio::test]
+async fn a_single_threaded_runtime_runs_no_evaluation_in_place() {
+    let limits = Limits {
+        in_place_evaluations: 8,
+        ..Limits::default()
+    };
+    let app = state(example_rules(), Duration::from_secs(4), limits);
+    assert_eq!(app.gates.in_place_capacity(), 0);
+}
+
+/// A slow evaluation in place holds its worker, but never the last one: a second slow one goes
+/// to the blocking pool, and other requests are still answered while both run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_in_place_leaves_a_worker_for_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        max_evaluations: 2,
+        max_queued_evaluations: 0,
+        in_place_evaluations: 2,
+        ..Limits::default()
+    };
+    let app = state(
+        slow_rules(dir.path(), "allow"),
+        Duration::from_millis(1500),
+        limits,
+    );
+    assert_eq!(app.gates.in_place_capacity(), 1);
+    let first = take_the_slot(&app).await;
+    let second = tokio::spawn({
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                request("POST", "/validate", review("pod-create-placed.json")),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    while app.gates.evaluations_running() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the second evaluation did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Answered by a worker while both slow evaluations still run.
+    let placed = tokio::spawn({
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                request("POST", "/mutate", review("pod-create-mapped.json")),
+            )
+            .await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(placed.status, 200, "{}", placed.text);
+    assert!(
+        placed.text.contains(r#""patchType":"JSONPatch""#),
+        "{}",
+        placed.text
+    );
+    assert!(!first.is_finished() && !second.is_finished());
+    for slow in [first, second] {
+        let text = slow.await.unwrap().text;
+        assert!(
+            text.contains("did not decide within the 1500 ms deadline"),
+            "{text}"
+        );
+    }
+}
+
 /// Parsed reviews share one budget: a request reserves its review's estimated parse before
 /// parsing and holds it until answered; one that cannot get it before its deadline gets 503
 /// with `Retry-After` (the API server's failure policy decides), not a parse past the budget.

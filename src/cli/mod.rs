@@ -586,6 +586,7 @@ impl LimitArgs {
             parse_budget_bytes: self.parse_budget_bytes.unwrap_or(d.parse_budget_bytes),
             body_timeout: self.body_timeout_seconds.map_or(d.body_timeout, secs),
             max_evaluations: self.max_evaluations.unwrap_or(d.max_evaluations),
+            in_place_evaluations: d.in_place_evaluations,
             max_queued_evaluations: self
                 .max_queued_evaluations
                 .unwrap_or(d.max_queued_evaluations),

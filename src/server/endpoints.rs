@@ -245,7 +245,8 @@ struct Work<'a> {
 /// for namespaces that exist, so that no one can post reviews for made-up ones to move a
 /// rollout. A validating request without a slot gets `evaluation.onError` without a namespace
 /// lookup; otherwise the namespace's labels are read (once), and the request is decided on the
-/// blocking pool ([`decide_in_time`]) when it holds a slot, right here when it runs no policy.
+/// blocking pool or in place ([`decide_in_time`]) when it holds a slot, right here when it runs
+/// no policy.
 async fn decide(
     app: &ServerState,
     webhook: Webhook,
@@ -296,9 +297,12 @@ async fn decide(
     (decision, labels.is_some())
 }
 
-/// Policies run on the blocking pool, so that a slow one holds up no other request and the
-/// deadline can answer for it. The evaluation keeps its slot and the body's reservation
-/// (`held`) until its work stops, which the deadline also bounds (see [`decide_review`]).
+/// Policies run in place when [`Gates::in_place`](crate::server::limits::Gates::in_place) gives
+/// leave (this worker is busy until the decision, which the deadline bounds: each policy's time
+/// limit is cut to its share of it), else on the blocking pool, so that a slow one holds up no
+/// other request and the deadline can answer for it. The evaluation keeps its slot and the
+/// body's reservation (`held`) until its work stops, which the deadline also bounds (see
+/// [`decide_review`]).
 async fn decide_in_time(
     app: &ServerState,
     webhook: Webhook,
@@ -309,6 +313,19 @@ async fn decide_in_time(
     let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
     let budget = app.deadline;
     let pools = app.pools.facts(&rules.config);
+    if let Some(_in_place) = app.gates.in_place() {
+        let _held = held;
+        let scope = Scope {
+            labels: labels.as_deref(),
+            pools: pools.as_deref(),
+        };
+        let (decision, Late(late)) =
+            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget);
+        if late {
+            app.metrics.unfinished(webhook.as_str(), "deadline");
+        }
+        return decision;
+    }
     let task_labels = labels.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _held = held;

@@ -40,6 +40,13 @@ pub struct Limits {
     /// Deployment), and the request holds its share of `parse_budget_bytes` until it is
     /// answered, so big reviews wait for the budget, not for a slot.
     pub max_evaluations: usize,
+    /// Evaluations that may run in place, on the async runtime's worker that received the
+    /// request, instead of being handed to the blocking pool (the hand-off costs two thread
+    /// wake-ups per request, which on a multi-core machine cost more than a remembered or short
+    /// evaluation). Each evaluation is bounded by the deadline (policies' time limits are cut to
+    /// it), and at least one worker stays free for the rest (accepting connections, health,
+    /// metrics): default [`in_place_evaluations_for`] the CPUs, none on one CPU. Not a flag.
+    pub in_place_evaluations: usize,
     /// Validating requests that may wait for an evaluation slot; beyond it, or past the deadline
     /// while waiting, `evaluation.onError` decides. Default: [`queued_evaluations_for`] the slots.
     pub max_queued_evaluations: usize,
@@ -68,6 +75,22 @@ pub fn evaluation_slots_for(cpus: usize) -> usize {
     cpus.max(1)
 }
 
+/// Default evaluations run in place for `cpus` usable CPUs (the async runtime has one worker
+/// per CPU): all workers but one.
+pub fn in_place_evaluations_for(cpus: usize) -> usize {
+    cpus.saturating_sub(1)
+}
+
+/// [`Limits::in_place_evaluations`], and never more than the workers of the async runtime
+/// this is made in less one (none on a single-threaded runtime, or outside one).
+fn in_place_permits(limits: &Limits) -> usize {
+    let workers = tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_workers());
+    limits
+        .in_place_evaluations
+        .min(workers.saturating_sub(1))
+        .min(Semaphore::MAX_PERMITS)
+}
+
 /// Default places in the wait queue for `slots` evaluation slots: 16 per slot, at least 64, so a
 /// burst waits up to about 16 evaluations' time before `evaluation.onError` decides.
 pub fn queued_evaluations_for(slots: usize) -> usize {
@@ -84,6 +107,7 @@ impl Default for Limits {
             parse_budget_bytes: 64 * MIB,
             body_timeout: Duration::from_secs(10),
             max_evaluations: slots,
+            in_place_evaluations: in_place_evaluations_for(cpus),
             max_queued_evaluations: queued_evaluations_for(slots),
             max_connections: 64,
             idle_timeout: Duration::from_secs(120),
@@ -99,6 +123,9 @@ pub struct Gates {
     body_budget: Arc<Semaphore>,
     parse_budget: Arc<Semaphore>,
     evaluations: Arc<Semaphore>,
+    /// [`Limits::in_place_evaluations`] (possibly none).
+    in_place: Arc<Semaphore>,
+    in_place_capacity: usize,
     waiting: Arc<AtomicUsize>,
     connections: Arc<Semaphore>,
 }
@@ -141,10 +168,13 @@ impl Reservation {
 impl Gates {
     pub fn new(limits: Limits) -> Gates {
         let permits = |n: usize| Arc::new(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS)));
+        let in_place_capacity = in_place_permits(&limits);
         Gates {
             body_budget: permits(limits.body_budget_bytes),
             parse_budget: permits(limits.parse_budget_bytes),
             evaluations: permits(limits.max_evaluations),
+            in_place: Arc::new(Semaphore::new(in_place_capacity)),
+            in_place_capacity,
             waiting: Arc::new(AtomicUsize::new(0)),
             connections: permits(limits.max_connections),
             limits,
@@ -220,6 +250,17 @@ impl Gates {
         self.limits
             .body_budget_bytes
             .saturating_sub(self.body_budget.available_permits())
+    }
+
+    /// How many evaluations may run in place at once ([`in_place_permits`]).
+    pub fn in_place_capacity(&self) -> usize {
+        self.in_place_capacity
+    }
+
+    /// Leave to run an evaluation (that already holds its slot) in place, on this worker, while
+    /// the permit is held; none when [`Limits::in_place_evaluations`] run already.
+    pub fn in_place(&self) -> Option<OwnedSemaphorePermit> {
+        self.in_place.clone().try_acquire_owned().ok()
     }
 
     /// An evaluation slot, waiting in the bounded queue until `deadline` at most. The slot is
@@ -298,6 +339,11 @@ mod tests {
         ];
         for (cpus, slots, queue) in table {
             assert_eq!(evaluation_slots_for(cpus), slots, "{cpus} CPUs");
+            assert_eq!(
+                in_place_evaluations_for(cpus),
+                cpus.saturating_sub(1),
+                "{cpus} CPUs"
+            );
             assert_eq!(queued_evaluations_for(slots), queue, "{slots} slots");
         }
         assert_eq!(queued_evaluations_for(usize::MAX), usize::MAX);

@@ -22,7 +22,8 @@ pub enum Phase {
     Parse,
     /// The namespace's labels looked up (the watch cache; a GET on a miss).
     Lookup,
-    /// The decision, on the blocking pool when policies run (the hand-off counted).
+    /// The decision (in place, or on the blocking pool with the hand-off counted, when policies
+    /// run).
     Evaluate,
     /// Metrics, log lines and the response written out.
     Respond,
