@@ -45,7 +45,46 @@ trap stop_server EXIT
 . "$B/prepare.sh"
 
 
-RESULTS=$W/cores.jsonl
+# CORE_POLICY=gatekeeper: both servers run a Gatekeeper ConstraintTemplate and a constraint of it
+# instead of the shipped policies: testdata/gatekeeper/allowedrepos's K8sAllowedRepos, its
+# constraint given the repositories the shipped benchmark allows (so the same pods pass and
+# fail); poolguard from --gatekeeper-dir with no SIT policy, OPA the template's Rego with
+# Gatekeeper's input (bench/opa/gatekeeper.rego). Writes bench/results/cores-gatekeeper.{md,json}.
+CORE_POLICY=${CORE_POLICY:-shipped}
+REPORT=cores
+TITLE="poolguard vs OPA"
+case "$CORE_POLICY" in
+  shipped) ;;
+  gatekeeper)
+    GK=$W/gatekeeper/constraints
+    mkdir -p "$W/gatekeeper/policies" "$GK"
+    printf 'namespaceLabel: agentpool\nnodeSelectorKey: agentpool\n' >"$W/gatekeeper/config.yaml"
+    python3 - "$ROOT/testdata/gatekeeper/allowedrepos" "$W/gatekeeper" <<'PY'
+import json, shutil, sys, yaml
+source, out = sys.argv[1:3]
+template = yaml.safe_load(open(f"{source}/template.yaml"))
+constraint = yaml.safe_load(open(f"{source}/constraint.yaml"))
+constraint["spec"]["parameters"] = {"repos": ["registry.example.com/", "registry.k8s.io/"]}
+shutil.copy(f"{source}/template.yaml", f"{out}/constraints/template.yaml")
+yaml.safe_dump(constraint, open(f"{out}/constraints/constraint.yaml", "w"))
+open(f"{out}/template.rego", "w").write(template["spec"]["targets"][0]["rego"])
+json.dump({"parameters": constraint["spec"]["parameters"]}, open(f"{out}/data.json", "w"))
+PY
+    PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$W/gatekeeper/config.yaml"
+      --policies-dir "$W/gatekeeper/policies" --gatekeeper-dir "$GK"
+      --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key"
+      --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT")
+    OPA_CMD=("$OPA" run --server --v0-compatible --disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT"
+      --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key"
+      "$W/gatekeeper/template.rego" "$B/opa/gatekeeper.rego" "$W/gatekeeper/data.json")
+    OPA_URL=https://localhost:$OPA_PORT/v1/data/bench/gatekeeper/violations
+    REPORT=cores-gatekeeper
+    TITLE="a Gatekeeper template (K8sAllowedRepos), poolguard vs OPA"
+    ;;
+  *) echo "cores.sh: CORE_POLICY is shipped or gatekeeper, not $CORE_POLICY" >&2; exit 2 ;;
+esac
+
+RESULTS=$W/$REPORT.jsonl
 : >"$RESULTS"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 SKIPPED=()
@@ -107,7 +146,7 @@ for n in $CORES; do
   done
 done
 
-B=$B python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
+B=$B REPORT=$REPORT TITLE=$TITLE python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
   "$CORE_SECONDS" "$CORE_CONNS" "$OPA_VERSION" "${SKIPPED[*]:-}" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, os, statistics, sys, datetime
 sys.path.insert(0, os.path.join(os.environ["B"], "e2e"))
@@ -158,7 +197,7 @@ for n, w in cells:
     table.append(f"| {n} | {w} | {mp:,.0f} ({min(pg):,.0f}–{max(pg):,.0f}) | {mo:,.0f} ({min(op):,.0f}–{max(op):,.0f}) "
                  f"| {mp / mo:.1f}× | {peak:.1f} MiB |")
 lines = [
-    "# /validate throughput by server cores: poolguard vs OPA",
+    f"# /validate throughput by server cores: {os.environ['TITLE']}",
     "",
     f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {cpus} CPUs ({arch}, {model}), OPA {opa}, "
     f"closed loop, {conns} connections, {seconds} s per round, default settings (no flags). "
@@ -192,7 +231,7 @@ for w in ("replicas", "distinct"):
 if skipped:
     lines.append(f"- Not run on this {cpus}-CPU machine (a cell needs N + 1 CPUs): {skipped.replace(' ', ', ')} cores.")
 text = "\n".join(lines) + "\n"
-open(f"{out}/cores.md", "w").write(text)
-json.dump({"cpus": int(cpus), "cells": data, "skipped": skipped.split(), "loadavg": [load_start, load_end]}, open(f"{out}/cores.json", "w"), indent=1)
+open(f"{out}/{os.environ['REPORT']}.md", "w").write(text)
+json.dump({"cpus": int(cpus), "cells": data, "skipped": skipped.split(), "loadavg": [load_start, load_end]}, open(f"{out}/{os.environ['REPORT']}.json", "w"), indent=1)
 print(text)
 PY
