@@ -265,18 +265,14 @@ async fn one_slot_taken(
 
 /// Starts a slow validation and waits until it holds an evaluation slot; returns its request.
 async fn take_the_slot(app: &Arc<ServerState>) -> tokio::task::JoinHandle<Answer> {
-    let slow = tokio::spawn({
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                request("POST", "/validate", review("pod-create-placed.json")),
-            )
-            .await
-        }
-    });
+    start_slow(app, 1).await
+}
+
+/// Starts a slow validation and waits until `running` evaluations run, its own among them.
+async fn start_slow(app: &Arc<ServerState>, running: usize) -> tokio::task::JoinHandle<Answer> {
+    let slow = spawn_call(app, "/validate", "pod-create-placed.json");
     let started = Instant::now();
-    while app.gates.evaluations_running() == 0 {
+    while app.gates.evaluations_running() < running {
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "the slow evaluation did not start"
@@ -284,6 +280,17 @@ async fn take_the_slot(app: &Arc<ServerState>) -> tokio::task::JoinHandle<Answer
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     slow
+}
+
+/// Posts the review in `file` to `path` from a task of its own (on a multi-threaded runtime,
+/// a worker's).
+fn spawn_call(
+    app: &Arc<ServerState>,
+    path: &'static str,
+    file: &'static str,
+) -> tokio::task::JoinHandle<Answer> {
+    let app = app.clone();
+    tokio::spawn(async move { call(&app, request("POST", path, review(file))).await })
 }
 
 async fn call(app: &Arc<ServerState>, request: axum::http::Request<Body>) -> Answer {
@@ -1910,37 +1917,11 @@ async fn an_evaluation_in_place_leaves_a_worker_for_the_rest() {
     );
     assert_eq!(app.gates.in_place_capacity(), 1);
     let first = take_the_slot(&app).await;
-    let second = tokio::spawn({
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                request("POST", "/validate", review("pod-create-placed.json")),
-            )
-            .await
-        }
-    });
-    let started = Instant::now();
-    while app.gates.evaluations_running() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the second evaluation did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let second = start_slow(&app, 2).await;
     // Answered by a worker while both slow evaluations still run.
-    let placed = tokio::spawn({
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                request("POST", "/mutate", review("pod-create-mapped.json")),
-            )
-            .await
-        }
-    })
-    .await
-    .unwrap();
+    let placed = spawn_call(&app, "/mutate", "pod-create-mapped.json")
+        .await
+        .unwrap();
     assert_eq!(placed.status, 200, "{}", placed.text);
     assert!(
         placed.text.contains(r#""patchType":"JSONPatch""#),
