@@ -313,44 +313,54 @@ async fn decide_in_time(
     let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
     let budget = app.deadline;
     let pools = app.pools.facts(&rules.config);
-    if let Some(_in_place) = app.gates.in_place() {
+    let decided = if let Some(_in_place) = app.gates.in_place() {
         let _held = held;
         let scope = Scope {
             labels: labels.as_deref(),
             pools: pools.as_deref(),
         };
-        let (decision, Late(late)) =
-            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget);
-        if late {
-            app.metrics.unfinished(webhook.as_str(), "deadline");
+        // A panic is answered as the blocking pool answers it, not with a dropped connection.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
+        }))
+        .map_err(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|m| m.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            format!("the decision panicked with message {message:?}")
+        })
+    } else {
+        let task_labels = labels.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _held = held;
+            let scope = Scope {
+                labels: task_labels.as_deref(),
+                pools: pools.as_deref(),
+            };
+            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(joined) => joined.map_err(|e| e.to_string()),
+            Err(_) => {
+                app.metrics.unfinished(webhook.as_str(), "deadline");
+                let labels = labels.as_deref();
+                return unevaluated(webhook, work.req, labels, work.rules, &late(app.deadline));
+            }
         }
-        return decision;
-    }
-    let task_labels = labels.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let _held = held;
-        let scope = Scope {
-            labels: task_labels.as_deref(),
-            pools: pools.as_deref(),
-        };
-        decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
-    });
-    match tokio::time::timeout_at(deadline, task).await {
-        Ok(Ok((decision, Late(late)))) => {
+    };
+    match decided {
+        Ok((decision, Late(late))) => {
             if late {
                 app.metrics.unfinished(webhook.as_str(), "deadline");
             }
             decision
         }
-        Ok(Err(e)) => Decision::deny(
+        Err(e) => Decision::deny(
             DenyCode::InternalError,
             format!("internal error while deciding: {e}"),
         ),
-        Err(_) => {
-            app.metrics.unfinished(webhook.as_str(), "deadline");
-            let labels = labels.as_deref();
-            unevaluated(webhook, work.req, labels, work.rules, &late(app.deadline))
-        }
     }
 }
 
