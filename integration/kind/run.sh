@@ -338,6 +338,15 @@ begin "helm uninstall"
 args_json="$(kubectl -n "${ns}" get deployment "${release}" -o jsonpath='{.spec.template.spec.containers[0].args}')"
 IFS=, read -r -a webhook_configs <<<"$(jq -r 'index("--webhook-configs") as $i | if $i == null then "" else .[$i + 1] end' <<<"${args_json}")"
 ((${#webhook_configs[@]} == 2)) || bad "the Deployment's --webhook-configs names '${webhook_configs[*]}', expected two configurations"
+# Pods of an earlier rollout (the upgrade back to native.mode=off) may still be terminating, and
+# one that ends before the watch below starts would show no exit: wait until only the
+# Deployment's current replicas are left, so that every pod checked here is one the uninstall stops.
+replicas="$(kubectl -n "${ns}" get deployment "${release}" -o jsonpath='{.spec.replicas}')"
+deadline=$((SECONDS + 120))
+until (($(kubectl -n "${ns}" get pods -l "${sel}" -o name | wc -l) == replicas)); do
+    ((SECONDS < deadline)) || { bad "pods of an earlier rollout still there after 120 s"; break; }
+    sleep 1
+done
 mapfile -t pods < <(kubectl -n "${ns}" get pods -l "${sel}" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
 # Each container's exit as kubelet reports it while the pods terminate.
 kubectl -n "${ns}" get pods -l "${sel}" --watch --output-watch-events=false \
