@@ -71,11 +71,8 @@ open(f"{out}/template.rego", "w").write(template["spec"]["targets"][0]["rego"])
 json.dump({"parameters": constraint["spec"]["parameters"]}, open(f"{out}/data.json", "w"))
 PY
     PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$W/gatekeeper/config.yaml"
-      --policies-dir "$W/gatekeeper/policies" --gatekeeper-dir "$GK"
-      --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key"
-      --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT")
-    OPA_CMD=("$OPA" run --server --v0-compatible --disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT"
-      --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key"
+      --policies-dir "$W/gatekeeper/policies" --gatekeeper-dir "$GK" "${PG_LISTEN[@]}")
+    OPA_CMD=("$OPA" run --server --v0-compatible "${OPA_LISTEN[@]}"
       "$W/gatekeeper/template.rego" "$B/opa/gatekeeper.rego" "$W/gatekeeper/data.json")
     OPA_URL=https://localhost:$OPA_PORT/v1/data/bench/gatekeeper/violations
     REPORT=cores-gatekeeper

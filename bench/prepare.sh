@@ -45,12 +45,15 @@ python3 "$B/gen.py" "$W" "$NAMESPACES" >&2
 log "opa test bench/opa (the Rego written for this benchmark)"
 "$OPA" test "$B/opa" >&2
 
-# The two servers as the benchmarks start them (a caller may put e.g. `taskset -c 0-3` before).
-PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROOT/testdata/config/example.yaml"
-  --policies-dir "$ROOT/policies" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key"
+# The two servers as the benchmarks start them (a caller may put e.g. `taskset -c 0-3` before);
+# PG_LISTEN and OPA_LISTEN are their addresses and certificates, for a caller that starts them
+# with other policies.
+PG_LISTEN=(--tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key"
   --addr "127.0.0.1:$PG_PORT" --metrics-addr "127.0.0.1:$PG_METRICS_PORT")
-OPA_CMD=("$OPA" run --server --disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT"
-  --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key"
-  "$B/opa/poolguard.rego" "$W/opa-data.json")
+OPA_LISTEN=(--disable-telemetry --log-level error --addr "127.0.0.1:$OPA_PORT"
+  --tls-cert-file "$W/certs/tls.crt" --tls-private-key-file "$W/certs/tls.key")
+PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROOT/testdata/config/example.yaml"
+  --policies-dir "$ROOT/policies" "${PG_LISTEN[@]}")
+OPA_CMD=("$OPA" run --server "${OPA_LISTEN[@]}" "$B/opa/poolguard.rego" "$W/opa-data.json")
 PG_URL=https://localhost:$PG_PORT/validate
 OPA_URL=https://localhost:$OPA_PORT/v1/data/poolguard/bench/decision

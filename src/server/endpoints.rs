@@ -313,17 +313,18 @@ async fn decide_in_time(
     let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
     let budget = app.deadline;
     let pools = app.pools.facts(&rules.config);
-    let decided = if let Some(_in_place) = app.gates.in_place() {
+    let task_labels = labels.clone();
+    let decide = move || {
         let _held = held;
         let scope = Scope {
-            labels: labels.as_deref(),
+            labels: task_labels.as_deref(),
             pools: pools.as_deref(),
         };
+        decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
+    };
+    let decided = if let Some(_in_place) = app.gates.in_place() {
         // A panic is answered as the blocking pool answers it, not with a dropped connection.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
-        }))
-        .map_err(|panic| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(decide)).map_err(|panic| {
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|m| m.to_string())
@@ -332,15 +333,7 @@ async fn decide_in_time(
             format!("the decision panicked with message {message:?}")
         })
     } else {
-        let task_labels = labels.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let _held = held;
-            let scope = Scope {
-                labels: task_labels.as_deref(),
-                pools: pools.as_deref(),
-            };
-            decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
-        });
+        let task = tokio::task::spawn_blocking(decide);
         match tokio::time::timeout_at(deadline, task).await {
             Ok(joined) => joined.map_err(|e| e.to_string()),
             Err(_) => {

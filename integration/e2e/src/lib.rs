@@ -413,11 +413,17 @@ impl Env {
     pub async fn create_pod_raw(&self, ns: &str, pod: &Pod) -> Result<RawResponse> {
         let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/pods"))
             .create(&PostParams::default(), serde_json::to_vec(pod)?)?;
+        self.send_raw(req).await.context("POST pod")
+    }
+
+    /// Sends `req` as it is: the status, the `Warning` headers and the body (JSON, or its text
+    /// when it is not JSON), whatever the status.
+    pub async fn send_raw(&self, req: http::Request<Vec<u8>>) -> Result<RawResponse> {
         let res = self
             .client
             .send(req.map(kube::client::Body::from))
             .await
-            .context("POST pod")?;
+            .context("sending the request")?;
         let status = res.status().as_u16();
         let warnings = res
             .headers()

@@ -26,7 +26,7 @@ use poolguard_core::policy::{template, PolicySet};
 use poolguard_core::ruleset::{Budget, RuleSet};
 use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
-use poolguard_e2e::{run_for, Env};
+use poolguard_e2e::{run_for, Env, RawResponse};
 use serde_json::{json, Value};
 
 #[path = "../../../src/core/tests/data/image_reference_table.rs"]
@@ -191,30 +191,24 @@ async fn native_outcome(
     }
     .header("content-type", "application/json")
     .body(serde_json::to_vec(object)?)?;
-    let res = env
-        .client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .context("sending the object")?;
-    let status = res.status().as_u16();
+    let RawResponse {
+        status,
+        warnings,
+        body,
+    } = env.send_raw(req).await.context("sending the object")?;
     // `299 - "Validation failed for ValidatingAdmissionPolicy 'poolguard-<policy>[.pool-<pool>]'
     // with binding ...`: the policy's name.
-    let warned = res
-        .headers()
-        .get_all("warning")
+    let warned = warnings
         .iter()
-        .map(|w| {
-            let text = String::from_utf8_lossy(w.as_bytes());
+        .map(|text| {
             let name = text
                 .split("ValidatingAdmissionPolicy 'poolguard-")
                 .nth(1)
                 .and_then(|rest| rest.split('\'').next())
-                .unwrap_or(&text);
+                .unwrap_or(text);
             name.split(".pool-").next().unwrap_or(name).to_string()
         })
         .collect();
-    let bytes = res.into_body().collect_bytes().await?;
-    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     match status {
         201 | 200 => Ok(outcome_of(&body, warned)),
         400 | 403 | 422 => Ok(Outcome::DENIED),
