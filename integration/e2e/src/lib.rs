@@ -238,12 +238,23 @@ impl Env {
     /// ServiceAccount (so pod admission never waits for the ServiceAccount controller); deleted
     /// at cleanup.
     pub async fn namespace(&self, purpose: &str, pool: Option<&str>) -> Result<String> {
+        self.namespace_labelled(purpose, pool, &[]).await
+    }
+
+    /// [`Env::namespace`] with `extra` labels besides.
+    pub async fn namespace_labelled(
+        &self,
+        purpose: &str,
+        pool: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> Result<String> {
         let name = format!("pg-e2e-{purpose}-{}", random_suffix());
         let mut labels = BTreeMap::new();
         labels.insert("poolguard-e2e".to_string(), "true".to_string());
         if let Some(pool) = pool {
             labels.insert(self.label.clone(), pool.to_string());
         }
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let ns: Namespace = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels}
         }))?;

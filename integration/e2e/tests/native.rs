@@ -20,9 +20,12 @@ use anyhow::{bail, Context, Result};
 use futures::stream::{self, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use poolguard_core::config::Config;
+use poolguard_core::config::Enforcement;
 use poolguard_core::labels::Labels;
 use poolguard_core::native::{self, Options};
 use poolguard_core::policy::{template, PolicySet};
+use poolguard_core::rollout::machine::{GroupState, GroupStatus, RolloutState};
+use poolguard_core::rollout::view::{PolicyRollout, RolloutView, StoredSettings, StoredVersion};
 use poolguard_core::ruleset::{Budget, RuleSet};
 use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
@@ -196,8 +199,9 @@ async fn native_outcome(
         warnings,
         body,
     } = env.send_raw(req).await.context("sending the object")?;
-    // `299 - "Validation failed for ValidatingAdmissionPolicy 'poolguard-<policy>[.pool-<pool>]'
-    // with binding ...`: the policy's name.
+    // `299 - "Validation failed for ValidatingAdmissionPolicy
+    // 'poolguard-<policy>[.pool-<pool>][.group-<group>|.ungrouped]' with binding ...`: the
+    // policy's name.
     let warned = warnings
         .iter()
         .map(|text| {
@@ -206,7 +210,7 @@ async fn native_outcome(
                 .nth(1)
                 .and_then(|rest| rest.split('\'').next())
                 .unwrap_or(text);
-            name.split(".pool-").next().unwrap_or(name).to_string()
+            name.split('.').next().unwrap_or(name).to_string()
         })
         .collect();
     match status {
@@ -539,19 +543,133 @@ async fn remove(env: &Env, generated: &native::Native) -> Result<()> {
     Ok(())
 }
 
-/// A config and the nodeSelector key its pods get.
+/// A namespace of a round: what it is for, its pool, its other labels.
+type Namespace = (
+    &'static str,
+    Option<&'static str>,
+    &'static [(&'static str, &'static str)],
+);
+
+/// The namespaces of the rounds without a rollout: a named pool, a pool with its own policy
+/// settings, no pool.
+const NAMESPACES: [Namespace; 3] = [
+    ("native-pool1", Some("pool1"), &[]),
+    ("native-gpu", Some("gpu"), &[]),
+    ("native-free", None, &[]),
+];
+
+/// A config and the nodeSelector key its pods get, the namespaces its pods are created in, and
+/// whether allowedrepositories is under a rollout ([`ROLLOUT`]).
 struct Round {
     name: &'static str,
     config: String,
     key: &'static str,
+    namespaces: &'static [Namespace],
+    rollout: bool,
 }
 
-fn rounds() -> [Round; 2] {
+/// allowedrepositories under a rollout whose groups select on `risk`, `legacy` and `tier` with
+/// every operator, one namespace in each group, one in none, and two that an earlier group's
+/// selector takes only in part: the first group that selects a namespace takes it, and each
+/// neighbour decides differently, so a group selector compiled wrong shows.
+const ROLLOUT: &str = "    rollout:
+      groups:
+        - {name: canary, namespaceSelector: {matchLabels: {risk: low}, matchExpressions: [{key: legacy, operator: DoesNotExist}]}}
+        - {name: standard, namespaceSelector: {matchExpressions: [{key: risk, operator: In, values: [medium, high]}]}}
+        - {name: critical, namespaceSelector: {matchExpressions: [{key: tier, operator: Exists}, {key: risk, operator: NotIn, values: [none]}]}}
+      minSuccessTime: 10s
+      progressDeadline: 1m
+";
+const ROLLOUT_NAMESPACES: [Namespace; 5] = [
+    // canary (critical's selector takes it too).
+    (
+        "native-canary",
+        Some("pool1"),
+        &[("risk", "low"), ("tier", "critical")],
+    ),
+    ("native-standard", Some("gpu"), &[("risk", "medium")]),
+    // critical: `legacy` keeps it out of canary.
+    (
+        "native-legacy",
+        Some("pool1"),
+        &[("risk", "low"), ("legacy", "yes"), ("tier", "critical")],
+    ),
+    // critical: no `risk` label, so NotIn holds.
+    ("native-critical", None, &[("tier", "critical")]),
+    // no group: NotIn fails.
+    (
+        "native-ungrouped",
+        Some("pool1"),
+        &[("risk", "none"), ("tier", "critical")],
+    ),
+];
+
+/// The rollout's state in the rollout round: canary and standard Succeeded (the current version
+/// at deny; warn in pool gpu, whose own settings say warn), critical Progressing (the current
+/// version at warn), and the namespaces in no group on the previous version at deny, which did
+/// not allow registry.k8s.io.
+fn rollout_view(rules: &RuleSet) -> Result<RolloutView> {
+    let name = "allowedrepositories";
+    let policy = rules
+        .policies
+        .get(name)
+        .context("allowedrepositories is loaded")?;
+    let previous = StoredVersion {
+        version: "previous".into(),
+        rego: policy.rego().to_string(),
+        inputs: policy.inputs.clone(),
+        settings: StoredSettings {
+            enforcement: Some(Enforcement::Deny),
+            parameters: json!({"repositories": ["registry.example.com/", "docker.io/library/"]})
+                .as_object()
+                .cloned(),
+        },
+        pools: Default::default(),
+        constraint: None,
+    };
+    let group = |name: &str, status| GroupState {
+        name: name.into(),
+        status,
+        since: 0,
+        within_since: None,
+        approved: false,
+        objects: 0,
+        failures: 0,
+        reason: String::new(),
+    };
+    let state = RolloutState {
+        version: rules.policies.version(name).to_string(),
+        previous_version: Some("previous".into()),
+        previous_enforcement: Some(Enforcement::Deny),
+        final_enforcement: Enforcement::Deny,
+        paused_since: None,
+        groups: vec![
+            group("canary", GroupStatus::Succeeded),
+            group("standard", GroupStatus::Succeeded),
+            group("critical", GroupStatus::Progressing),
+        ],
+    };
+    Ok(RolloutView {
+        policies: [(
+            name.to_string(),
+            PolicyRollout {
+                state,
+                current: None,
+                previous: Some(previous.compile(name)?),
+            },
+        )]
+        .into(),
+    })
+}
+
+fn rounds() -> [Round; 3] {
     let rounds = [
         Round {
             name: "merge",
             config: CONFIG.to_string(),
             key: "agentpool",
+            namespaces: &NAMESPACES,
+            rollout: false,
         },
         Round {
             name: "strict, AKS key, latesttag depending on allowedrepositories, dry run in gpu",
@@ -569,11 +687,28 @@ fn rounds() -> [Round; 2] {
                     )
             ),
             key: "kubernetes.azure.com/agentpool",
+            namespaces: &NAMESPACES,
+            rollout: false,
+        },
+        Round {
+            name: "allowedrepositories under a rollout",
+            config: CONFIG.replacen(
+                "    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}\n",
+                &format!("    parameters: {{repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}}\n{ROLLOUT}"),
+                1,
+            ),
+            key: "agentpool",
+            namespaces: &ROLLOUT_NAMESPACES,
+            rollout: true,
         },
     ];
     assert!(
         rounds[1].config.contains("dependencies") && rounds[1].config.contains("dryrun"),
         "the second round's config must give latesttag its dependency and gpu a dry run"
+    );
+    assert!(
+        rounds[2].config.contains("rollout:"),
+        "the third round's config must put allowedrepositories under a rollout"
     );
     rounds
 }
@@ -591,10 +726,13 @@ async fn native_objects_decide_as_the_webhooks_do() {
         let rounds = rounds();
         let mut disagreements = Vec::new();
         for (i, round) in rounds.iter().enumerate() {
-            let rules = rules(&round.config)?;
+            let mut rules = rules(&round.config)?;
+            if round.rollout {
+                rules.rollouts = Arc::new(rollout_view(&rules)?);
+            }
             let generated = native::generate(&rules, &Options::default());
             apply(&env, &generated).await?;
-            let result = compare(&env, &rules, round, i, count / rounds.len()).await;
+            let result = compare(&env, &rules, round, i, count.div_ceil(rounds.len())).await;
             remove(&env, &generated).await?;
             disagreements.extend(result?);
         }
@@ -655,14 +793,16 @@ async fn compare(
     seed: usize,
     count: usize,
 ) -> Result<Vec<String>> {
-    let namespaces = [
-        (
-            env.namespace("native-pool1", Some("pool1")).await?,
-            Some("pool1"),
-        ),
-        (env.namespace("native-gpu", Some("gpu")).await?, Some("gpu")),
-        (env.namespace("native-free", None).await?, None),
-    ];
+    let mut namespaces = Vec::new();
+    for (purpose, pool, extra) in round.namespaces {
+        let mut labels = Labels::new();
+        if let Some(pool) = pool {
+            labels.insert("agentpool".into(), pool.to_string());
+        }
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let ns = env.namespace_labelled(purpose, *pool, extra).await?;
+        namespaces.push((ns, labels));
+    }
     // The API server picks the objects up from a watch: wait until the round's key is given.
     let (first, _) = &namespaces[0];
     let probe = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
@@ -687,30 +827,23 @@ async fn compare(
     // The validating policies reach the API server's cache separately: the same moment again.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
 
-    let labels_of = |pool: Option<&str>| {
-        let mut labels = Labels::new();
-        if let Some(pool) = pool {
-            labels.insert("agentpool".into(), pool.to_string());
-        }
-        labels
-    };
     let refs = fixed_references();
     let dict = dictionary()?;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed as u64);
     let mut cases = Vec::with_capacity(count);
     for i in 0..count {
-        let (ns, pool) = &namespaces[i % namespaces.len()];
+        let (ns, labels) = &namespaces[i % namespaces.len()];
         let object = object(&mut rng, i, &refs, &dict, round.key);
-        let want = reference(rules, ns, &labels_of(*pool), &object, None, "")?;
+        let want = reference(rules, ns, labels, &object, None, "")?;
         cases.push((ns.clone(), object, want));
     }
     // Every reference of the image reference table once, as the only image of a Pod (the
     // namespaces in turn).
     for (j, case) in image_reference_table::table().into_iter().enumerate() {
-        let (ns, pool) = &namespaces[j % namespaces.len()];
+        let (ns, labels) = &namespaces[j % namespaces.len()];
         let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("table-{j}")},
             "spec": {"containers": [{"name": "c", "image": case.input}]}});
-        let want = reference(rules, ns, &labels_of(*pool), &object, None, "")?;
+        let want = reference(rules, ns, labels, &object, None, "")?;
         cases.push((ns.clone(), object, want));
     }
     let results: Vec<Result<(Value, Outcome, Outcome)>> = stream::iter(cases)
@@ -739,12 +872,12 @@ async fn compare(
 
     // UPDATEs of stored pods held by a scheduling gate.
     let mut updated = Tally::default();
-    for (ns, pool) in &namespaces {
+    for (ns, labels) in &namespaces {
         for (n, (what, edit)) in edits(round.key).into_iter().enumerate() {
             let stored = gated_pod(env, ns, &format!("gated-{n}")).await?;
             let mut new = stored.clone();
             edit(&mut new);
-            let want = reference(rules, ns, &labels_of(*pool), &new, Some(&stored), "")?;
+            let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
             let got = native_outcome(env, ns, &new, Some("")).await?;
             if want != got {
                 disagreements.push(format!(
@@ -758,8 +891,7 @@ async fn compare(
     // Ephemeral containers added to a stored pod (the pods/ephemeralcontainers subresource), and
     // UPDATEs of a stored Deployment's pod template.
     let mut changed = Tally::default();
-    for (ns, pool) in &namespaces {
-        let labels = labels_of(*pool);
+    for (ns, labels) in &namespaces {
         let stored = gated_pod(env, ns, "ephemeral").await?;
         for image in EPHEMERAL_IMAGES {
             let mut new = stored.clone();
@@ -767,7 +899,7 @@ async fn compare(
             let want = reference(
                 rules,
                 ns,
-                &labels,
+                labels,
                 &new,
                 Some(&stored),
                 "ephemeralcontainers",
@@ -797,7 +929,7 @@ async fn compare(
                 .as_object_mut()
                 .map(|m| m.remove("resourceVersion"));
             edit(&mut new["spec"]["template"]);
-            let want = reference(rules, ns, &labels, &new, Some(&stored), "")?;
+            let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
             let got = native_outcome(env, ns, &new, Some("")).await?;
             if want != got {
                 disagreements.push(format!(

@@ -9,8 +9,11 @@ use serde_json::{json, Map, Value};
 use super::image_cel::{self, literal};
 use super::{metadata, selectors, workloads, Native, Options, Requests, Skipped, API_VERSION};
 use crate::config::dependencies::Compliance;
+use crate::config::rollout::RolloutSpec;
 use crate::config::{Config, Enforcement};
+use crate::policy::engine::Policy;
 use crate::policy::template;
+use crate::rollout::machine::GroupStatus;
 use crate::ruleset::RuleSet;
 
 /// Name of the policy refusing pod specs the webhook cannot read.
@@ -33,27 +36,23 @@ pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
     let config = &rules.config;
     images_policy(config, options, native);
     for name in rules.policies.names() {
-        if !is_shipped(rules, name) {
+        let Some(policy) = rules.policies.get(name).filter(|p| is_shipped(name, p)) else {
             skip(
                 native,
                 name,
                 "custom Rego: only the shipped allowedrepositories and latesttag are compiled",
             );
             continue;
-        }
-        let settings = config.policies.get(name);
-        if settings.is_some_and(|s| s.rollout.is_some()) {
-            skip(native, name, "it is under a progressive rollout, whose groups' states the webhook follows (not compiled yet)");
-            continue;
-        }
-        let dependency = match dependency_of(rules, name) {
-            Ok(dependency) => dependency,
-            Err(why) => {
-                skip(native, name, why);
-                continue;
-            }
         };
-        compile(name, dependency, config, options, native);
+        let cells = match config.rollout(name) {
+            Some(spec) => rollout_cells(rules, policy, spec, options, native),
+            None => dependency_of(rules, name)
+                .and_then(|dependency| plain_cells(name, dependency, config, options)),
+        };
+        match cells {
+            Ok(cells) => compile(name, cells, config, native),
+            Err(why) => skip(native, name, why),
+        }
     }
 }
 
@@ -77,7 +76,10 @@ fn dependency_of<'r>(
         return Err("it has several dependencies, which the webhook resolves per object");
     };
     let target = config.policies.get(&dep.policy);
-    let compiled = is_shipped(rules, &dep.policy)
+    let compiled = rules
+        .policies
+        .get(&dep.policy)
+        .is_some_and(|p| is_shipped(&dep.policy, p))
         && target.is_none_or(|s| {
             s.rollout.is_none() && s.dependencies.as_ref().is_none_or(Vec::is_empty)
         });
@@ -87,11 +89,8 @@ fn dependency_of<'r>(
     Ok(Some((dep.policy.as_str(), dep.compliance)))
 }
 
-/// Whether `name` is loaded with the shipped Rego.
-fn is_shipped(rules: &RuleSet, name: &str) -> bool {
-    let Some(policy) = rules.policies.get(name) else {
-        return false;
-    };
+/// Whether `policy`, loaded as `name`, runs the shipped Rego of that name.
+fn is_shipped(name: &str, policy: &Policy) -> bool {
     SHIPPED
         .iter()
         .find(|(n, _)| *n == name)
@@ -107,60 +106,215 @@ fn skip(native: &mut Native, policy: &str, why: &str) {
     });
 }
 
-/// One shipped policy: a group for the namespaces of each pool with its own settings (for the
-/// policy or the policy it depends on), and one for the rest. Nothing is generated when one
-/// group's parameters cannot be compiled.
-fn compile(
-    name: &str,
-    dependency: Option<(&str, Compliance)>,
+/// One group of namespaces a shipped policy is compiled for, with what the webhook decides
+/// there.
+struct Cell<'r> {
+    /// The name of its policy and binding.
+    object_name: String,
+    /// The pool whose own settings apply, for the policy's annotation.
+    pool: Option<&'r str>,
+    /// The binding's namespace selector.
+    namespaces: Vec<Value>,
+    /// CEL over `namespaceObject` that must also hold: what a namespace selector cannot say
+    /// (a rollout group takes only namespaces no group before it selects).
+    in_group: Option<String>,
+    parameters: &'r Map<String, Value>,
+    enforcement: Enforcement,
+    /// The policy it depends on, with the parameters that policy has in the cell.
+    dependency: Option<(&'r str, Compliance, &'r Map<String, Value>)>,
+}
+
+/// The namespaces of each pool in `own` (pools with settings of their own) and the rest:
+/// (object name suffix, pool, requirements).
+fn pool_groups<'r>(
     config: &Config,
     options: &Options,
-    native: &mut Native,
-) {
+    own: &[&'r str],
+) -> Vec<(String, Option<&'r str>, Vec<Value>)> {
     let label = &config.namespace_label;
-    let own: Vec<&String> = config
+    let mut rest = selectors::validated(config, options);
+    if !own.is_empty() {
+        rest.push(json!({"key": label, "operator": "NotIn", "values": own}));
+    }
+    let mut groups = vec![(String::new(), None, rest)];
+    for (i, pool) in own.iter().enumerate() {
+        let mut only = selectors::validated(config, options);
+        only.push(json!({"key": label, "operator": "In", "values": [pool]}));
+        groups.push((format!(".pool-{}", name_part(pool, i)), Some(*pool), only));
+    }
+    groups
+}
+
+/// A policy without a rollout: a cell for the namespaces of each pool with its own settings
+/// (for the policy or the policy it depends on), and one for the rest.
+fn plain_cells<'r>(
+    name: &str,
+    dependency: Option<(&'r str, Compliance)>,
+    config: &'r Config,
+    options: &Options,
+) -> Result<Vec<Cell<'r>>, &'static str> {
+    let own: Vec<&str> = config
         .pools
         .iter()
         .filter(|(_, p)| {
             p.policies.contains_key(name)
                 || dependency.is_some_and(|(dep, _)| p.policies.contains_key(dep))
         })
-        .map(|(pool, _)| pool)
+        .map(|(pool, _)| pool.as_str())
         .collect();
-    let mut groups: Vec<(String, Option<&str>, Vec<Value>)> = Vec::new();
-    let mut rest = selectors::validated(config, options);
-    if !own.is_empty() {
-        rest.push(json!({"key": label, "operator": "NotIn", "values": own}));
-    }
-    groups.push((format!("poolguard-{name}"), None, rest));
-    for (i, pool) in own.iter().enumerate() {
-        let mut only = selectors::validated(config, options);
-        only.push(json!({"key": label, "operator": "In", "values": [pool]}));
-        let suffix = if is_name_part(pool) {
-            pool.to_string()
-        } else {
-            format!("{i}")
-        };
-        groups.push((format!("poolguard-{name}.pool-{suffix}"), Some(pool), only));
-    }
-    let mut objects = Vec::new();
-    for (object_name, pool, namespaces) in groups {
+    let mut cells = Vec::new();
+    for (suffix, pool, namespaces) in pool_groups(config, options, &own) {
         let Some(effective) = config.effective_policy(name, pool) else {
             continue; // no parameters at any level: not applied there
         };
-        let Some(mut check) = Check::of(name, effective.parameters) else {
+        // A dependency that does not apply in the group (no parameters) is unmet: the policy
+        // is Pending there, never enforced.
+        let dependency = match dependency {
+            None => None,
+            Some((dep, compliance)) => match config.effective_policy(dep, pool) {
+                None => continue,
+                Some(d) => Some((dep, compliance, d.parameters.map())),
+            },
+        };
+        cells.push(Cell {
+            object_name: format!("poolguard-{name}{suffix}"),
+            pool,
+            namespaces,
+            in_group: None,
+            parameters: effective.parameters.map(),
+            enforcement: effective.enforcement,
+            dependency,
+        });
+    }
+    Ok(cells)
+}
+
+/// A policy under a progressive rollout: a cell for each rollout group (and the namespaces no
+/// group selects) in each pool group, with the version and enforcement the webhook gives that
+/// group now ([`crate::rollout::view::RolloutView::resolve_group`], the webhook's own answer).
+/// While a group's state needs what only the webhook counts at admission (would-be denials of
+/// a Progressing group, denials under `maxDenialsPerMinute`), the webhook stays on as well.
+fn rollout_cells<'r>(
+    rules: &'r RuleSet,
+    policy: &'r Policy,
+    spec: &'r RolloutSpec,
+    options: &Options,
+    native: &mut Native,
+) -> Result<Vec<Cell<'r>>, &'static str> {
+    let (config, name) = (&rules.config, policy.name.as_str());
+    if config
+        .policies
+        .get(name)
+        .and_then(|s| s.dependencies.as_ref())
+        .is_some_and(|d| !d.is_empty())
+    {
+        return Err("it is under a progressive rollout and has dependencies, which the webhook resolves per object");
+    }
+    let Some(rollout) = rules.rollouts.policies.get(name) else {
+        return Err("its progressive rollout has no state here yet (the audit's leader steps it; `poolguard native` outside the cluster does not read it)");
+    };
+    // Pools with settings of their own, here or in the versions the rollout keeps.
+    let mut own: Vec<&str> = Vec::new();
+    let versions = [&rollout.current, &rollout.previous];
+    let pools = config.pools.iter().chain(
+        versions
+            .into_iter()
+            .flatten()
+            .flat_map(|v| v.config.pools.iter()),
+    );
+    for (pool, settings) in pools {
+        if settings.policies.contains_key(name) && !own.contains(&pool.as_str()) {
+            own.push(pool);
+        }
+    }
+    // The rollout's groups, and the namespaces none selects when the last group has a selector.
+    let mut buckets: Vec<(String, Option<usize>, Vec<Value>)> = spec
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let requirements = g
+                .namespace_selector
+                .as_ref()
+                .map_or_else(Vec::new, selectors::requirements_of);
+            (
+                format!(".group-{}", name_part(&g.name, i)),
+                Some(i),
+                requirements,
+            )
+        })
+        .collect();
+    if spec
+        .groups
+        .last()
+        .is_some_and(|g| g.namespace_selector.is_some())
+    {
+        buckets.push((".ungrouped".into(), None, Vec::new()));
+    }
+    let version = rules.policies.version(name);
+    let mut cells = Vec::new();
+    for (pool_suffix, pool, pool_namespaces) in pool_groups(config, options, &own) {
+        for (group_suffix, group, requirements) in &buckets {
+            let Some(resolved) = rules
+                .rollouts
+                .resolve_group(policy, version, config, pool, *group)
+            else {
+                continue; // not applied there
+            };
+            if !is_shipped(name, resolved.policy) {
+                return Err(
+                    "a version its rollout keeps is custom Rego, which stays on the webhook",
+                );
+            }
+            // Namespaces an earlier group selects belong to that group.
+            let before = group.unwrap_or(spec.groups.len());
+            let earlier: Vec<String> = spec.groups[..before]
+                .iter()
+                .filter_map(|g| g.namespace_selector.as_ref())
+                .map(|s| format!("!({})", selectors::selects_cel(s)))
+                .collect();
+            let mut namespaces = pool_namespaces.clone();
+            namespaces.extend(requirements.iter().cloned());
+            cells.push(Cell {
+                object_name: format!("poolguard-{name}{pool_suffix}{group_suffix}"),
+                pool,
+                namespaces,
+                in_group: (!earlier.is_empty()).then(|| earlier.join(" && ")),
+                parameters: resolved.parameters.map(),
+                enforcement: resolved.enforcement,
+                dependency: None,
+            });
+        }
+    }
+    if let Some(state) = rules.rollouts.policies.get(name).map(|r| &r.state) {
+        let counted = state.groups.iter().find(|g| {
+            g.status == GroupStatus::Progressing
+                || (g.status == GroupStatus::Succeeded && spec.max_denials_per_minute.is_some())
+        });
+        if let Some(g) = counted {
+            native.skipped.push(Skipped {
+                what: format!("the admission counts of policy {name}'s rollout (group {} is {:?})", g.name, g.status),
+                why: "a Progressing group's would-be denials and, under maxDenialsPerMinute, an enforcing group's denials are counted by the webhook, so it stays on beside the native objects".into(),
+                requests: Requests::Pods,
+            });
+        }
+    }
+    Ok(cells)
+}
+
+/// The policy and binding of each cell. Nothing is generated when one cell's parameters cannot
+/// be compiled.
+fn compile(name: &str, cells: Vec<Cell>, config: &Config, native: &mut Native) {
+    let mut objects = Vec::new();
+    for cell in cells {
+        let Some(mut check) = Check::of(name, cell.parameters) else {
             skip(native, name, "its parameters are not lists of strings");
             return;
         };
-        // A dependency that does not apply in the group (no parameters) is unmet: the policy
-        // is Pending there, never enforced.
-        let condition = match dependency {
+        let condition = match cell.dependency {
             None => None,
-            Some((dep, compliance)) => {
-                let Some(dep_effective) = config.effective_policy(dep, pool) else {
-                    continue;
-                };
-                let Some(dep_check) = Check::of(dep, dep_effective.parameters) else {
+            Some((dep, compliance, parameters)) => {
+                let Some(dep_check) = Check::of(dep, parameters) else {
                     skip(
                         native,
                         name,
@@ -181,13 +335,20 @@ fn compile(
                 })
             }
         };
-        let deny = effective.enforcement == Enforcement::Deny;
-        let mut policy = policy_object(&object_name, &check, condition, deny, config);
-        if let Some(pool) = pool {
+        let deny = cell.enforcement == Enforcement::Deny;
+        let mut policy = policy_object(
+            &cell.object_name,
+            &check,
+            condition,
+            cell.in_group,
+            deny,
+            config,
+        );
+        if let Some(pool) = cell.pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
         objects.push(policy);
-        let actions = match effective.enforcement {
+        let actions = match cell.enforcement {
             Enforcement::Deny => "Deny",
             Enforcement::Warn => "Warn",
             Enforcement::Dryrun => "Audit",
@@ -195,12 +356,22 @@ fn compile(
         objects.push(json!({
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": metadata(&object_name),
-            "spec": {"policyName": object_name, "validationActions": [actions],
-                "matchResources": selectors::match_resources(namespaces)},
+            "metadata": metadata(&cell.object_name),
+            "spec": {"policyName": cell.object_name, "validationActions": [actions],
+                "matchResources": selectors::match_resources(cell.namespaces)},
         }));
     }
     native.objects.extend(objects);
+}
+
+/// `text` as part of an object name when it can be one (lowercase letters, digits, `-`, at
+/// most 40 characters), else `index`.
+fn name_part(text: &str, index: usize) -> String {
+    if is_name_part(text) {
+        text.to_string()
+    } else {
+        index.to_string()
+    }
 }
 
 /// Whether `pool` can be part of an object name (lowercase letters, digits, `-`, `.`).
@@ -318,6 +489,7 @@ fn policy_object(
     object_name: &str,
     check: &Check,
     condition: Option<String>,
+    in_group: Option<String>,
     deny: bool,
     config: &Config,
 ) -> Value {
@@ -341,6 +513,21 @@ fn policy_object(
     } else {
         "variables.infringing"
     };
+    let mut variables = vec![
+        json!({"name": "spec", "expression": workloads::spec("object")}),
+        json!({"name": "images", "expression": workloads::images("variables.spec")}),
+        json!({"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))}),
+        json!({"name": "readable", "expression": readable(config)}),
+        json!({"name": "refs", "expression": refs}),
+        json!({"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())}),
+        json!({"name": "infringing", "expression": infringing}),
+        json!({"name": "found", "expression": found}),
+    ];
+    let mut expression = "!variables.readable || size(variables.found) == 0".to_string();
+    if let Some(in_group) = in_group {
+        variables.insert(0, json!({"name": "inGroup", "expression": in_group}));
+        expression = format!("!variables.inGroup || {expression}");
+    }
     json!({
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -349,18 +536,9 @@ fn policy_object(
             "failurePolicy": "Fail",
             "matchConstraints": workloads::match_constraints(),
             "matchConditions": workloads::match_conditions(),
-            "variables": [
-                {"name": "spec", "expression": workloads::spec("object")},
-                {"name": "images", "expression": workloads::images("variables.spec")},
-                {"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))},
-                {"name": "readable", "expression": readable(config)},
-                {"name": "refs", "expression": refs},
-                {"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())},
-                {"name": "infringing", "expression": infringing},
-                {"name": "found", "expression": found},
-            ],
+            "variables": variables,
             "validations": [{
-                "expression": "!variables.readable || size(variables.found) == 0",
+                "expression": expression,
                 "messageExpression": format!(
                     "variables.found.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('\\n')",
                     literal(&check.policy),

@@ -2,7 +2,9 @@
 
 use serde_json::{json, Value};
 
+use super::image_cel::literal;
 use super::Options;
+use crate::config::selector::{LabelSelector, Operator};
 use crate::config::{Config, UnlabelledNamespaces};
 
 /// `matchExpressions` entries for the namespaces the validating webhook checks, minus those whose
@@ -67,4 +69,55 @@ pub fn dedup(requirements: Vec<Value>) -> Vec<Value> {
 /// A binding's `matchResources` for namespaces meeting `requirements`.
 pub fn match_resources(requirements: Vec<Value>) -> Value {
     json!({"namespaceSelector": {"matchExpressions": dedup(requirements)}})
+}
+
+/// A config label selector as `matchExpressions` entries (each `matchLabels` pair an `In` of one
+/// value), to add to a binding's namespace selector.
+pub fn requirements_of(selector: &LabelSelector) -> Vec<Value> {
+    let mut out: Vec<Value> = selector
+        .match_labels
+        .iter()
+        .map(|(key, value)| json!({"key": key, "operator": "In", "values": [value]}))
+        .collect();
+    out.extend(selector.match_expressions.iter().map(|r| match r.operator {
+        Operator::In | Operator::NotIn => {
+            json!({"key": r.key, "operator": r.operator, "values": r.values})
+        }
+        Operator::Exists | Operator::DoesNotExist => json!({"key": r.key, "operator": r.operator}),
+    }));
+    out
+}
+
+/// CEL over the request's `namespaceObject`: whether `selector` selects the namespace, with
+/// Kubernetes' semantics (`NotIn` and `DoesNotExist` hold for a missing label).
+pub fn selects_cel(selector: &LabelSelector) -> String {
+    let has = |key: &str| {
+        format!(
+            "(has(namespaceObject.metadata.labels) && {} in namespaceObject.metadata.labels)",
+            literal(key)
+        )
+    };
+    let value_in = |key: &str, values: &[String]| {
+        let list: Vec<String> = values.iter().map(|v| literal(v)).collect();
+        format!(
+            "(has(namespaceObject.metadata.labels) && {key} in namespaceObject.metadata.labels && namespaceObject.metadata.labels[{key}] in [{}])",
+            list.join(", "),
+            key = literal(key)
+        )
+    };
+    let mut terms: Vec<String> = selector
+        .match_labels
+        .iter()
+        .map(|(key, value)| value_in(key, std::slice::from_ref(value)))
+        .collect();
+    terms.extend(selector.match_expressions.iter().map(|r| match r.operator {
+        Operator::In => value_in(&r.key, &r.values),
+        Operator::NotIn => format!("!{}", value_in(&r.key, &r.values)),
+        Operator::Exists => has(&r.key),
+        Operator::DoesNotExist => format!("!{}", has(&r.key)),
+    }));
+    if terms.is_empty() {
+        return "true".into();
+    }
+    terms.join(" && ")
 }

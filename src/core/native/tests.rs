@@ -1,6 +1,7 @@
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, Enforcement};
 use crate::policy::{template, PolicySet};
+use crate::rollout::machine::GroupStatus;
 
 fn rules(config: &str) -> RuleSet {
     let templates: Vec<_> = policies::SHIPPED
@@ -168,4 +169,182 @@ fn every_binding_selects_only_namespaces_with_the_webhooks_match_labels() {
             .unwrap();
         assert!(requirements.contains(&wanted), "{binding}");
     }
+}
+
+const ROLLOUT: &str = "policies:\n  allowedrepositories:\n    parameters: {repositories: [registry.example.com/]}\n    rollout:\n      groups:\n        - {name: canary, namespaceSelector: {matchLabels: {risk: low}}}\n        - {name: standard, namespaceSelector: {matchExpressions: [{key: risk, operator: In, values: [medium]}]}}\n        - {name: critical, namespaceSelector: {matchLabels: {tier: critical}}}\n      minSuccessTime: 10s\n      progressDeadline: 1m\npools:\n  gpu:\n    policies:\n      allowedrepositories: {parameters: {repositories: [gpu.example.com/]}}\n";
+
+/// `rules` with a rollout of allowedrepositories whose groups stand at `statuses`, from a
+/// previous version at warn that allowed `old.example.com`.
+fn rolled_out(config: &str, statuses: [GroupStatus; 3]) -> RuleSet {
+    use crate::rollout::machine::{GroupState, RolloutState};
+    use crate::rollout::view::{PolicyRollout, RolloutView, StoredSettings, StoredVersion};
+    let mut rules = rules(config);
+    let policy = rules.policies.get("allowedrepositories").unwrap();
+    let previous = StoredVersion {
+        version: "old".into(),
+        rego: policy.rego().to_string(),
+        inputs: policy.inputs.clone(),
+        settings: StoredSettings {
+            enforcement: Some(Enforcement::Warn),
+            parameters: serde_json::json!({"repositories": ["old.example.com"]})
+                .as_object()
+                .cloned(),
+        },
+        pools: Default::default(),
+        constraint: None,
+    };
+    let state = RolloutState {
+        version: rules.policies.version("allowedrepositories").to_string(),
+        previous_version: Some("old".into()),
+        previous_enforcement: Some(Enforcement::Warn),
+        final_enforcement: Enforcement::Deny,
+        paused_since: None,
+        groups: ["canary", "standard", "critical"]
+            .into_iter()
+            .zip(statuses)
+            .map(|(name, status)| GroupState {
+                name: name.into(),
+                status,
+                since: 0,
+                within_since: None,
+                approved: false,
+                objects: 0,
+                failures: 0,
+                reason: String::new(),
+            })
+            .collect(),
+    };
+    let view = RolloutView {
+        policies: [(
+            "allowedrepositories".to_string(),
+            PolicyRollout {
+                state,
+                current: None,
+                previous: Some(previous.compile("allowedrepositories").unwrap()),
+            },
+        )]
+        .into(),
+    };
+    rules.rollouts = std::sync::Arc::new(view);
+    rules
+}
+
+fn object<'n>(native: &'n Native, kind: &str, name: &str) -> &'n serde_json::Value {
+    native
+        .objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind}/{name} in {:?}", names(native)))
+}
+
+#[test]
+fn a_rollout_is_a_binding_per_group_at_the_enforcement_and_version_the_webhook_gives_it() {
+    use GroupStatus::*;
+    let native = generate(
+        &rolled_out(ROLLOUT, [Succeeded, Progressing, ToApply]),
+        &Options::default(),
+    );
+    let base = "poolguard-allowedrepositories";
+    for pool in ["", ".pool-gpu"] {
+        for (group, actions, allowed) in [
+            // Succeeded: the current version at the final enforcement.
+            (".group-canary", "Deny", "registry.example.com"),
+            // Progressing: the current version at warn.
+            (".group-standard", "Warn", "registry.example.com"),
+            // ToApply, and the namespaces no group selects: the previous version at its own.
+            (".group-critical", "Warn", "old.example.com"),
+            (".ungrouped", "Warn", "old.example.com"),
+        ] {
+            let name = format!("{base}{pool}{group}");
+            let binding = object(&native, "ValidatingAdmissionPolicyBinding", &name);
+            assert_eq!(
+                binding["spec"]["validationActions"],
+                serde_json::json!([actions]),
+                "{name}"
+            );
+            let policy = object(&native, "ValidatingAdmissionPolicy", &name).to_string();
+            // gpu's own parameters are the current version's; the previous had none for it.
+            let allowed = match (pool, allowed) {
+                (".pool-gpu", "registry.example.com") => "gpu.example.com",
+                (_, allowed) => allowed,
+            };
+            assert!(policy.contains(allowed), "{name}: {policy}");
+        }
+    }
+    assert!(!names(&native).contains(&format!("ValidatingAdmissionPolicy/{base}")));
+    let selector = |name: &str| {
+        object(&native, "ValidatingAdmissionPolicyBinding", name)["spec"]["matchResources"]
+            ["namespaceSelector"]["matchExpressions"]
+            .clone()
+    };
+    assert_eq!(
+        selector(&format!("{base}.group-canary")),
+        serde_json::json!([
+            {"key": "agentpool", "operator": "NotIn", "values": ["gpu"]},
+            {"key": "risk", "operator": "In", "values": ["low"]},
+        ])
+    );
+    assert_eq!(
+        selector(&format!("{base}.pool-gpu.ungrouped")),
+        serde_json::json!([{"key": "agentpool", "operator": "In", "values": ["gpu"]}])
+    );
+    // A group takes only namespaces no group before it selects: said in CEL.
+    let in_group = |name: &str| {
+        let policy = object(&native, "ValidatingAdmissionPolicy", name);
+        let variables = policy["spec"]["variables"].as_array().unwrap();
+        let found = variables.iter().find(|v| v["name"] == "inGroup");
+        found.map(|v| v["expression"].as_str().unwrap().to_string())
+    };
+    assert_eq!(in_group(&format!("{base}.group-canary")), None);
+    let standard = in_group(&format!("{base}.group-standard")).unwrap();
+    assert_eq!(standard.matches("!(").count(), 1, "{standard}");
+    assert!(standard.contains("['risk'] in ['low']"), "{standard}");
+    let ungrouped = in_group(&format!("{base}.ungrouped")).unwrap();
+    assert_eq!(ungrouped.matches("!(").count(), 3, "{ungrouped}");
+    // A Progressing group's would-be denials are counted by the webhook: it stays on.
+    assert!(native
+        .skipped
+        .iter()
+        .any(|s| s.requests == Requests::Pods && s.what.contains("group standard is Progressing")));
+}
+
+#[test]
+fn a_finished_rollout_needs_no_webhook_unless_denials_are_watched_and_one_without_state_stays_on_it(
+) {
+    use GroupStatus::*;
+    let pods = |native: &Native| {
+        native
+            .skipped
+            .iter()
+            .filter(|s| s.requests == Requests::Pods)
+            .map(|s| format!("{}: {}", s.what, s.why))
+            .collect::<Vec<_>>()
+    };
+    let done = generate(
+        &rolled_out(ROLLOUT, [Succeeded, Succeeded, Succeeded]),
+        &Options::default(),
+    );
+    assert_eq!(pods(&done), Vec::<String>::new());
+    let watched = ROLLOUT.replace(
+        "      progressDeadline: 1m\n",
+        "      progressDeadline: 1m\n      maxDenialsPerMinute: 5\n",
+    );
+    let native = generate(
+        &rolled_out(&watched, [Succeeded, Succeeded, Succeeded]),
+        &Options::default(),
+    );
+    assert!(
+        pods(&native)[0].contains("group canary is Succeeded"),
+        "{:?}",
+        pods(&native)
+    );
+    let no_state = generate(&rules(ROLLOUT), &Options::default());
+    assert!(!names(&no_state)
+        .iter()
+        .any(|n| n.contains("allowedrepositories")));
+    assert!(
+        pods(&no_state)[0].contains("has no state here yet"),
+        "{:?}",
+        pods(&no_state)
+    );
 }

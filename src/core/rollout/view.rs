@@ -197,6 +197,24 @@ impl RolloutView {
         pool: Option<&str>,
         labels: Option<&Labels>,
     ) -> Option<Resolved<'a>> {
+        let empty = Labels::new();
+        let group = config
+            .rollout(&policy.name)
+            .and_then(|spec| spec.group_of(labels.unwrap_or(&empty)));
+        self.resolve_group(policy, version, config, pool, group)
+    }
+
+    /// [`RolloutView::resolve`] for the namespaces of rollout group `group` (an index into the
+    /// spec's groups; `None`: the namespaces no group selects), whatever their labels. The
+    /// native generator compiles each group with it.
+    pub(crate) fn resolve_group<'a>(
+        &'a self,
+        policy: &'a Policy,
+        version: &str,
+        config: &'a Config,
+        pool: Option<&str>,
+        group: Option<usize>,
+    ) -> Option<Resolved<'a>> {
         let local = config.effective_policy(&policy.name, pool);
         let Some(spec) = config.rollout(&policy.name) else {
             let local = local?;
@@ -207,8 +225,6 @@ impl RolloutView {
                 rollout: None,
             });
         };
-        let empty = Labels::new();
-        let group = spec.group_of(labels.unwrap_or(&empty));
         let group_name = group
             .and_then(|i| spec.groups.get(i))
             .map_or(String::new(), |g| g.name.clone());
