@@ -10,7 +10,9 @@
 #     webhooks at failurePolicy Fail): it registers the pod and workload webhooks, leaves them out
 #     once the objects read back as generated, puts them back when a custom Rego policy is loaded
 #     (which only the webhook decides) and leaves them out again when it is removed; the
-#     namespace (pool-authority) webhook stays all along;
+#     namespace (pool-authority) webhook stays all along; a policy put under a progressive
+#     rollout gets a binding per group that follows the group's status (warn while Progressing,
+#     deny once Succeeded), with the webhooks back while a group is Progressing;
 #  4. with that poolguard stopped (the webhook configurations still in place), a pod in a pool's
 #     namespace gets its pool's nodeSelector and annotation, a foreign image and another pool are
 #     refused;
@@ -152,6 +154,35 @@ YAML
 await "a custom policy (webhook only) puts the pod and workload webhooks back" pod_webhooks_in
 rm "${work}/policies/pgcustom.yaml"
 WAIT_S=60 await "without it they are left out again" pod_webhooks_out
+
+# 3b. A progressive rollout: the leader rewrites the group bindings as it steps the groups, keeps
+# the webhooks while a group is Progressing (the rollout counts its would-be denials at
+# admission), and leaves them out again once every group has Succeeded.
+cat >"${work}/config/config.yaml" <<'YAML'
+policies:
+  allowedrepositories:
+    enforcement: deny
+    parameters:
+      repositories: ["registry.example.com/", "registry.k8s.io/"]
+    rollout:
+      groups:
+        - {name: canary, namespaceSelector: {matchLabels: {risk: low}}}
+        - {name: rest}
+      minSuccessTime: 10s
+      progressDeadline: 5m
+YAML
+actions() { # binding
+    [[ "$(k get validatingadmissionpolicybinding "poolguard-allowedrepositories.group-$1" \
+        -o jsonpath='{.spec.validationActions[*]}')" == "$2" ]]
+}
+await "a rollout puts the pod and workload webhooks back" pod_webhooks_in
+WAIT_S=60 await "the canary group's binding warns while it is Progressing" actions canary Warn
+lacks 'validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories$' \
+    || die "the policy's cluster-wide object stayed beside its group objects"
+pod_webhooks_in || die "the pod and workload webhooks were left out while a group is Progressing"
+WAIT_S=90 await "the canary group's binding denies once it has Succeeded" actions canary Deny
+WAIT_S=90 await "the rest's binding denies once it has Succeeded" actions rest Deny
+WAIT_S=60 await "with every group Succeeded the webhooks are left out again" pod_webhooks_out
 # The namespace is labelled while poolguard serves: its pool-authority webhook stays registered.
 k create namespace "${ns}" >/dev/null
 k label namespace "${ns}" agentpool=blue >/dev/null
