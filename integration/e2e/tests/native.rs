@@ -1,7 +1,8 @@
 //! The native fast path, proved against the webhook's decision code through a real
 //! kube-apiserver: the objects `poolguard native` generates are applied (with poolguard's
 //! webhooks absent), then a generated corpus of pods (image references built from the fuzz
-//! dictionary and hand-picked ones, selectors, annotations, image volumes, init containers) is
+//! dictionary and hand-picked ones, selectors, annotations, image volumes, init containers; Pods
+//! and every workload kind the webhooks check) is
 //! created with `dryRun=All` in a namespace of each kind (a named pool, a pool with its own
 //! policy settings, no pool) and each outcome (allowed or not, the nodeSelector, the
 //! `poolguard.io/pool` annotation, warnings) is compared with what poolguard's webhooks decide
@@ -80,7 +81,12 @@ struct Outcome {
 fn resource_of(kind: &str) -> (&'static str, &'static str, &'static str) {
     match kind {
         "Deployment" => ("apps", "deployments", "/apis/apps/v1"),
+        "ReplicaSet" => ("apps", "replicasets", "/apis/apps/v1"),
+        "StatefulSet" => ("apps", "statefulsets", "/apis/apps/v1"),
+        "DaemonSet" => ("apps", "daemonsets", "/apis/apps/v1"),
+        "Job" => ("batch", "jobs", "/apis/batch/v1"),
         "CronJob" => ("batch", "cronjobs", "/apis/batch/v1"),
+        "ReplicationController" => ("", "replicationcontrollers", "/api/v1"),
         _ => ("", "pods", "/api/v1"),
     }
 }
@@ -152,9 +158,9 @@ impl Outcome {
 
 fn outcome_of(object: &Value, warned: BTreeSet<String>) -> Outcome {
     let spec = match object["kind"].as_str() {
-        Some("Deployment") => &object["spec"]["template"]["spec"],
+        Some("Pod") | None => &object["spec"],
         Some("CronJob") => &object["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-        _ => &object["spec"],
+        Some(_) => &object["spec"]["template"]["spec"],
     };
     Outcome {
         allowed: true,
@@ -396,12 +402,32 @@ fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) 
         2 => metadata["annotations"] = json!({"team": "a"}),
         _ => metadata["annotations"] = json!({"poolguard.io/pool": "pool1", "team": "a"}),
     }
-    match rng.below(10) {
-        0 => json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
-            "spec": {"selector": {"matchLabels": {"app": "w"}},
-                "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}}),
-        1 => {
+    // Every workload kind the webhooks check, each its pod template under `spec.template`
+    // (a CronJob's under its jobTemplate); more than half are Pods.
+    let template = |spec: Value| json!({"metadata": {"labels": {"app": "w"}}, "spec": spec});
+    let selector = json!({"matchLabels": {"app": "w"}});
+    let apps = |kind: &str, spec: Value| {
+        json!({"apiVersion": "apps/v1", "kind": kind, "metadata": metadata,
+            "spec": {"selector": selector, "template": template(spec)}})
+    };
+    match rng.below(14) {
+        0 => apps("Deployment", spec),
+        1 => apps("ReplicaSet", spec),
+        2 => apps("DaemonSet", spec),
+        3 => {
+            let mut set = apps("StatefulSet", spec);
+            set["spec"]["serviceName"] = json!("w");
+            set
+        }
+        4 => json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": metadata,
+            "spec": {"selector": {"app": "w"}, "template": template(spec)}}),
+        5 => {
             // A Job's pods must not restart Always.
+            spec["restartPolicy"] = json!("Never");
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+                "spec": {"template": template(spec)}})
+        }
+        6 => {
             spec["restartPolicy"] = json!("Never");
             json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata,
                 "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}})
@@ -760,11 +786,15 @@ struct Tally {
     allowed: usize,
     warned: usize,
     denied: usize,
+    /// Cases per kind of object.
+    kinds: std::collections::BTreeMap<String, usize>,
 }
 
 impl Tally {
-    fn add(&mut self, outcome: &Outcome) {
+    fn add(&mut self, object: &Value, outcome: &Outcome) {
         self.cases += 1;
+        let kind = object["kind"].as_str().unwrap_or("Pod").to_string();
+        *self.kinds.entry(kind).or_default() += 1;
         match (outcome.allowed, outcome.warned.is_empty()) {
             (false, _) => self.denied += 1,
             (true, quiet) => {
@@ -777,10 +807,15 @@ impl Tally {
 
 impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds: Vec<String> = self.kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
         write!(
             f,
-            "{} cases: {} allowed ({} with warnings), {} denied",
-            self.cases, self.allowed, self.warned, self.denied
+            "{} cases ({}): {} allowed ({} with warnings), {} denied",
+            self.cases,
+            kinds.join(", "),
+            self.allowed,
+            self.warned,
+            self.denied
         )
     }
 }
@@ -867,7 +902,7 @@ async fn compare(
                 round.name
             ));
         }
-        created.add(&want);
+        created.add(&object, &want);
     }
 
     // UPDATEs of stored pods held by a scheduling gate.
@@ -885,7 +920,7 @@ async fn compare(
                     round.name
                 ));
             }
-            updated.add(&want);
+            updated.add(&new, &want);
         }
     }
     // Ephemeral containers added to a stored pod (the pods/ephemeralcontainers subresource), and
@@ -911,7 +946,7 @@ async fn compare(
                     round.name
                 ));
             }
-            changed.add(&want);
+            changed.add(&new, &want);
         }
         let deployment = env.deployment("stored", "registry.example.com/app:1", 0, None)?;
         let stored = env
@@ -937,7 +972,7 @@ async fn compare(
                     round.name
                 ));
             }
-            changed.add(&want);
+            changed.add(&new, &want);
         }
     }
     env.say(format!(
