@@ -28,6 +28,13 @@
 #
 # Environment: ROUNDS (300) WARMUP (30) LEVELS ("10 50 200") ROUNDS_PER_CREATOR (3)
 #   OPA_VERSION (v1.22.2) POOLGUARD_BIN (default: cargo build --release) CARGO_TARGET_DIR
+#   NATIVE_VARIANTS (none): more native arms, each the native arm's objects renamed
+#     floor-<variant>-… and bound to its own namespace, with one change, to tell what a change
+#     to the generated objects would gain:
+#       never      the MutatingAdmissionPolicy at reinvocationPolicy: Never (one evaluation per
+#                  pod; a later webhook's change is then not re-examined)
+#       noskip     the MutatingAdmissionPolicy without its matchCondition (as generated before
+#                  2026-11-27): the re-invocation after its own patch evaluates it in full
 set -euo pipefail
 
 log() { printf '[e2e-floor %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -167,6 +174,32 @@ done
 native_objects="$(grep -c '^kind:' "${work}/native.yaml")" || die "poolguard native printed no objects"
 "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f "${work}/native.yaml" >/dev/null
 log "native: ${native_objects} objects applied; left to the webhook: $(grep -c '^# on the webhook:' "${work}/native.yaml" || true) (${work}/native.yaml)"
+read -r -a variants <<<"${NATIVE_VARIANTS:-}"
+extra=""
+for variant in ${variants[@]+"${variants[@]}"}; do
+    extra+=",${variant}"
+    [[ "${variant}" == never || "${variant}" == noskip ]] || die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip)"
+    "${work}/poolguard" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
+        --namespace-match-label "poolguard-floor=${variant}" >"${work}/native-${variant}.yaml"
+    "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" | python3 -c '
+import json, sys
+variant, text, decoder, at, items = sys.argv[1], sys.stdin.read(), json.JSONDecoder(), 0, []
+while text[at:].strip():
+    item, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    rename = lambda name: name.replace("poolguard-", f"floor-{variant}-", 1)
+    item["metadata"]["name"] = rename(item["metadata"]["name"])
+    if "policyName" in item["spec"]:
+        item["spec"]["policyName"] = rename(item["spec"]["policyName"])
+    if item["kind"] == "MutatingAdmissionPolicy":
+        if variant == "never":
+            item["spec"]["reinvocationPolicy"] = "Never"
+        else:
+            del item["spec"]["matchConditions"]
+    items.append(item)
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' "${variant}" |
+        "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f - >/dev/null
+    log "native variant ${variant}: applied (${work}/native-${variant}.yaml, changed as NATIVE_VARIANTS says)"
+done
 log "servers ready, webhooks registered; ${k8s_version}, ${pg_version}, ${opa_log_version}"
 
 # --- measure, report ------------------------------------------------------------------------
@@ -174,8 +207,8 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 # LEVELS="" measures one creator only (then poolguard's phase times are those of one creator).
 more_levels=()
 [[ -n "${levels// /}" ]] && more_levels=(--concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}")
-"${work}/create_floor" --arms none,null,opa,poolguard,native --mutating-arms opa,poolguard,native \
-    --native-arms native --foreign-image docker.io/library/nginx:1.27 \
+"${work}/create_floor" --arms "none,null,opa,poolguard,native${extra}" --mutating-arms "opa,poolguard,native${extra}" \
+    --native-arms "native${extra}" --foreign-image docker.io/library/nginx:1.27 \
     --rounds "${rounds}" --warmup "${warmup}" ${more_levels[@]+"${more_levels[@]}"} \
     --json "${work}/client.json"
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"

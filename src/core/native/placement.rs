@@ -96,6 +96,14 @@ fn mutating_policy(config: &Config) -> Value {
 object.metadata.annotations[?{annotation}] == optional.of(variables.pool) ? [] : \
 [JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey({annotation}), value: variables.pool}}])"
     );
+    // A pod whose pool key equals its annotation is left as it is by the mutation (its pool,
+    // already placed; or another pool, a conflict): skipping it spares the re-invocation that
+    // `IfNeeded` brings after the policy's own patch a whole evaluation.
+    let placed = format!(
+        "!(has(object.spec.nodeSelector) && {key} in object.spec.nodeSelector && \
+has(object.metadata.annotations) && {annotation} in object.metadata.annotations && \
+object.spec.nodeSelector[{key}] == object.metadata.annotations[{annotation}])"
+    );
     json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
@@ -105,6 +113,7 @@ object.metadata.annotations[?{annotation}] == optional.of(variables.pool) ? [] :
             "reinvocationPolicy": "IfNeeded",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchConditions": [{"name": "not-placed-yet", "expression": placed}],
             "variables": [
                 {"name": "pool", "expression": format!("namespaceObject.metadata.labels[{}]", literal(&config.namespace_label))},
                 {"name": "sel", "expression": "object.spec.?nodeSelector.orValue({})"},
