@@ -106,10 +106,14 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
     let Some(object) = req.object.filter(|_| checked_subresource) else {
         return Decision::allow();
     };
-    let mut found = findings(req, object, path, is_pod, scope, (rules, limit));
+    let mut found = findings(req, req.raw, object, path, is_pod, scope, (rules, limit));
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
-            let before = findings(req, old, path, is_pod, scope, (rules, limit));
+            // What the old object already had is asked of the old object: policies that read
+            // `input.review` (Gatekeeper constraints, placement policies) get a review whose
+            // `object` is the old one, or the new object's infringements would all look known.
+            let old_review = review_of(req.raw, old);
+            let before = findings(req, &old_review, old, path, is_pod, scope, (rules, limit));
             let same_spec = value_at(old, path) == value_at(object, path);
             only_new_infringements_deny(&mut found, &before);
             found.denials = new_denials(found.denials, before.denials, same_spec);
@@ -338,8 +342,21 @@ pub fn pool_for(
     }
 }
 
+/// `review` (an AdmissionRequest) as it reads for `object` in place of its own object.
+fn review_of(review: &Value, object: &Value) -> Value {
+    let mut review = review.clone();
+    if let Some(fields) = review.as_object_mut() {
+        fields.insert("object".into(), object.clone());
+    }
+    review
+}
+
+/// What `object` (the pod spec at `path`) infringes; `review` is the AdmissionRequest whose
+/// `object` it is, as policies reading `input.review` see it.
+#[allow(clippy::too_many_arguments)]
 fn findings(
     req: &Request,
+    review: &Value,
     object: &Value,
     path: &[&str],
     is_pod: bool,
@@ -355,7 +372,7 @@ fn findings(
         path,
         req.namespace,
         scope,
-        Some(req.raw),
+        Some(review),
         config,
         placement,
         limit,
@@ -381,7 +398,7 @@ fn findings(
         req.namespace,
         pool,
         labels,
-        Some(req.raw),
+        Some(review),
         rules,
         limit,
     );

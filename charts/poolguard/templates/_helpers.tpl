@@ -278,9 +278,11 @@ always sent) that leaves alone everything poolguard reads:
   and annotations of the template included);
 - the object's poolguard.io/* annotations (added, removed or changed: sent).
 poolguard decides an UPDATE by denying only what the new object has and the old one had not;
-with the spec (or template) and the name unchanged, its checks and every policy see the same
-input twice, so such an UPDATE is always allowed: skipping it changes no decision. A policy that
-reads input.review sees the same review both times too.
+with the spec (or template) and the name unchanged, its checks and every policy that reads the
+pod spec see the same input twice, so such an UPDATE is allowed: skipping it changes no decision.
+A policy that reads labels through input.review judges each object as itself and can refuse a
+label taken away: not rendered while gatekeeperPolicies is set; for such SIT policies, set
+webhook.skipUnchangedUpdates=false.
 The expression cannot fail on any object the API server stores (a failure would refuse the
 request with failurePolicy Fail, and skip it with Ignore): every optional field is tested with
 has() before it is read, and the annotation scan only runs on objects with at most 1000

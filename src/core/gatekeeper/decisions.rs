@@ -239,3 +239,50 @@ fn load_errors_name_the_file_and_the_constraint() {
     )
     .contains("declares kind RequiredOwner, as template `requiredowner`"));
 }
+
+/// A Pod UPDATE decided by the validating webhook's code, `old` → `new` (labels).
+fn update(rules: &RuleSet, old: Value, new: Value) -> crate::admission::Decision {
+    let pod = |labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": "shop", "labels": labels},
+               "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}})
+    };
+    let raw = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "editor"},
+        "object": pod(new), "oldObject": pod(old)});
+    let req = crate::admission::Request::from_value(&raw).unwrap();
+    rules.decide(
+        crate::webhook::Webhook::Validate,
+        &req,
+        crate::scope::Scope::default(),
+        crate::ruleset::Budget::FULL,
+    )
+}
+
+#[test]
+fn an_update_that_brings_a_violation_is_denied_and_one_the_old_object_had_is_not() {
+    let rules = rules(
+        "",
+        &["requiredowner/template.yaml", "requiredowner/pods.yaml"],
+    )
+    .unwrap();
+    // The old object is judged as itself: its review's `object` is the old object, so the
+    // label taken away is a new violation (it was allowed before: every violation of the new
+    // object looked known).
+    let removed = update(&rules, json!({"owner": "team-a"}), json!({}));
+    assert!(!removed.allowed(), "{removed:?}");
+    assert!(
+        format!("{removed:?}").contains("Pod p has no owner label"),
+        "{removed:?}"
+    );
+    // A violation the old object already had does not block an UPDATE (as for SIT policies).
+    let kept = update(&rules, json!({}), json!({"app": "web"}));
+    assert!(kept.allowed(), "{kept:?}");
+    let fine = update(
+        &rules,
+        json!({"owner": "team-a"}),
+        json!({"owner": "team-b"}),
+    );
+    assert!(fine.allowed(), "{fine:?}");
+}
