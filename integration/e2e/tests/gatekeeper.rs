@@ -3,7 +3,8 @@
 //! constraint `images-from-allowed-repos` allowing registry.k8s.io only) and a config that rolls
 //! the constraint out over two groups of namespaces; its own validating webhook covers the
 //! test's namespaces. A pod from a foreign registry already runs in the second group, so the
-//! rollout holds there: a new such pod is refused in the first group with the constraint's
+//! rollout holds there: a new such pod (and an allowed pod's image changed to it) is refused in
+//! the first group with the constraint's
 //! message, admitted with it as a Warning in the second, and the audit's PolicyReport of the
 //! second namespace has a failing result of the constraint for each violation of the running
 //! pod (two foreign images: two results).
@@ -76,14 +77,14 @@ async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result
     Ok(found)
 }
 
-/// A validating webhook sending the test namespaces' pod CREATEs to `replica`.
+/// A validating webhook sending the test namespaces' pod CREATEs and UPDATEs to `replica`.
 async fn register(env: &Env, name: &str, id: &str, replica: &Replica, ca: Vec<u8>) -> Result<()> {
     let mut hook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": name},
         "webhooks": [{
             "name": "gatekeeper-e2e.poolguard.test",
             "clientConfig": {"url": format!("https://{}/validate", replica.addr)},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
             "namespaceSelector": {"matchLabels": {"poolguard-gatekeeper-e2e": id}},
             "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10
         }]
@@ -226,6 +227,20 @@ async fn scenario(
     env.create_pod(canary, &env.pod("allowed", &env.allowed_image, None)?)
         .await
         .context("an allowed image in the first group")?;
+    // Its image changed to the foreign one (a Pod's container image may change): refused, as a
+    // violation the old object did not have.
+    let swap = json!({"spec": {"containers": [{"name": "main", "image": denied}]}});
+    let refused = expect_refused(
+        "the allowed pod's image changed to a foreign one in the first group",
+        env.pods(canary)
+            .patch("allowed", &PatchParams::default(), &Patch::Strategic(&swap))
+            .await,
+        403,
+        &[message],
+    )?;
+    env.say(format!(
+        "first group, image changed on UPDATE: 403 {refused}"
+    ));
 
     // The second group warns.
     let res = env
