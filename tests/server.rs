@@ -508,16 +508,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
         .policies
         .version("allowedrepositories")
         .to_string();
-    let group = GroupState {
-        name: "all".into(),
-        status: GroupStatus::Progressing,
-        since: 0,
-        within_since: None,
-        approved: false,
-        objects: 0,
-        failures: 0,
-        reason: String::new(),
-    };
+    let group = GroupState::new("all", GroupStatus::Progressing, 0, "");
     let rollout = PolicyRollout {
         state: RolloutState {
             version,

@@ -653,16 +653,7 @@ fn rollout_view(rules: &RuleSet) -> Result<RolloutView> {
         pools: Default::default(),
         constraint: None,
     };
-    let group = |name: &str, status| GroupState {
-        name: name.into(),
-        status,
-        since: 0,
-        within_since: None,
-        approved: false,
-        objects: 0,
-        failures: 0,
-        reason: String::new(),
-    };
+    let group = |name: &str, status| GroupState::new(name, status, 0, "");
     let state = RolloutState {
         version: rules.policies.version(name).to_string(),
         previous_version: Some("previous".into()),

@@ -202,16 +202,7 @@ fn rolled_out(config: &str, statuses: [GroupStatus; 3]) -> RuleSet {
         groups: ["canary", "standard", "critical"]
             .into_iter()
             .zip(statuses)
-            .map(|(name, status)| GroupState {
-                name: name.into(),
-                status,
-                since: 0,
-                within_since: None,
-                approved: false,
-                objects: 0,
-                failures: 0,
-                reason: String::new(),
-            })
+            .map(|(name, status)| GroupState::new(name, status, 0, ""))
             .collect(),
     };
     let view = RolloutView {

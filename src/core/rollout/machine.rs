@@ -96,6 +96,22 @@ pub struct RolloutState {
     pub groups: Vec<GroupState>,
 }
 
+impl GroupState {
+    /// A group `name` in `status` since `since`, not approved, with nothing observed yet.
+    pub fn new(name: &str, status: GroupStatus, since: i64, reason: &str) -> GroupState {
+        GroupState {
+            name: name.to_string(),
+            status,
+            since,
+            within_since: None,
+            approved: false,
+            objects: 0,
+            failures: 0,
+            reason: reason.to_string(),
+        }
+    }
+}
+
 impl RolloutState {
     pub fn is_paused(&self) -> bool {
         self.paused_since.is_some()
@@ -291,16 +307,7 @@ impl Log {
 }
 
 fn new_group(name: &str, now: i64, reason: &str) -> GroupState {
-    GroupState {
-        name: name.to_string(),
-        status: GroupStatus::ToApply,
-        since: now,
-        within_since: None,
-        approved: false,
-        objects: 0,
-        failures: 0,
-        reason: reason.to_string(),
-    }
+    GroupState::new(name, GroupStatus::ToApply, now, reason)
 }
 
 /// A rollout of `version` from the first group, replacing `old` (if any).
@@ -1418,16 +1425,7 @@ maxDenialsPerMinute: 30
     #[test]
     fn enforcement_for_table() {
         use Enforcement::*;
-        let group = |status| GroupState {
-            name: "g".to_string(),
-            status,
-            since: 0,
-            within_since: None,
-            approved: false,
-            objects: 0,
-            failures: 0,
-            reason: String::new(),
-        };
+        let group = |status| GroupState::new("g", status, 0, "");
         let state = |status: GroupStatus, previous: Option<Enforcement>| RolloutState {
             version: "v2".to_string(),
             previous_version: previous.map(|_| "v1".to_string()),

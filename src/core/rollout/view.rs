@@ -338,16 +338,7 @@ mod tests {
     }
 
     fn state(version: &str, previous: Option<(&str, Enforcement)>) -> RolloutState {
-        let group = |name: &str, status| GroupState {
-            name: name.to_string(),
-            status,
-            since: 0,
-            within_since: None,
-            approved: false,
-            objects: 0,
-            failures: 0,
-            reason: String::new(),
-        };
+        let group = |name: &str, status| GroupState::new(name, status, 0, "");
         RolloutState {
             version: version.to_string(),
             previous_version: previous.map(|p| p.0.to_string()),
