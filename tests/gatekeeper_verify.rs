@@ -187,7 +187,9 @@ fn config_check_loads_constraints_and_prints_the_lint() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(
-        stdout.contains("pods-need-owner, team-web-needs-team"),
+        stdout.contains(
+            "namespaces-need-owner, pods-need-owner, services-need-owner, team-web-needs-team"
+        ),
         "{stdout}"
     );
     assert!(

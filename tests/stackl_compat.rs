@@ -34,7 +34,7 @@ fn stackl_template_runs_unchanged() {
         let rollouts = RolloutView::default();
         let placed = State::NotApplied;
         policies.evaluate(
-            &input(image),
+            Some(&input(image)),
             None,
             None,
             None,

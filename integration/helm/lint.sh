@@ -77,8 +77,8 @@ cases=(
     "prometheusrule-off|--api-versions monitoring.coreos.com/v1/PrometheusRule --set prometheusRule.enabled=false"
     "grafana-dashboard|--set grafanaDashboard.enabled=true --set grafanaDashboard.namespace=monitoring"
     "policies|-f ${chart}/ci/policies-values.yaml"
-    # A Gatekeeper user's ConstraintTemplate and constraint, as files.
-    "gatekeeper|--set-file gatekeeperPolicies.template\.yaml=testdata/gatekeeper/allowedrepos/template.yaml --set-file gatekeeperPolicies.constraint\.yaml=testdata/gatekeeper/allowedrepos/constraint.yaml"
+    # A Gatekeeper user's ConstraintTemplate and constraint, as files, and a rule for Services.
+    "gatekeeper|--set-file gatekeeperPolicies.template\.yaml=testdata/gatekeeper/allowedrepos/template.yaml --set-file gatekeeperPolicies.constraint\.yaml=testdata/gatekeeper/allowedrepos/constraint.yaml --set-json validating.extraRules=[{\"apiGroups\":[\"\"],\"apiVersions\":[\"v1\"],\"operations\":[\"CREATE\",\"UPDATE\"],\"resources\":[\"services\"]}]"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
     "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
@@ -591,6 +591,11 @@ for name in names:
     # gatekeeperPolicies every UPDATE is sent.
     want = name not in ("no-skip", "options", "gatekeeper")
     for kind, wh in webhooks(name):
+        # validating.extraRules (the gatekeeper case: Services) join validate.poolguard.io's rules.
+        if wh["name"] == "validate.poolguard.io":
+            extra = [r for r in wh["rules"] if "services" in r["resources"]]
+            if len(extra) != (name == "gatekeeper"):
+                errors.append(f"{name}: validate.poolguard.io has {len(extra)} rules for services")
         conditions = wh.get("matchConditions")
         if wh["name"] != "validate.poolguard.io":
             if conditions is not None:
@@ -621,7 +626,7 @@ if without_conditions("default") != without_conditions("no-skip"):
     errors.append("webhook.skipUnchangedUpdates=false changes more than the matchConditions")
 for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
-print(f"[helm-lint] matchConditions (webhook.skipUnchangedUpdates): {'FAILED' if errors else 'ok'}", file=sys.stderr)
+print(f"[helm-lint] matchConditions (webhook.skipUnchangedUpdates), validating.extraRules: {'FAILED' if errors else 'ok'}", file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
     passed=$((passed + 1))

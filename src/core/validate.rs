@@ -97,10 +97,12 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Decision::allow();
     }
-    let Some(path) = pod_spec_path(req.group, req.kind) else {
+    let path = pod_spec_path(req.group, req.kind);
+    // An object without a pod spec is judged by the Gatekeeper constraints that match it only.
+    if path.is_none() && !rules.policies.has_constraints() {
         return Decision::allow();
-    };
-    let is_pod = path.len() == 1;
+    }
+    let is_pod = path.is_some_and(|p| p.len() == 1);
     let checked_subresource =
         req.sub_resource.is_empty() || (is_pod && req.sub_resource == "ephemeralcontainers");
     let Some(object) = req.object.filter(|_| checked_subresource) else {
@@ -114,7 +116,10 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
             // `object` is the old one, or the new object's infringements would all look known.
             let old_review = review_of(req.raw, old);
             let before = findings(req, &old_review, old, path, is_pod, scope, (rules, limit));
-            let same_spec = value_at(old, path) == value_at(object, path);
+            let same_spec = match path {
+                Some(path) => value_at(old, path) == value_at(object, path),
+                None => old == object,
+            };
             only_new_infringements_deny(&mut found, &before);
             found.denials = new_denials(found.denials, before.denials, same_spec);
             if let (true, Some(pool)) = (is_pod, &found.pool) {
@@ -286,7 +291,7 @@ pub fn check(
     let placed = State::of_placement(placement.as_ref(), path.len() == 1);
     Checks {
         policies: Ok(policies.evaluate(
-            &document,
+            Some(&document),
             review,
             pool,
             labels,
@@ -358,7 +363,7 @@ fn findings(
     req: &Request,
     review: &Value,
     object: &Value,
-    path: &[&str],
+    path: Option<&[&str]>,
     is_pod: bool,
     scope: Scope,
     (rules, limit): (&RuleSet, Duration),
@@ -366,6 +371,23 @@ fn findings(
     let (config, placement) = (&rules.config, &rules.placement);
     let mut found = Findings::default();
     let labels = scope.labels;
+    let Some(path) = path else {
+        // No pod spec: no pool to place, no images; the constraints that match the object, at
+        // its namespace's pool's settings.
+        let pool = node_selector::pool_of(labels, &config.namespace_label);
+        let outcomes = rules.policies.evaluate(
+            None,
+            Some(review),
+            pool,
+            labels,
+            State::NotApplied,
+            config,
+            &rules.rollouts,
+            limit,
+        );
+        policy_findings(&mut found, outcomes, config);
+        return found;
+    };
     let chosen = placement_policy::chooses(labels, config);
     match pool_for(
         object,
@@ -439,15 +461,18 @@ fn findings(
             }
         }
     }
-    let outcomes = match checks.policies {
-        Ok(outcomes) => outcomes,
-        Err(reason) => {
-            found
-                .denials
-                .push(Denial::new(DenyCode::BadRequest, reason, Kind::Unread));
-            return found;
-        }
-    };
+    match checks.policies {
+        Ok(outcomes) => policy_findings(&mut found, outcomes, config),
+        Err(reason) => found
+            .denials
+            .push(Denial::new(DenyCode::BadRequest, reason, Kind::Unread)),
+    }
+    found
+}
+
+/// What the policies' `outcomes` add to `found`: denials, warnings and dry-run findings by
+/// enforcement, and each policy's result.
+fn policy_findings(found: &mut Findings, outcomes: Vec<Outcome>, config: &Config) {
     for outcome in outcomes {
         let name = &outcome.policy;
         let result = match outcome.result {
@@ -518,7 +543,6 @@ fn findings(
             }
         }
     }
-    found
 }
 
 /// The first line of `text`, at most [`MAX_ERROR_CHARS`] characters.

@@ -39,6 +39,12 @@ impl Webhook {
 }
 
 impl RuleSet {
+    /// Who may set, change or remove the labels poolguard trusts on a Namespace (`req` is a
+    /// Namespace request): the part of a Namespace's validation that runs no policy.
+    pub fn pool_authority(&self, req: &Request) -> Decision {
+        pool_authority::check(req, &self.config)
+    }
+
     /// Decides `req` for `webhook` in `scope`, each policy evaluation within `budget`.
     pub fn decide(
         &self,
@@ -51,7 +57,13 @@ impl RuleSet {
         match webhook {
             Webhook::Mutate => mutate::mutate(req, scope, self, limit),
             Webhook::Validate if req.group.is_empty() && req.kind == "Namespace" => {
-                pool_authority::check(req, &self.config)
+                // Who may set the labels poolguard trusts first; then the constraints that
+                // match Namespaces (Gatekeeper's most common: required labels).
+                let authority = self.pool_authority(req);
+                if !authority.allowed() || !self.policies.has_constraints() {
+                    return authority;
+                }
+                validate::validate(req, scope, self, limit)
             }
             Webhook::Validate => validate::validate(req, scope, self, limit),
         }

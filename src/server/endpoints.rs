@@ -512,10 +512,14 @@ fn unevaluated(
 ) -> Decision {
     match webhook {
         // Who may change a namespace's guarded labels runs no policy: it is decided in
-        // microseconds, never left to `evaluation.onError` (which may allow).
+        // microseconds, never left to `evaluation.onError` (which may allow). Constraints that
+        // match Namespaces could not run: `evaluation.onError` for them.
         Webhook::Validate if is_namespace(req) => {
-            let scope = Scope { labels, pools: None };
-            rules.decide(webhook, req, scope, Budget::FULL)
+            let authority = rules.pool_authority(req);
+            if !authority.allowed() || !rules.policies.has_constraints() {
+                return authority;
+            }
+            on_error(rules, what)
         }
         Webhook::Validate => on_error(rules, what),
         Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(

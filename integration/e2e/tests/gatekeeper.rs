@@ -1,5 +1,5 @@
-//! A Gatekeeper ConstraintTemplate and constraint through a real kube-apiserver: a poolguard
-//! replica runs with `--gatekeeper-dir testdata/gatekeeper/allowedrepos` (K8sAllowedRepos, its
+//! Gatekeeper ConstraintTemplates and constraints through a real kube-apiserver: a poolguard
+//! replica runs with testdata/gatekeeper/allowedrepos in its `--gatekeeper-dir` (K8sAllowedRepos, its
 //! constraint `images-from-allowed-repos` allowing registry.k8s.io only) and a config that rolls
 //! the constraint out over two groups of namespaces; its own validating webhook covers the
 //! test's namespaces. A pod from a foreign registry already runs in the second group, so the
@@ -7,7 +7,9 @@
 //! the first group with the constraint's
 //! message, admitted with it as a Warning in the second, and the audit's PolicyReport of the
 //! second namespace has a failing result of the constraint for each violation of the running
-//! pod (two foreign images: two results).
+//! pod (two foreign images: two results). A Service (a kind without a pod spec) without an
+//! owner label is refused by a RequiredOwner constraint that matches Services (the replica's
+//! `--gatekeeper-dir` holds both templates and their constraints).
 //!
 //! Needs KUBECONFIG, POOLGUARD_BIN and the PolicyReport CRD (integration/e2e.sh provides all).
 
@@ -17,7 +19,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use poolguard_e2e::replicas::{self, Replica};
@@ -77,14 +79,15 @@ async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result
     Ok(found)
 }
 
-/// A validating webhook sending the test namespaces' pod CREATEs and UPDATEs to `replica`.
+/// A validating webhook sending the test namespaces' pod and Service CREATEs and UPDATEs to
+/// `replica`.
 async fn register(env: &Env, name: &str, id: &str, replica: &Replica, ca: Vec<u8>) -> Result<()> {
     let mut hook: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": name},
         "webhooks": [{
             "name": "gatekeeper-e2e.poolguard.test",
             "clientConfig": {"url": format!("https://{}/validate", replica.addr)},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "services"]}],
             "namespaceSelector": {"matchLabels": {"poolguard-gatekeeper-e2e": id}},
             "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"], "timeoutSeconds": 10
         }]
@@ -159,7 +162,26 @@ async fn scenario(
     env.create_pod(standard, &serde_json::from_value(running)?)
         .await?;
 
-    let gatekeeper_dir = replicas::repository().join("testdata/gatekeeper/allowedrepos");
+    // K8sAllowedRepos and its constraint, and RequiredOwner with its constraints on Services
+    // and Namespaces (kinds without a pod spec; the test's webhook sends Services only).
+    let gatekeeper_dir = dir.join("gatekeeper");
+    std::fs::create_dir_all(&gatekeeper_dir)?;
+    let testdata = replicas::repository().join("testdata/gatekeeper");
+    for (from, to) in [
+        ("allowedrepos/template.yaml", "allowedrepos-template.yaml"),
+        (
+            "allowedrepos/constraint.yaml",
+            "allowedrepos-constraint.yaml",
+        ),
+        ("requiredowner/template.yaml", "requiredowner-template.yaml"),
+        (
+            "requiredowner/other-kinds.yaml",
+            "requiredowner-other-kinds.yaml",
+        ),
+    ] {
+        std::fs::copy(testdata.join(from), gatekeeper_dir.join(to))
+            .with_context(|| format!("copying {from}"))?;
+    }
     let args: Vec<String> = [
         "--gatekeeper-dir",
         &gatekeeper_dir.display().to_string(),
@@ -241,6 +263,29 @@ async fn scenario(
     env.say(format!(
         "first group, image changed on UPDATE: 403 {refused}"
     ));
+
+    // A kind without a pod spec, judged by the constraint that matches it (RequiredOwner on
+    // Services): refused without the label, created with it.
+    let services: Api<Service> = Api::namespaced(env.client.clone(), canary);
+    let service = |labels: serde_json::Value| -> Result<Service> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": "web", "labels": labels},
+            "spec": {"ports": [{"port": 80}]}}),
+        )?)
+    };
+    let refused = expect_refused(
+        "a Service without an owner label",
+        services
+            .create(&PostParams::default(), &service(json!({}))?)
+            .await,
+        403,
+        &["services-need-owner: Service web has no owner label"],
+    )?;
+    env.say(format!("a Service without an owner label: 403 {refused}"));
+    services
+        .create(&PostParams::default(), &service(json!({"owner": "e2e"}))?)
+        .await
+        .context("a Service with an owner label")?;
 
     // The second group warns.
     let res = env

@@ -24,6 +24,9 @@ fn files(names: &[&str]) -> Vec<(PathBuf, String)> {
                 "requiredowner/pods.yaml" => {
                     include_str!("../../../testdata/gatekeeper/requiredowner/pods.yaml")
                 }
+                "requiredowner/other-kinds.yaml" => {
+                    include_str!("../../../testdata/gatekeeper/requiredowner/other-kinds.yaml")
+                }
                 "namespaceteam/template.yaml" => {
                     include_str!("../../../testdata/gatekeeper/namespaceteam/template.yaml")
                 }
@@ -70,7 +73,7 @@ fn pod(namespace: &str, labels: Value) -> Value {
 fn decide(rules: &RuleSet, review: &Value, ns_labels: Option<&Labels>) -> Vec<Outcome> {
     let object = &review["object"];
     rules.policies.evaluate(
-        &crate::policy::input::document(object, &[], None),
+        Some(&crate::policy::input::document(object, &[], None)),
         Some(review),
         None,
         ns_labels,
@@ -285,4 +288,90 @@ fn an_update_that_brings_a_violation_is_denied_and_one_the_old_object_had_is_not
         json!({"owner": "team-b"}),
     );
     assert!(fine.allowed(), "{fine:?}");
+}
+
+/// A validating request for an object of `kind` (core group) named `name` with `labels`, `old`
+/// its previous labels for an UPDATE.
+fn other_kind(
+    rules: &RuleSet,
+    kind: &str,
+    labels: Value,
+    old: Option<Value>,
+) -> crate::admission::Decision {
+    let object = |labels: Value| {
+        let mut object = json!({"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": "s", "labels": labels}, "spec": {}});
+        if kind != "Namespace" {
+            object["metadata"]["namespace"] = json!("shop");
+        }
+        object
+    };
+    let resource = format!("{}s", kind.to_lowercase());
+    let namespace = if kind == "Namespace" { "s" } else { "shop" };
+    let mut raw = json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": kind},
+        "resource": {"group": "", "version": "v1", "resource": resource},
+        "name": "s", "namespace": namespace, "operation": "CREATE",
+        "userInfo": {"username": "editor"}, "object": object(labels)});
+    if let Some(old) = old {
+        raw["operation"] = json!("UPDATE");
+        raw["oldObject"] = object(old);
+    }
+    let req = crate::admission::Request::from_value(&raw).unwrap();
+    rules.decide(
+        crate::webhook::Webhook::Validate,
+        &req,
+        crate::scope::Scope::default(),
+        crate::ruleset::Budget::FULL,
+    )
+}
+
+#[test]
+fn objects_without_a_pod_spec_are_judged_by_the_constraints_that_match_them_only() {
+    // A SIT policy that infringes on everything it runs on: it must not run on a Service.
+    let everything = crate::policy::template::from_rego(
+        "everything",
+        "package everything\ninfringement[{\"msg\": \"judged\"}] { true }\n".into(),
+        "everything.rego".into(),
+    );
+    let (rules, _) = super::rules(
+        Config::parse("policies:\n  everything: {parameters: {}}\n", "cfg.yaml").unwrap(),
+        PolicySet::compile(&[everything]).unwrap(),
+        Default::default(),
+        &files(&[
+            "requiredowner/template.yaml",
+            "requiredowner/other-kinds.yaml",
+        ]),
+        "cfg.yaml",
+    )
+    .unwrap();
+    let denied = other_kind(&rules, "Service", json!({}), None);
+    assert!(!denied.allowed(), "{denied:?}");
+    assert_eq!(
+        denied.message(),
+        "services-need-owner: Service s has no owner label"
+    );
+    let owned = other_kind(&rules, "Service", json!({"owner": "a"}), None);
+    assert!(owned.allowed(), "{owned:?}");
+    // On UPDATE, as for pods: the label taken away is refused, one the old object lacked is not.
+    let removed = other_kind(&rules, "Service", json!({}), Some(json!({"owner": "a"})));
+    assert!(!removed.allowed(), "{removed:?}");
+    let kept = other_kind(&rules, "Service", json!({"app": "b"}), Some(json!({})));
+    assert!(kept.allowed(), "{kept:?}");
+    // A kind no constraint matches is allowed; so is every kind without constraints loaded.
+    let config_map = other_kind(&rules, "ConfigMap", json!({}), None);
+    assert!(config_map.allowed(), "{config_map:?}");
+    // Namespaces: the pool authority first, then the constraints.
+    let namespace = other_kind(&rules, "Namespace", json!({}), None);
+    assert_eq!(
+        namespace.message(),
+        "namespaces-need-owner: Namespace s has no owner label"
+    );
+    let named = other_kind(&rules, "Namespace", json!({"owner": "a"}), None);
+    assert!(named.allowed(), "{named:?}");
+    let without = rules_without_constraints();
+    assert!(other_kind(&without, "Service", json!({}), None).allowed());
+}
+
+fn rules_without_constraints() -> RuleSet {
+    rules("", &[]).unwrap()
 }

@@ -62,9 +62,15 @@ pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 .collect()
         });
+    // SIT policies judge pod specs: only Pods and workloads get a document.
     let document = input::document(object, &[], None);
+    let pod_spec = crate::admission::pod_spec_path(
+        review["kind"]["group"].as_str().unwrap_or_default(),
+        review["kind"]["kind"].as_str().unwrap_or_default(),
+    )
+    .is_some();
     rules.policies.evaluate(
-        &document,
+        pod_spec.then_some(&document),
         Some(review),
         None,
         labels.as_ref(),

@@ -316,11 +316,11 @@ impl Policy {
     }
 
     /// Whether the policy applies to the object of `review` (an AdmissionRequest, with
-    /// `namespaceObject` when known): always for a SIT policy; for a constraint, when its
-    /// `spec.match` selects the object (no review: never).
-    pub fn applies(&self, review: Option<&serde_json::Value>) -> bool {
+    /// `namespaceObject` when known): a SIT policy to every object with a pod spec
+    /// (`pod_spec`); a constraint when its `spec.match` selects the object (no review: never).
+    pub fn applies(&self, pod_spec: bool, review: Option<&serde_json::Value>) -> bool {
         match (&self.constraint, review) {
-            (None, _) => true,
+            (None, _) => pod_spec,
             (Some(c), Some(review)) => c.matching.matches(review),
             (Some(_), None) => false,
         }

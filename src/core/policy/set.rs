@@ -143,6 +143,11 @@ impl PolicySet {
         self.policies.iter().map(|p| p.name.as_str())
     }
 
+    /// Whether any Gatekeeper constraint is loaded.
+    pub fn has_constraints(&self) -> bool {
+        self.policies.iter().any(Policy::is_constraint)
+    }
+
     pub fn len(&self) -> usize {
         self.policies.len()
     }
@@ -165,7 +170,9 @@ impl PolicySet {
     }
 
     /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
-    /// (an [`input::document`]), adding `review` for the policies that read it. A policy under a
+    /// (the [`input::document`] of an object's pod spec), adding `review` for the policies that
+    /// read it. For an object without a pod spec (`input` `None`) only the constraints whose
+    /// match selects it run: SIT policies judge pod specs. A policy under a
     /// rollout runs the version, and at the enforcement, that its rollout gives a namespace
     /// with `labels` ([`RolloutView::resolve`] on `rollouts`). Each evaluation takes at most
     /// `limit`.
@@ -177,7 +184,7 @@ impl PolicySet {
     #[allow(clippy::too_many_arguments)]
     pub fn evaluate(
         &self,
-        input: &serde_json::Value,
+        input: Option<&serde_json::Value>,
         review: Option<&serde_json::Value>,
         pool: Option<&str>,
         labels: Option<&Labels>,
@@ -193,7 +200,8 @@ impl PolicySet {
             .filter(|_| self.policies.iter().any(|p| p.is_constraint()))
             .and_then(|r| crate::gatekeeper::namespace_object::with_namespace_object(r, labels));
         let review = with_namespace.as_ref().or(review);
-        let mut request = RequestInput::new(input, review);
+        let no_pod_spec = serde_json::Value::Object(Default::default());
+        let mut request = RequestInput::new(input.unwrap_or(&no_pod_spec), review);
         let plan = &self.plan;
         let dependent = plan.has_dependencies();
         // What each policy was for this object, for the ones after it: only when some policy
@@ -206,7 +214,7 @@ impl PolicySet {
         let mut outcomes = Vec::new();
         for &i in &plan.order {
             let loaded = &self.policies[i];
-            if !loaded.applies(review) {
+            if !loaded.applies(input.is_some(), review) {
                 continue;
             }
             let version = self.version(&loaded.name);
@@ -510,7 +518,7 @@ mod tests {
         let doc = |image: &str| json!({"services": {"web-": {"functional_requirements": {"c": {"image": image}}}}, "target": null});
         let run = |policies: &PolicySet, config: &Config, image: &str, uid: &str| {
             let outcomes = policies.evaluate(
-                &doc(image),
+                Some(&doc(image)),
                 Some(&json!({"uid": uid})),
                 None,
                 None,
@@ -590,7 +598,7 @@ mod tests {
         let document = json!({"services": {}, "target": "gpu"});
         let review = json!({"uid": "u-1"});
         let outcomes = policies.evaluate(
-            &document,
+            Some(&document),
             Some(&review),
             None,
             None,
@@ -779,7 +787,7 @@ pools:
             let got: Vec<(String, String)> = rules
                 .policies
                 .evaluate(
-                    &document,
+                    Some(&document),
                     None,
                     pool,
                     None,
@@ -823,7 +831,7 @@ pools:
         assert!(!rules.policies.plan().has_dependencies());
         assert_eq!(rules.policies.plan().order, [0, 1]);
         let outcomes = rules.policies.evaluate(
-            &json!({"flags": {"a": "fail", "b": "error"}}),
+            Some(&json!({"flags": {"a": "fail", "b": "error"}})),
             None,
             None,
             None,

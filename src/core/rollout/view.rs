@@ -531,8 +531,8 @@ mod tests {
         ] {
             let r = review(kind, image);
             assert_eq!(
-                compiled.policy.applies(Some(&r)),
-                loaded.applies(Some(&r)),
+                compiled.policy.applies(true, Some(&r)),
+                loaded.applies(true, Some(&r)),
                 "{kind} {image}"
             );
             let run = |p: &Policy| {
