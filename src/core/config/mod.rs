@@ -202,6 +202,15 @@ pub enum Enforcement {
 }
 
 impl Enforcement {
+    /// How strict it is: dryrun 0, warn 1, deny 2.
+    pub fn strength(self) -> u8 {
+        match self {
+            Enforcement::Dryrun => 0,
+            Enforcement::Warn => 1,
+            Enforcement::Deny => 2,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Enforcement::Deny => "deny",

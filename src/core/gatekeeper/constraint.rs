@@ -26,18 +26,60 @@ pub struct Constraint {
 }
 
 /// Gatekeeper's `enforcementAction` as poolguard's enforcement: `deny` (the default), `warn`
-/// and `dryrun` are the same words; `scoped` is not supported yet.
+/// and `dryrun` are the same words; `scoped` is read from `spec.scopedEnforcementActions` by
+/// [`scoped`].
 pub fn enforcement(action: Option<&str>) -> Result<Enforcement, String> {
     match action.unwrap_or("deny") {
         "deny" => Ok(Enforcement::Deny),
         "warn" => Ok(Enforcement::Warn),
         "dryrun" => Ok(Enforcement::Dryrun),
-        "scoped" => Err(
-            "`scoped` (scopedEnforcementActions) is not supported yet; use deny, warn or dryrun"
-                .to_string(),
-        ),
-        other => Err(format!("expected deny, warn or dryrun, got `{other}`")),
+        "scoped" => Err("`scoped` needs `spec.scopedEnforcementActions`".to_string()),
+        other => Err(format!(
+            "expected deny, warn, dryrun or scoped, got `{other}`"
+        )),
     }
+}
+
+/// The enforcement point of admission (Gatekeeper's validating webhook), which poolguard's
+/// validating webhook takes the place of.
+const ADMISSION_POINT: &str = "validation.gatekeeper.sh";
+
+/// `enforcementAction: scoped`: the strictest action of `scopedEnforcementActions` whose
+/// `enforcementPoints` name admission (`validation.gatekeeper.sh`, or `*`); none: `dryrun`
+/// (poolguard's audit reports every constraint whatever its enforcement, so an action for
+/// `audit.gatekeeper.sh` alone is a dry run at admission). Other points (`gator.gatekeeper.sh`,
+/// `vap.k8s.io`) do not change what poolguard does.
+pub fn scoped(actions: &Value) -> Result<Enforcement, String> {
+    let Some(list) = actions.as_array().filter(|l| !l.is_empty()) else {
+        return Err(
+            "`scoped` needs `spec.scopedEnforcementActions`: a list of {action, enforcementPoints}"
+                .to_string(),
+        );
+    };
+    let mut strictest = Enforcement::Dryrun;
+    for (i, entry) in list.iter().enumerate() {
+        let action = match entry["action"].as_str() {
+            Some(a @ ("deny" | "warn" | "dryrun")) => enforcement(Some(a))?,
+            other => {
+                return Err(format!(
+                    "at `spec.scopedEnforcementActions[{i}].action`: expected deny, warn or dryrun, got {}",
+                    other.map_or_else(|| entry["action"].to_string(), |a| format!("`{a}`"))
+                ))
+            }
+        };
+        let Some(points) = entry["enforcementPoints"].as_array() else {
+            return Err(format!(
+                "at `spec.scopedEnforcementActions[{i}].enforcementPoints`: expected a list of {{name}}"
+            ));
+        };
+        let admission = points
+            .iter()
+            .any(|p| matches!(p["name"].as_str(), Some(ADMISSION_POINT | "*")));
+        if admission && action.strength() > strictest.strength() {
+            strictest = action;
+        }
+    }
+    Ok(strictest)
 }
 
 /// Whether a parsed document is a constraint (its apiVersion is in [`GROUP`]).
@@ -81,8 +123,11 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<Constraint> {
         Value::String(s) => Some(s.as_str()),
         other => bail!("{origin}: at `spec.enforcementAction`: expected a string, got {other}"),
     };
-    let enforcement = enforcement(action)
-        .map_err(|e| anyhow::anyhow!("{origin}: at `spec.enforcementAction`: {e}"))?;
+    let enforcement = match action {
+        Some("scoped") => scoped(&spec["scopedEnforcementActions"]),
+        _ => enforcement(action).map_err(|e| format!("at `spec.enforcementAction`: {e}")),
+    }
+    .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
     Ok(Constraint {
         kind,
         name,
@@ -110,7 +155,7 @@ mod tests {
         assert_eq!(enforcement(Some("dryrun")), Ok(Enforcement::Dryrun));
         assert!(enforcement(Some("scoped"))
             .unwrap_err()
-            .contains("not supported yet"));
+            .contains("needs `spec.scopedEnforcementActions`"));
         assert!(enforcement(Some("Deny"))
             .unwrap_err()
             .contains("got `Deny`"));
@@ -134,7 +179,15 @@ mod tests {
             (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"parameters": [1]}}),
              "c.yaml: constraint K8sX `x`: at `spec.parameters`: expected an object, got [1]"),
             (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"enforcementAction": "block"}}),
-             "c.yaml: constraint K8sX `x`: at `spec.enforcementAction`: expected deny, warn or dryrun, got `block`"),
+             "c.yaml: constraint K8sX `x`: at `spec.enforcementAction`: expected deny, warn, dryrun or scoped, got `block`"),
+            (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"enforcementAction": "scoped"}}),
+             "c.yaml: constraint K8sX `x`: `scoped` needs `spec.scopedEnforcementActions`"),
+            (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"enforcementAction": "scoped",
+                "scopedEnforcementActions": [{"action": "block", "enforcementPoints": [{"name": "*"}]}]}}),
+             "c.yaml: constraint K8sX `x`: at `spec.scopedEnforcementActions[0].action`: expected deny, warn or dryrun, got `block`"),
+            (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"enforcementAction": "scoped",
+                "scopedEnforcementActions": [{"action": "deny"}]}}),
+             "c.yaml: constraint K8sX `x`: at `spec.scopedEnforcementActions[0].enforcementPoints`: expected a list of {name}"),
             (json!({"kind": "K8sX", "metadata": {"name": "x"}, "spec": {"match": {"kind": []}}}),
              "c.yaml: constraint K8sX `x`: at `spec.match.kind`: unknown field `kind`"),
         ];
@@ -142,5 +195,41 @@ mod tests {
             let err = read(doc).unwrap_err().to_string();
             assert!(err.starts_with(want), "{err}");
         }
+    }
+
+    #[test]
+    fn scoped_actions_take_the_strictest_for_admission() {
+        let action = |entries: Value| scoped(&entries);
+        let point = |name: &str| json!([{"name": name}]);
+        // Admission named: its action.
+        assert_eq!(
+            action(
+                json!([{"action": "warn", "enforcementPoints": point("validation.gatekeeper.sh")}])
+            ),
+            Ok(Enforcement::Warn)
+        );
+        // Audit only: a dry run at admission (the audit reports it either way).
+        assert_eq!(
+            action(json!([{"action": "deny", "enforcementPoints": point("audit.gatekeeper.sh")}])),
+            Ok(Enforcement::Dryrun)
+        );
+        // `*`, and several entries: the strictest that names admission.
+        assert_eq!(
+            action(json!([
+                {"action": "warn", "enforcementPoints": point("validation.gatekeeper.sh")},
+                {"action": "deny", "enforcementPoints": point("*")},
+                {"action": "dryrun", "enforcementPoints": point("gator.gatekeeper.sh")},
+            ])),
+            Ok(Enforcement::Deny)
+        );
+        assert!(action(json!([])).is_err());
+        let c = read(
+            json!({"apiVersion": "constraints.gatekeeper.sh/v1beta1", "kind": "K8sX",
+            "metadata": {"name": "x"}, "spec": {"enforcementAction": "scoped",
+            "scopedEnforcementActions": [{"action": "warn", "enforcementPoints": [
+                {"name": "audit.gatekeeper.sh"}, {"name": "validation.gatekeeper.sh"}]}]}}),
+        )
+        .unwrap();
+        assert_eq!(c.enforcement, Enforcement::Warn);
     }
 }

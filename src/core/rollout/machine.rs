@@ -225,17 +225,8 @@ pub(crate) struct Applied {
 
 const AWAITING_APPROVAL: &str = "awaiting approval";
 
-/// How strict an enforcement is, for capping.
-fn strength(e: Enforcement) -> u8 {
-    match e {
-        Enforcement::Dryrun => 0,
-        Enforcement::Warn => 1,
-        Enforcement::Deny => 2,
-    }
-}
-
 fn weaker(a: Enforcement, b: Enforcement) -> Enforcement {
-    if strength(a) <= strength(b) {
+    if a.strength() <= b.strength() {
         a
     } else {
         b
