@@ -331,8 +331,8 @@ if suite rollout; then
     POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
 fi
 if suite gatekeeper; then
-    log "running tests/gatekeeper.rs (a poolguard replica with --gatekeeper-dir: a K8sAllowedRepos constraint denies, warns in a rollout group, is reported)"
-    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test gatekeeper -- --nocapture
+    log "running tests/gatekeeper.rs (a poolguard replica with --gatekeeper-dir: a K8sAllowedRepos constraint denies, warns in a rollout group, is reported; one with --gatekeeper-from-cluster follows the cluster's templates and constraints)"
+    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test gatekeeper -- --nocapture --test-threads=1
 fi
 if suite faults; then
     log "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
 use poolguard_core::gatekeeper;
+
+use crate::cluster::gatekeeper_objects::ClusterDocuments;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
@@ -36,6 +38,9 @@ pub struct Sources {
     /// Gatekeeper ConstraintTemplates and constraints (`*.yaml`, `*.yml`, `*.json`, several
     /// documents to a file allowed). No directory: none.
     pub gatekeeper_dir: Option<PathBuf>,
+    /// Gatekeeper's objects as the cluster holds them (`serve --gatekeeper-from-cluster`),
+    /// loaded beside the directory's.
+    pub gatekeeper_cluster: Option<ClusterDocuments>,
 }
 
 impl Sources {
@@ -125,16 +130,20 @@ impl Sources {
             .config
             .as_ref()
             .map_or_else(|| "config".to_string(), |p| p.display().to_string());
-        match &self.gatekeeper_dir {
-            None => Ok((
+        if self.gatekeeper_dir.is_none() && self.gatekeeper_cluster.is_none() {
+            return Ok((
                 RuleSet::new(config, policies, placement, &origin)?,
                 Vec::new(),
-            )),
-            Some(dir) => {
-                let files = load_gatekeeper_files(dir)?;
-                gatekeeper::rules(config, policies, placement, &files, &origin)
-            }
+            ));
         }
+        let mut files = match &self.gatekeeper_dir {
+            Some(dir) => load_gatekeeper_files(dir)?,
+            None => Vec::new(),
+        };
+        if let Some(cluster) = &self.gatekeeper_cluster {
+            files.extend(cluster.files());
+        }
+        gatekeeper::rules(config, policies, placement, &files, &origin)
     }
 }
 

@@ -141,6 +141,7 @@ fn rules() -> RuleSet {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
     .load()
     .unwrap()

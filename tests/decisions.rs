@@ -20,6 +20,7 @@ fn rules(config: Option<&str>) -> RuleSet {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
     .load()
     .unwrap()
@@ -272,6 +273,7 @@ fn decide_inline(
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
     .load()
     .unwrap();
@@ -533,6 +535,7 @@ fn enforcement_modes_and_evaluation_failures() {
             policies_dir: Some(dir.path().into()),
             placement_dir: None,
             gatekeeper_dir: None,
+            gatekeeper_cluster: None,
         }
         .load()
         .unwrap();
@@ -834,6 +837,7 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
         policies_dir: Some(policies.path().into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
     .load()
     .unwrap();
@@ -967,6 +971,7 @@ fn namespace_subresources_are_decided_as_the_namespace() {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
     .load()
     .unwrap();

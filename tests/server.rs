@@ -115,6 +115,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         manage_certs: None,
         register_webhooks: None,
         audit: None,
+        gatekeeper_from_cluster: false,
         limits: Limits::default(),
     }
 }
@@ -133,6 +134,7 @@ fn example_rules() -> Sources {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
 }
 
@@ -202,6 +204,7 @@ fn slow_rules(dir: &Path, on_error: &str) -> Sources {
         policies_dir: Some(policies),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     }
 }
 
@@ -500,6 +503,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     };
     let app = state(sources, Duration::from_secs(4), Limits::default());
     let version = app
@@ -903,6 +907,7 @@ async fn broken_policy_push_keeps_the_old_policy_and_is_counted() {
         policies_dir: Some(policies.clone()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await
@@ -955,6 +960,7 @@ async fn bad_dependency_push_keeps_the_last_good_rules() {
         policies_dir: Some("policies".into()),
         placement_dir: None,
         gatekeeper_dir: None,
+        gatekeeper_cluster: None,
     };
     let running = serve::start(options(files_in(dir.path()), sources))
         .await

@@ -79,6 +79,8 @@ cases=(
     "policies|-f ${chart}/ci/policies-values.yaml"
     # A Gatekeeper user's ConstraintTemplate and constraint, as files, and a rule for Services.
     "gatekeeper|--set-file gatekeeperPolicies.template\.yaml=testdata/gatekeeper/allowedrepos/template.yaml --set-file gatekeeperPolicies.constraint\.yaml=testdata/gatekeeper/allowedrepos/constraint.yaml --set-json validating.extraRules=[{\"apiGroups\":[\"\"],\"apiVersions\":[\"v1\"],\"operations\":[\"CREATE\",\"UPDATE\"],\"resources\":[\"services\"]}]"
+    # The cluster's own Gatekeeper objects: the flag and read-only RBAC on the two groups.
+    "gatekeeper-cluster|--set gatekeeperFromCluster=true"
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
     "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
@@ -508,6 +510,20 @@ for name in names:
                       for m in c.get("volumeMounts", []))
         check(has_dir == mounted == (name == "gatekeeper"),
               f"{workload['kind']} {workload['metadata']['name']}: --gatekeeper-dir /gatekeeper, mounted read-only, only with gatekeeperPolicies")
+    # gatekeeperFromCluster: --gatekeeper-from-cluster on the server, and get/list/watch (nothing
+    # more) on ConstraintTemplates and every constraints.gatekeeper.sh resource; neither otherwise.
+    from_cluster = name == "gatekeeper-cluster"
+    for workload in kinds.get("Deployment", []):
+        args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+        check(("--gatekeeper-from-cluster" in args) == from_cluster,
+              f"Deployment {workload['metadata']['name']}: --gatekeeper-from-cluster only with gatekeeperFromCluster")
+    gk_rules = [r for role in kinds.get("ClusterRole", []) for r in role.get("rules", [])
+                if set(r.get("apiGroups", [])) & {"templates.gatekeeper.sh", "constraints.gatekeeper.sh"}]
+    want_rules = [
+        {"apiGroups": ["templates.gatekeeper.sh"], "resources": ["constrainttemplates"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["constraints.gatekeeper.sh"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+    ] if from_cluster else []
+    check(gk_rules == want_rules, f"Gatekeeper RBAC {gk_rules}, wanted {want_rules}")
     # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
     placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
     check(len(placement_cms) == 1, "one placement policies ConfigMap")
@@ -589,7 +605,7 @@ def webhooks(name):
 for name in names:
     # Gatekeeper constraints often judge labels, and Gatekeeper judges every UPDATE: with
     # gatekeeperPolicies every UPDATE is sent.
-    want = name not in ("no-skip", "options", "gatekeeper")
+    want = name not in ("no-skip", "options", "gatekeeper", "gatekeeper-cluster")
     for kind, wh in webhooks(name):
         # validating.extraRules (the gatekeeper case: Services) join validate.poolguard.io's rules.
         if wh["name"] == "validate.poolguard.io":

@@ -161,6 +161,7 @@ impl RuleArgs {
             policies_dir: self.policies_dir,
             placement_dir: self.placement_policies_dir,
             gatekeeper_dir: self.gatekeeper_dir,
+            gatekeeper_cluster: None,
         }
     }
 }
@@ -373,6 +374,12 @@ struct ServeArgs {
     /// with --dev, which never reads a cluster unless this is given.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// Also load the cluster's Gatekeeper ConstraintTemplates and constraints (read-only
+    /// watches of templates.gatekeeper.sh and constraints.gatekeeper.sh), beside
+    /// --gatekeeper-dir's; the rules reload on every change. A template that does not load here
+    /// is left out with its constraints, and logged (docs/gatekeeper.md).
+    #[arg(long)]
+    gatekeeper_from_cluster: bool,
     /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
     /// given, and take namespace labels from the embedded testdata namespaces unless
     /// --namespaces-file or --kubeconfig is given.
@@ -801,6 +808,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         manage_certs,
         register_webhooks: args.register_webhooks,
         audit: args.audit.settings()?,
+        gatekeeper_from_cluster: args.gatekeeper_from_cluster,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(serve::run(options))?;

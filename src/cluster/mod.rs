@@ -2,6 +2,7 @@
 
 #[cfg(test)]
 mod fake_api;
+pub mod gatekeeper_objects;
 pub mod managed_certs;
 pub mod namespace_cache;
 pub mod native_objects;

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::certs::authority as certs;
 use crate::certs::pacing::Pacing;
 use crate::certs::rotation::{Settings, Stored};
+use crate::cluster::gatekeeper_objects::{self, ClusterDocuments};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
 use crate::cluster::node_cache;
@@ -74,6 +75,8 @@ pub struct Options {
     /// The background audit; `None`: off. It needs the cluster, so `dev` without `kubeconfig`
     /// never audits.
     pub audit: Option<crate::audit::schedule::Settings>,
+    /// Load the cluster's Gatekeeper templates and constraints too, and follow them.
+    pub gatekeeper_from_cluster: bool,
 }
 
 /// `--manage-certs`: where the certificate lives and who must trust it.
@@ -129,7 +132,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Loads everything and starts listening; errors here are configuration errors.
-pub async fn start(opts: Options) -> Result<Running> {
+pub async fn start(mut opts: Options) -> Result<Running> {
     let limits = opts.limits.clone();
     let metrics = Arc::new(Metrics::new());
     if let Some(file) = &opts.register_webhooks {
@@ -149,6 +152,16 @@ pub async fn start(opts: Options) -> Result<Running> {
             (Arc::new(ArcSwap::new(load_tls(&files, &metrics)?)), Some(files))
         }
         (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
+    };
+    let gatekeeper = if opts.gatekeeper_from_cluster {
+        let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
+            .await
+            .context("--gatekeeper-from-cluster needs the Kubernetes API")?;
+        let documents = ClusterDocuments::default();
+        opts.sources.gatekeeper_cluster = Some(documents.clone());
+        Some(gatekeeper_objects::first_sync(client, documents).await?)
+    } else {
+        None
     };
     let rules = opts.sources.load()?;
     for warning in opts.sources.missing_defaults(&rules) {
@@ -180,6 +193,22 @@ pub async fn start(opts: Options) -> Result<Running> {
     tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
 
     let shutdown = CancellationToken::new();
+    if let Some(gatekeeper) = gatekeeper {
+        let (reload, metrics) = (rules_reload(&opts.sources, &app), metrics.clone());
+        gatekeeper.run(
+            Arc::new(move || match reload() {
+                Ok(()) => {
+                    metrics.reload("rules", true);
+                    tracing::info!(what = "rules", "reloaded after a change of the cluster's Gatekeeper objects");
+                }
+                Err(e) => {
+                    metrics.reload("rules", false);
+                    tracing::error!(what = "rules", error = %format!("{e:#}"), "reload failed; the last good version keeps serving");
+                }
+            }),
+            shutdown.clone(),
+        );
+    }
     let (leads, leading) = tokio::sync::watch::channel(false);
     let audit = start_audit(&opts, &app, &metrics, leads, &shutdown).await?;
     if let Some(file) = &opts.register_webhooks {
@@ -534,24 +563,32 @@ fn reload_targets(
             ),
     );
     if !rule_dirs.is_empty() {
-        let (sources, app) = (opts.sources.clone(), app.clone());
         targets.push(reload::Target {
             what: "rules",
             dirs: rule_dirs,
-            reload: Box::new(move || {
-                let loaded = sources.load()?;
-                // The rollout state comes from the cluster, not the files: carried over (by
-                // compare-and-swap, so a state arriving meanwhile is not lost).
-                app.rules.rcu(|old| {
-                    let mut rules = loaded.clone();
-                    rules.rollouts = old.rollouts.clone();
-                    rules
-                });
-                Ok(())
-            }),
+            reload: Box::new(rules_reload(&opts.sources, app)),
         });
     }
     targets
+}
+
+/// Loads the rules from `sources` again and serves them.
+fn rules_reload(
+    sources: &Sources,
+    app: &Arc<ServerState>,
+) -> impl Fn() -> Result<()> + Send + Sync + 'static {
+    let (sources, app) = (sources.clone(), app.clone());
+    move || {
+        let loaded = sources.load()?;
+        // The rollout state comes from the cluster, not the files: carried over (by
+        // compare-and-swap, so a state arriving meanwhile is not lost).
+        app.rules.rcu(|old| {
+            let mut rules = loaded.clone();
+            rules.rollouts = old.rollouts.clone();
+            rules
+        });
+        Ok(())
+    }
 }
 
 fn dedup(paths: impl Iterator<Item = PathBuf>) -> Vec<PathBuf> {

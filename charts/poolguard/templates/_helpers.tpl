@@ -281,7 +281,7 @@ poolguard decides an UPDATE by denying only what the new object has and the old 
 with the spec (or template) and the name unchanged, its checks and every policy that reads the
 pod spec see the same input twice, so such an UPDATE is allowed: skipping it changes no decision.
 A policy that reads labels through input.review judges each object as itself and can refuse a
-label taken away: not rendered while gatekeeperPolicies is set; for such SIT policies, set
+label taken away: not rendered while gatekeeperPolicies or gatekeeperFromCluster is set; for such SIT policies, set
 webhook.skipUnchangedUpdates=false.
 The expression cannot fail on any object the API server stores (a failure would refuse the
 request with failurePolicy Fail, and skip it with Ignore): every optional field is tested with

@@ -20,8 +20,12 @@ use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::ResourceExt;
 use poolguard_e2e::replicas::{self, Replica};
 use poolguard_e2e::{expect_refused, random_suffix, rollout_statuses, run, Env};
 use serde_json::json;
@@ -330,6 +334,174 @@ async fn scenario(
     env.say(format!(
         "PolicyReport of {standard}, {CONSTRAINT}: {found:?}"
     ));
+    drop(replica);
+    Ok(())
+}
+
+/// The CustomResourceDefinition of one Gatekeeper resource, schemaless (Gatekeeper's own CRDs
+/// carry schemas; poolguard reads the objects only).
+fn crd(group: &str, version: &str, kind: &str, plural: &str) -> Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Cluster",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "versions": [{"name": version, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))?)
+}
+
+/// Creates the document of testdata/gatekeeper/`file` as a cluster object of `resource`.
+async fn create_from(env: &Env, resource: &ApiResource, file: &str) -> Result<()> {
+    let path = replicas::repository()
+        .join("testdata/gatekeeper")
+        .join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let doc = poolguard_core::documents::parse(&text, file)?.remove(0);
+    let object: DynamicObject = serde_json::from_value(doc)?;
+    Api::<DynamicObject>::all_with(env.client.clone(), resource)
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating {file} in the cluster"))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn constraints_in_the_cluster_are_loaded_and_followed() {
+    run("gatekeeper-cluster", |env| async move {
+        let id = random_suffix();
+        let certs = replicas::certificates(&id).await?;
+        let hook = format!("poolguard-gatekeeper-cluster-e2e-{id}");
+        let crds = [
+            crd(
+                "templates.gatekeeper.sh",
+                "v1",
+                "ConstraintTemplate",
+                "constrainttemplates",
+            )?,
+            crd(
+                "constraints.gatekeeper.sh",
+                "v1beta1",
+                "K8sAllowedRepos",
+                "k8sallowedrepos",
+            )?,
+        ];
+        let result = cluster_scenario(&env, &id, &certs, &hook, &crds).await;
+        let _ = Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
+            .delete(&hook, &DeleteParams::default())
+            .await;
+        // Deleting the CRDs deletes the templates and constraints with them.
+        let api = Api::<CustomResourceDefinition>::all(env.client.clone());
+        for crd in &crds {
+            let _ = api.delete(&crd.name_any(), &DeleteParams::default()).await;
+        }
+        let _ = std::fs::remove_dir_all(&certs);
+        result
+    })
+    .await;
+}
+
+/// A replica with `--gatekeeper-from-cluster` and no `--gatekeeper-dir`: the cluster's
+/// K8sAllowedRepos template and constraint refuse a foreign image, a template that does not load
+/// here (it needs data.inventory) is left out without taking the others with it, and a change
+/// of the constraint is followed.
+async fn cluster_scenario(
+    env: &Env,
+    id: &str,
+    certs: &Path,
+    hook: &str,
+    crds: &[CustomResourceDefinition],
+) -> Result<()> {
+    let api = Api::<CustomResourceDefinition>::all(env.client.clone());
+    for crd in crds {
+        api.create(&PostParams::default(), crd)
+            .await
+            .with_context(|| format!("creating CRD {}", crd.name_any()))?;
+    }
+    // Served once the CRDs are established.
+    let templates = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("templates.gatekeeper.sh", "v1", "ConstraintTemplate"),
+        "constrainttemplates",
+    );
+    let constraints = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("constraints.gatekeeper.sh", "v1beta1", "K8sAllowedRepos"),
+        "k8sallowedrepos",
+    );
+    env.wait_until("the Gatekeeper CRDs to be served", LIMIT, || async {
+        let listed = Api::<DynamicObject>::all_with(env.client.clone(), &constraints)
+            .list(&Default::default())
+            .await;
+        Ok(match listed {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        })
+    })
+    .await?;
+    create_from(env, &templates, "allowedrepos/template.yaml").await?;
+    create_from(env, &templates, "broken/needs-inventory.yaml").await?;
+    create_from(env, &constraints, "allowedrepos/constraint.yaml").await?;
+
+    let ns = env.namespace("gatekeeper-cluster", None).await?;
+    let labels = json!({"metadata": {"labels": {"poolguard-gatekeeper-e2e": id}}});
+    env.namespaces_api()
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&labels))
+        .await?;
+    let config = certs.join("config.yaml");
+    std::fs::write(
+        &config,
+        "namespaceLabel: agentpool\nnodeSelectorKey: agentpool\n",
+    )?;
+    let args: Vec<String> = ["--gatekeeper-from-cluster", "--audit-interval", "0"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let replica = Replica::start(certs, &config, &format!("gatekeeper-cluster-{id}"), &args)?;
+    register(
+        env,
+        hook,
+        id,
+        &replica,
+        std::fs::read(certs.join("ca.crt"))?,
+    )
+    .await?;
+    env.say(format!(
+        "replica on {} with --gatekeeper-from-cluster, webhook {hook}",
+        replica.addr
+    ));
+
+    let probe = env.pod("foreign", &env.denied_image, None)?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let message = "images-from-allowed-repos: containers main: image nginx:1.27 starts with none of the allowed repos";
+    let refused = env
+        .wait_until(
+            "the cluster's constraint refuses a foreign image",
+            LIMIT,
+            || async {
+                Ok(match env.pods(&ns).create(&dry_run, &probe).await {
+                    Err(kube::Error::Api(s)) if s.message.contains(message) => Ok(s.message),
+                    other => Err(format!("{:?}", other.map(|_| "admitted"))),
+                })
+            },
+        )
+        .await?;
+    env.say(format!("the cluster's constraint: 403 {refused}"));
+
+    // The constraint changed in the cluster (the image's repository allowed): followed.
+    let allow = json!({"spec": {"parameters": {"repos": ["registry.k8s.io/", "nginx"]}}});
+    Api::<DynamicObject>::all_with(env.client.clone(), &constraints)
+        .patch(CONSTRAINT, &PatchParams::default(), &Patch::Merge(&allow))
+        .await
+        .context("changing the constraint's repos")?;
+    env.wait_until("the changed constraint admits the image", LIMIT, || async {
+        Ok(match env.pods(&ns).create(&dry_run, &probe).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        })
+    })
+    .await?;
+    env.say("the changed constraint admits the image");
     drop(replica);
     Ok(())
 }
