@@ -106,6 +106,33 @@ async fn register(env: &Env, name: &str, id: &str, replica: &Replica, ca: Vec<u8
     Ok(())
 }
 
+/// A replica with `args` (`what`, for the log) behind its own webhook `hook` for the namespaces
+/// labelled with `id`.
+async fn serve_for(
+    env: &Env,
+    id: &str,
+    certs: &Path,
+    config: &Path,
+    args: &[String],
+    hook: &str,
+    what: &str,
+) -> Result<Replica> {
+    let replica = Replica::start(certs, config, &format!("gatekeeper-e2e-{id}"), args)?;
+    register(
+        env,
+        hook,
+        id,
+        &replica,
+        std::fs::read(certs.join("ca.crt"))?,
+    )
+    .await?;
+    env.say(format!(
+        "replica on {} with {what}, webhook {hook}",
+        replica.addr
+    ));
+    Ok(replica)
+}
+
 #[tokio::test]
 async fn a_gatekeeper_constraint_denies_warns_and_is_reported() {
     run("gatekeeper", |env| async move {
@@ -205,20 +232,8 @@ async fn scenario(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let replica = Replica::start(certs, &config, &format!("gatekeeper-e2e-{id}"), &args)?;
-    register(
-        env,
-        hook,
-        id,
-        &replica,
-        std::fs::read(certs.join("ca.crt"))?,
-    )
-    .await?;
-    env.say(format!(
-        "replica on {} with --gatekeeper-dir {}, webhook {hook}",
-        replica.addr,
-        gatekeeper_dir.display()
-    ));
+    let what = format!("--gatekeeper-dir {}", gatekeeper_dir.display());
+    let replica = serve_for(env, id, certs, &config, &args, hook, &what).await?;
 
     // The running pod holds the rollout at the second group.
     let want = "canary=Succeeded standard=Progressing";
@@ -454,19 +469,16 @@ async fn cluster_scenario(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let replica = Replica::start(certs, &config, &format!("gatekeeper-cluster-{id}"), &args)?;
-    register(
+    let replica = serve_for(
         env,
-        hook,
         id,
-        &replica,
-        std::fs::read(certs.join("ca.crt"))?,
+        certs,
+        &config,
+        &args,
+        hook,
+        "--gatekeeper-from-cluster",
     )
     .await?;
-    env.say(format!(
-        "replica on {} with --gatekeeper-from-cluster, webhook {hook}",
-        replica.addr
-    ));
 
     let probe = env.pod("foreign", &env.denied_image, None)?;
     let dry_run = PostParams {

@@ -254,7 +254,12 @@ fn update(rules: &RuleSet, old: Value, new: Value) -> crate::admission::Decision
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "namespace": "shop", "operation": "UPDATE", "userInfo": {"username": "editor"},
         "object": pod(new), "oldObject": pod(old)});
-    let req = crate::admission::Request::from_value(&raw).unwrap();
+    validate(rules, &raw)
+}
+
+/// The validating webhook's decision on the AdmissionRequest `raw`.
+fn validate(rules: &RuleSet, raw: &Value) -> crate::admission::Decision {
+    let req = crate::admission::Request::from_value(raw).unwrap();
     rules.decide(
         crate::webhook::Webhook::Validate,
         &req,
@@ -316,13 +321,7 @@ fn other_kind(
         raw["operation"] = json!("UPDATE");
         raw["oldObject"] = object(old);
     }
-    let req = crate::admission::Request::from_value(&raw).unwrap();
-    rules.decide(
-        crate::webhook::Webhook::Validate,
-        &req,
-        crate::scope::Scope::default(),
-        crate::ruleset::Budget::FULL,
-    )
+    validate(rules, &raw)
 }
 
 #[test]
