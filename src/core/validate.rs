@@ -114,8 +114,10 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
             // What the old object already had is asked of the old object: policies that read
             // `input.review` (Gatekeeper constraints, placement policies) get a review whose
             // `object` is the old one, or the new object's infringements would all look known.
-            let old_review = review_of(req.raw, old);
-            let before = findings(req, &old_review, old, path, is_pod, scope, (rules, limit));
+            // Made only when one may read it (a review can hold megabytes).
+            let old_review = reads_review(rules).then(|| review_of(req.raw, old));
+            let review = old_review.as_ref().unwrap_or(req.raw);
+            let before = findings(req, review, old, path, is_pod, scope, (rules, limit));
             let same_spec = match path {
                 Some(path) => value_at(old, path) == value_at(object, path),
                 None => old == object,
@@ -345,6 +347,19 @@ pub fn pool_for(
         Chosen::Invalid(message) => Err((DenyCode::BadRequest, vec![message])),
         Chosen::Unknown(message) => Err((DenyCode::Unavailable, vec![message])),
     }
+}
+
+/// Whether any policy that may run reads `input.review`: a loaded policy or placement policy,
+/// or a version a rollout keeps.
+fn reads_review(rules: &RuleSet) -> bool {
+    rules.policies.reads_review()
+        || rules.placement.reads_review()
+        || rules.rollouts.policies.values().any(|r| {
+            [&r.current, &r.previous]
+                .into_iter()
+                .flatten()
+                .any(|v| v.policy.reads_review())
+        })
 }
 
 /// `review` (an AdmissionRequest) as it reads for `object` in place of its own object.

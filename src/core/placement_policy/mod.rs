@@ -140,6 +140,11 @@ pub struct PlacementSet {
 }
 
 impl PlacementSet {
+    /// Whether any placement policy may read `input.review`.
+    pub(crate) fn reads_review(&self) -> bool {
+        self.policies.iter().any(|p| p.reads_review)
+    }
+
     /// Compiles the templates; two of the same name are an error.
     pub fn compile(templates: &[Template]) -> Result<PlacementSet> {
         let policies = compile_sorted(templates, PlacementPolicy::compile, |p| &p.name)?;

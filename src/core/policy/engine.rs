@@ -310,6 +310,11 @@ impl Policy {
         }
     }
 
+    /// Whether the policy may read `input.review`.
+    pub(crate) fn reads_review(&self) -> bool {
+        self.reads_review
+    }
+
     /// Whether the policy is a Gatekeeper constraint.
     pub fn is_constraint(&self) -> bool {
         self.constraint.is_some()

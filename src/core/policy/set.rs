@@ -143,6 +143,11 @@ impl PolicySet {
         self.policies.iter().map(|p| p.name.as_str())
     }
 
+    /// Whether any policy may read `input.review` (every constraint does).
+    pub(crate) fn reads_review(&self) -> bool {
+        self.policies.iter().any(|p| p.reads_review)
+    }
+
     /// Whether any Gatekeeper constraint is loaded.
     pub fn has_constraints(&self) -> bool {
         self.policies.iter().any(Policy::is_constraint)
