@@ -7,13 +7,13 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
 use poolguard_core::gatekeeper;
-
-use crate::cluster::gatekeeper_objects::ClusterDocuments;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
+
+use crate::cluster::gatekeeper_objects::ClusterDocuments;
 
 /// The rules of the moment, as the loops that outlive a reload (the audit, the webhook
 /// registration) read them: they change when the config or policies are reloaded.

@@ -162,7 +162,7 @@ pub async fn first_sync(client: Client, documents: ClusterDocuments) -> Result<G
             FIRST_SYNC.as_secs()
         ),
     }
-    this.documents.replace(this.collect());
+    this.documents.replace(this.collect().await);
     tracing::info!(
         templates = this.templates.store.state().len(),
         constraint_kinds = this.kinds.len(),
@@ -191,11 +191,7 @@ impl GatekeeperWatch {
             .store
             .state()
             .iter()
-            .filter_map(|t| {
-                t.data["spec"]["crd"]["spec"]["names"]["kind"]
-                    .as_str()
-                    .map(str::to_string)
-            })
+            .filter_map(|t| kind_of(t).map(str::to_string))
             .collect();
         self.kinds.retain(|kind, _| wanted.contains(kind));
         for kind in wanted {
@@ -210,40 +206,21 @@ impl GatekeeperWatch {
         }
     }
 
-    /// The documents to load: each template that loads on its own and its constraints that
-    /// read, in name order; what is left out is logged.
-    fn collect(&self) -> Vec<(PathBuf, String)> {
-        let mut out = Vec::new();
-        let mut templates = self.templates.store.state();
-        templates.sort_by_key(|t| t.name_any());
-        for template in templates {
-            let file = document(&template, TEMPLATES.0, TEMPLATES.1, TEMPLATES.2);
-            let loads = gatekeeper::read(std::slice::from_ref(&file))
-                .and_then(|documents| gatekeeper::compile(&documents).map(|_| ()));
-            if let Err(e) = loads {
-                tracing::warn!(error = %format!("{e:#}"), "a ConstraintTemplate in the cluster does not load here; it and its constraints are left out");
-                continue;
-            }
-            out.push(file);
-            let kind = template.data["spec"]["crd"]["spec"]["names"]["kind"]
-                .as_str()
-                .unwrap_or_default();
-            let Some(watched) = self.kinds.get(kind) else {
-                continue;
-            };
-            let mut constraints = watched.store.state();
-            constraints.sort_by_key(|c| c.name_any());
-            for constraint in constraints {
-                let file = document(&constraint, CONSTRAINTS.0, CONSTRAINTS.1, kind);
-                match gatekeeper::read(std::slice::from_ref(&file)) {
-                    Ok(_) => out.push(file),
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "a constraint in the cluster does not read; it is left out")
-                    }
-                }
-            }
-        }
-        out
+    /// The documents to load ([`documents_of`] the stores' objects, on the blocking pool: it
+    /// compiles Rego).
+    async fn collect(&self) -> Vec<(PathBuf, String)> {
+        let templates = self.templates.store.state();
+        let constraints: BTreeMap<String, Vec<Arc<DynamicObject>>> = self
+            .kinds
+            .iter()
+            .map(|(kind, watched)| (kind.clone(), watched.store.state()))
+            .collect();
+        tokio::task::spawn_blocking(move || documents_of(templates, &constraints))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "reading the cluster's Gatekeeper objects stopped");
+                Vec::new()
+            })
     }
 
     /// Follows every change until `shutdown`: new kinds are watched, and each change that
@@ -261,7 +238,7 @@ impl GatekeeperWatch {
                 }
                 tokio::time::sleep(SETTLE).await;
                 self.follow_kinds();
-                if self.documents.replace(self.collect()) {
+                if self.documents.replace(self.collect().await) {
                     let reload = reload.clone();
                     if let Err(e) = tokio::task::spawn_blocking(move || reload()).await {
                         tracing::error!(error = %e, "reloading the rules after a Gatekeeper change stopped");
@@ -270,6 +247,44 @@ impl GatekeeperWatch {
             }
         })
     }
+}
+
+/// The kind of a template's constraints (`spec.crd.spec.names.kind`).
+fn kind_of(template: &DynamicObject) -> Option<&str> {
+    template.data["spec"]["crd"]["spec"]["names"]["kind"].as_str()
+}
+
+/// The documents to load: each template that loads on its own and those of its constraints (in
+/// `constraints`, by kind) that read, in name order; what is left out is logged.
+fn documents_of(
+    mut templates: Vec<Arc<DynamicObject>>,
+    constraints: &BTreeMap<String, Vec<Arc<DynamicObject>>>,
+) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    templates.sort_by_key(|t| t.name_any());
+    for template in templates {
+        let file = document(&template, TEMPLATES.0, TEMPLATES.1, TEMPLATES.2);
+        let loads = gatekeeper::read(std::slice::from_ref(&file))
+            .and_then(|documents| gatekeeper::compile(&documents).map(|_| ()));
+        if let Err(e) = loads {
+            tracing::warn!(error = %format!("{e:#}"), "a ConstraintTemplate in the cluster does not load here; it and its constraints are left out");
+            continue;
+        }
+        out.push(file);
+        let kind = kind_of(&template).unwrap_or_default();
+        let mut of_kind = constraints.get(kind).cloned().unwrap_or_default();
+        of_kind.sort_by_key(|c| c.name_any());
+        for constraint in of_kind {
+            let file = document(&constraint, CONSTRAINTS.0, CONSTRAINTS.1, kind);
+            match gatekeeper::read(std::slice::from_ref(&file)) {
+                Ok(_) => out.push(file),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "a constraint in the cluster does not read; it is left out")
+                }
+            }
+        }
+    }
+    out
 }
 
 /// An object as a document the loader reads: `origin` names it, the text is its JSON with

@@ -196,16 +196,7 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     if let Some(gatekeeper) = gatekeeper {
         let (reload, metrics) = (rules_reload(&opts.sources, &app), metrics.clone());
         gatekeeper.run(
-            Arc::new(move || match reload() {
-                Ok(()) => {
-                    metrics.reload("rules", true);
-                    tracing::info!(what = "rules", "reloaded after a change of the cluster's Gatekeeper objects");
-                }
-                Err(e) => {
-                    metrics.reload("rules", false);
-                    tracing::error!(what = "rules", error = %format!("{e:#}"), "reload failed; the last good version keeps serving");
-                }
-            }),
+            Arc::new(move || reload::record("rules", reload(), &metrics)),
             shutdown.clone(),
         );
     }

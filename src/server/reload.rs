@@ -34,6 +34,20 @@ pub fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
+/// Counts and logs the outcome of reloading `what`.
+pub fn record(what: &'static str, outcome: Result<()>, metrics: &Metrics) {
+    match outcome {
+        Ok(()) => {
+            metrics.reload(what, true);
+            tracing::info!(what, "reloaded");
+        }
+        Err(e) => {
+            metrics.reload(what, false);
+            tracing::error!(what, error = %format!("{e:#}"), "reload failed; the last good version keeps serving");
+        }
+    }
+}
+
 /// Starts watching. The returned watcher must be kept alive for as long as reloads are wanted.
 pub fn watch(targets: Vec<Target>, metrics: Arc<Metrics>) -> Result<notify::RecommendedWatcher> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
@@ -85,16 +99,8 @@ pub fn watch(targets: Vec<Target>, metrics: Arc<Metrics>) -> Result<notify::Reco
                 // that serves requests. One reload at a time, in order.
                 let all = targets.clone();
                 let done = tokio::task::spawn_blocking(move || (all[i].reload)()).await;
-                match done.unwrap_or_else(|e| Err(anyhow::anyhow!("the reload stopped: {e}"))) {
-                    Ok(()) => {
-                        metrics.reload(target.what, true);
-                        tracing::info!(what = target.what, "reloaded");
-                    }
-                    Err(e) => {
-                        metrics.reload(target.what, false);
-                        tracing::error!(what = target.what, error = %format!("{e:#}"), "reload failed; the last good version keeps serving");
-                    }
-                }
+                let done = done.unwrap_or_else(|e| Err(anyhow::anyhow!("the reload stopped: {e}")));
+                record(target.what, done, &metrics);
             }
         }
     });
