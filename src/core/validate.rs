@@ -362,13 +362,18 @@ fn reads_review(rules: &RuleSet) -> bool {
         })
 }
 
-/// `review` (an AdmissionRequest) as it reads for `object` in place of its own object.
+/// `review` (an AdmissionRequest) as it reads for `object` in place of its own object (the
+/// review's own object is not copied).
 fn review_of(review: &Value, object: &Value) -> Value {
-    let mut review = review.clone();
-    if let Some(fields) = review.as_object_mut() {
-        fields.insert("object".into(), object.clone());
-    }
-    review
+    let mut fields: serde_json::Map<String, Value> = review
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key.as_str() != "object")
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    fields.insert("object".into(), object.clone());
+    Value::Object(fields)
 }
 
 /// What `object` (the pod spec at `path`) infringes; `review` is the AdmissionRequest whose

@@ -202,7 +202,7 @@ impl PolicySet {
         // from the namespace's labels when the review has none (once per call, and only when
         // constraints are loaded).
         let with_namespace = review
-            .filter(|_| self.policies.iter().any(|p| p.is_constraint()))
+            .filter(|_| self.has_constraints())
             .and_then(|r| crate::gatekeeper::namespace_object::with_namespace_object(r, labels));
         let review = with_namespace.as_ref().or(review);
         let no_pod_spec = serde_json::Value::Object(Default::default());
