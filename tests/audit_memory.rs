@@ -156,7 +156,7 @@ const AT: Timestamp = Timestamp {
 /// sends it) once its results are in, then the results dropped. Returns the pass's counts and
 /// the bytes of reports "written".
 async fn streamed(facts: Arc<Facts>, rules: Arc<RuleSet>) -> (Scan, usize) {
-    let mut pass = Scan::over(facts.namespaces.len());
+    let mut pass = Scan::over(&facts);
     let mut bytes = 0;
     let audited = scan::namespaces(&Generated, facts, rules, PAGE_SIZE);
     let mut audited = std::pin::pin!(audited);

@@ -733,6 +733,34 @@ fn audit_reports_every_pod_and_workload_and_exits_1_on_failures() {
     );
 }
 
+/// With Gatekeeper constraints, the audit judges other kinds by the constraints that match
+/// them: the Service of the manifests gets RequiredOwner's result, the Pods theirs beside the
+/// SIT policies', the Deployment none (no constraint matches it).
+#[test]
+fn audit_judges_other_kinds_by_the_constraints_that_match_them() {
+    let (code, rows) = audit_json(&[
+        "--output",
+        "json",
+        "--gatekeeper-dir",
+        "testdata/gatekeeper/requiredowner",
+    ]);
+    assert_eq!(code, Some(1));
+    let constraint_rows: Vec<(&str, &str, &str, &str)> = rows
+        .iter()
+        .filter(|(_, _, policy, _)| policy.ends_with("-need-owner") || policy.contains("team"))
+        .map(|(a, b, c, d)| (a.as_str(), b.as_str(), c.as_str(), d.as_str()))
+        .collect();
+    assert_eq!(
+        constraint_rows,
+        [
+            ("mapped", "Pod/web-ok", "pods-need-owner", "fail"),
+            ("mapped", "Pod/web-elsewhere", "pods-need-owner", "fail"),
+            ("gpu-team", "Pod/trainer", "pods-need-owner", "fail"),
+            ("mapped", "Service/api", "services-need-owner", "fail"),
+        ]
+    );
+}
+
 #[test]
 fn audit_table_names_the_pools() {
     let out = poolguard(&AUDIT, None);

@@ -151,22 +151,45 @@ fn constraints_take_part_in_the_audit_with_the_namespace_from_its_labels() {
         "testdata/gatekeeper/namespaceteam/objects/namespaces.yaml",
         "--gatekeeper-dir",
         "testdata/gatekeeper/namespaceteam",
+        "--output",
+        "json",
     ]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    let rows: Vec<Vec<&str>> = stdout
-        .lines()
-        .filter(|l| !l.contains("placement"))
-        .map(|l| l.split_whitespace().take(4).collect())
+    let results: serde_json::Value = serde_json::from_str(&stdout).expect("JSON results");
+    let rows: Vec<[&str; 5]> = results
+        .as_array()
+        .expect("a list of results")
+        .iter()
+        .filter(|r| r["policy"] != "placement")
+        .map(|r| {
+            let res = &r["resource"];
+            [
+                &res["namespace"],
+                &res["kind"],
+                &res["name"],
+                &r["policy"],
+                &r["result"],
+            ]
+            .map(|v| v.as_str().unwrap_or_default())
+        })
         .collect();
-    // The namespaceSelector (env: prod) reads the namespaces' labels: dev is not selected; the
-    // Namespace objects are not audited (not a pod-spec kind).
+    // The namespaceSelector (env: prod) reads the namespaces' labels: dev is not selected. The
+    // Namespace objects in the files (cluster-scoped, no pod spec) are judged by the constraints
+    // that match Namespaces, the namespaceSelector reading their own labels.
     assert_eq!(
         rows,
         [
-            vec!["NAMESPACE", "OBJECT", "POLICY", "RESULT"],
-            vec!["prod-a", "Pod/app", "prod-needs-team", "fail"],
-            vec!["prod-b", "Pod/app", "prod-needs-team", "pass"],
+            ["", "Namespace", "costed", "namespaces-need-cost-center", "pass"],
+            ["", "Namespace", "prod-c", "namespaces-need-cost-center", "fail"],
+            ["", "Namespace", "prod-c", "prod-needs-team", "fail"],
+            ["", "Namespace", "prod-a", "namespaces-need-cost-center", "fail"],
+            ["", "Namespace", "prod-a", "prod-needs-team", "fail"],
+            ["", "Namespace", "prod-b", "namespaces-need-cost-center", "fail"],
+            ["", "Namespace", "prod-b", "prod-needs-team", "pass"],
+            ["", "Namespace", "dev", "namespaces-need-cost-center", "fail"],
+            ["prod-a", "Pod", "app", "prod-needs-team", "fail"],
+            ["prod-b", "Pod", "app", "prod-needs-team", "pass"],
         ],
         "{stdout}"
     );

@@ -524,6 +524,11 @@ for name in names:
         {"apiGroups": ["constraints.gatekeeper.sh"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
     ] if from_cluster else []
     check(gk_rules == want_rules, f"Gatekeeper RBAC {gk_rules}, wanted {want_rules}")
+    # validating.extraRules (the gatekeeper case: Services): the audit may list those kinds.
+    extra_rbac = [r for role in kinds.get("ClusterRole", []) for r in role.get("rules", [])
+                  if "services" in r.get("resources", [])]
+    want_extra = [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}] if name == "gatekeeper" else []
+    check(extra_rbac == want_extra, f"RBAC for validating.extraRules {extra_rbac}, wanted {want_extra}")
     # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
     placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
     check(len(placement_cms) == 1, "one placement policies ConfigMap")

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ListParams, PartialObjectMeta};
+use kube::discovery::{Discovery, Scope as ResourceScope};
 use kube::Client;
 use serde_json::Value;
 
@@ -37,15 +38,32 @@ pub struct ScanOptions {
 }
 
 /// What the audit reads of the cluster besides the objects: the audited namespaces' labels,
-/// every node's labels, and the pools (when placement policies may choose pools).
-#[derive(Debug, Default)]
+/// every node's labels, the pools (when placement policies may choose pools) and the kinds
+/// listed in each namespace.
+#[derive(Debug)]
 pub struct Facts {
     pub namespaces: NamespaceLabels,
     pub nodes: NodeLabels,
     pub pools: Option<PoolSet>,
+    /// The pod kinds ([`LISTED`]), then the namespaced kinds the loaded Gatekeeper constraints
+    /// name ([`kinds`]).
+    pub kinds: Vec<Listed>,
 }
 
-/// Lists the audited namespaces, the nodes and (for placement policies) the pools.
+impl Default for Facts {
+    /// No namespaces, nodes or pools; the pod kinds.
+    fn default() -> Facts {
+        Facts {
+            namespaces: NamespaceLabels::default(),
+            nodes: NodeLabels::default(),
+            pools: None,
+            kinds: LISTED.to_vec(),
+        }
+    }
+}
+
+/// Lists the audited namespaces, the nodes and (for placement policies) the pools, and finds
+/// the kinds to list.
 pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> Result<Facts> {
     let namespaces = namespace_labels(client, options).await?;
     let nodes = node_labels(client, options.page_size).await?;
@@ -63,7 +81,88 @@ pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> R
         namespaces,
         nodes,
         pools,
+        kinds: kinds(client, rules).await?,
     })
+}
+
+/// The kinds each namespace's pass lists: [`LISTED`], then each namespaced kind the loaded
+/// Gatekeeper constraints name (in the API groups they name, `*`: every group serving it) that
+/// the API server serves and poolguard may list (a cluster-wide list of one object, as RBAC
+/// decides it). What is left out is logged, once a pass: a kind not served, a cluster-scoped
+/// kind (its results would have no namespace report), a kind poolguard may not list (the
+/// chart grants `list` on `validating.extraRules`), and constraints that match every kind.
+pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
+    let mut kinds = LISTED.to_vec();
+    let wanted = audit::constraint_kinds(rules);
+    for constraint in &wanted.every_kind {
+        tracing::warn!(
+            %constraint,
+            "the constraint matches every kind; the audit lists the pod kinds and the kinds constraints name, not every resource"
+        );
+    }
+    if wanted.named.is_empty() {
+        return Ok(kinds);
+    }
+    let groups: Vec<&str> = wanted.named.iter().map(|(g, _)| g.as_str()).collect();
+    let mut discovery = Discovery::new(client.clone());
+    if !groups.contains(&"*") {
+        discovery = discovery.filter(&groups);
+    }
+    let discovery = discovery
+        .run_aggregated()
+        .await
+        .context("discovering the resources the constraints name")?;
+    for (group, kind) in &wanted.named {
+        let served: Vec<_> = discovery
+            .groups()
+            .filter(|g| group == "*" || g.name() == group)
+            .filter_map(|g| g.recommended_kind(kind))
+            .collect();
+        if served.is_empty() {
+            tracing::warn!(%group, %kind, "a constraint names a kind the API server does not serve; not audited");
+        }
+        for (resource, capabilities) in served {
+            let listed = Listed {
+                group: resource.group.into(),
+                version: resource.version.into(),
+                kind: resource.kind.into(),
+                plural: resource.plural.into(),
+            };
+            if kinds
+                .iter()
+                .any(|k| k.group == listed.group && k.kind == listed.kind)
+            {
+                continue;
+            }
+            if capabilities.scope == ResourceScope::Cluster {
+                tracing::warn!(
+                    kind = %listed.kind,
+                    "a constraint names a cluster-scoped kind; the audit writes namespace reports, so it is not audited (admission still judges it)"
+                );
+                continue;
+            }
+            match list_page(client, listed.list_path(), 1, None).await {
+                Ok(_) => kinds.push(listed),
+                Err(e) if is_forbidden(&e) => tracing::warn!(
+                    kind = %listed.kind,
+                    resource = %listed.plural,
+                    "a constraint names a kind poolguard may not list (RBAC); not audited"
+                ),
+                Err(e) => {
+                    return Err(e.context(format!("listing {}", listed.list_path())));
+                }
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// Whether a request failed with 403 Forbidden.
+fn is_forbidden(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<kube::Error>(),
+        Some(kube::Error::Api(status)) if status.code == 403
+    )
 }
 
 /// One page of a list call.
@@ -101,12 +200,12 @@ impl Source for ApiSource<'_> {
     }
 }
 
-/// One namespace's results, and the objects audited in it by kind ([`LISTED`] order).
+/// One namespace's results, and the objects audited in it by kind ([`Facts::kinds`] order).
 #[derive(Debug)]
 pub struct Audited {
     pub namespace: String,
     pub results: Vec<AuditResult>,
-    pub objects: [usize; LISTED.len()],
+    pub objects: Vec<usize>,
 }
 
 /// What a pass keeps once every namespace's results are handed on.
@@ -116,16 +215,20 @@ pub struct Scan {
     pub tally: Tally,
     /// The namespaces covered.
     pub namespaces: usize,
-    /// Objects audited, by kind, in [`LISTED`] order.
-    pub objects: Vec<(&'static str, usize)>,
+    /// Objects audited, by kind, in [`Facts::kinds`] order.
+    pub objects: Vec<(String, usize)>,
 }
 
 impl Scan {
-    /// An empty pass over `namespaces` namespaces.
-    pub fn over(namespaces: usize) -> Scan {
+    /// An empty pass over the namespaces and kinds of `facts`.
+    pub fn over(facts: &Facts) -> Scan {
         Scan {
-            namespaces,
-            objects: LISTED.iter().map(|l| (l.kind, 0)).collect(),
+            namespaces: facts.namespaces.len(),
+            objects: facts
+                .kinds
+                .iter()
+                .map(|l| (l.kind.to_string(), 0))
+                .collect(),
             ..Scan::default()
         }
     }
@@ -133,7 +236,7 @@ impl Scan {
     /// Counts one namespace's objects and results.
     pub fn add(&mut self, audited: &Audited) {
         self.tally.add_all(&audited.results);
-        for ((_, count), n) in self.objects.iter_mut().zip(audited.objects) {
+        for ((_, count), n) in self.objects.iter_mut().zip(&audited.objects) {
             *count += n;
         }
     }
@@ -168,9 +271,9 @@ async fn audit_namespace<S: Source>(
     let mut audited = Audited {
         namespace,
         results: Vec::new(),
-        objects: [0; LISTED.len()],
+        objects: vec![0; facts.kinds.len()],
     };
-    for (i, listed) in LISTED.iter().enumerate() {
+    for (i, listed) in facts.kinds.iter().enumerate() {
         let mut token: Option<String> = None;
         loop {
             let page = source
@@ -184,7 +287,7 @@ async fn audit_namespace<S: Source>(
                 })?;
             token = page.next;
             audited.objects[i] += page.items.len();
-            let (facts, rules, listed) = (facts.clone(), rules.clone(), *listed);
+            let (facts, rules, listed) = (facts.clone(), rules.clone(), listed.clone());
             let namespace = audited.namespace.clone();
             // Policy evaluation is CPU work: off the async threads.
             let results = tokio::task::spawn_blocking(move || {
@@ -226,7 +329,7 @@ fn audit_page(
         };
         // Items of a list carry no apiVersion and kind of their own.
         fields.insert("apiVersion".into(), Value::from(api_version.as_str()));
-        fields.insert("kind".into(), Value::from(listed.kind));
+        fields.insert("kind".into(), Value::from(listed.kind.as_ref()));
         let scope = Scope {
             labels: facts.namespaces.get(namespace),
             pools: facts.pools.as_ref(),

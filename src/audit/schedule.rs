@@ -63,7 +63,7 @@ pub async fn pass(
 ) -> Result<Pass> {
     let started = Instant::now();
     let facts = Arc::new(scan::facts(client, &settings.scan, &rules).await?);
-    let mut scan = Scan::over(facts.namespaces.len());
+    let mut scan = Scan::over(&facts);
     let mut written = Written::default();
     let source = scan::ApiSource(client);
     let audited = scan::namespaces(&source, facts, rules, settings.scan.page_size);

@@ -62,8 +62,10 @@ enum Command {
     /// validating webhook runs: pass, fail (any infringement, whatever the policy's enforcement;
     /// a missing or conflicting pool selector; a pod bound to a node of another pool), error (a
     /// policy that cannot be evaluated, a pod spec or document that cannot be read, a pod's
-    /// node not in --nodes-file) or skip (placement, in a namespace without a pool). Other
-    /// kinds are ignored. Exit status: 0 no fail or error, 1 some, 2 bad input.
+    /// node not in --nodes-file) or skip (placement, in a namespace without a pool). An object
+    /// of any other kind gets one result per Gatekeeper constraint (--gatekeeper-dir) that
+    /// matches it; against the cluster, the namespaced kinds those constraints name are listed
+    /// too. Exit status: 0 no fail or error, 1 some, 2 bad input.
     Audit(AuditArgs),
     /// Progressive enforcement: show the rollouts, or approve a group, pause or resume a
     /// policy's rollout (queued in the rollout ConfigMap; the audit's leader applies it within

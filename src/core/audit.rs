@@ -1,7 +1,9 @@
 //! The audit of objects already stored in the cluster: each Pod or workload poolguard validates
 //! gets one result per applied policy and one for its placement, from the same checks the
 //! validating webhook runs ([`validate::check`]); for a Pod bound to a node, the node's pool is
-//! checked too. Pure: the objects, namespace labels and node labels are given.
+//! checked too. An object of another kind gets one result per Gatekeeper constraint that
+//! matches it ([`validate::constraints_only`], as admission judges it). Pure: the objects,
+//! namespace labels and node labels are given.
 //!
 //! Result semantics (the `result` of a PolicyReport entry):
 //! - `placement`: `pass` when the object selects its namespace's pool (a Pod bound to a node:
@@ -18,7 +20,8 @@
 //!   gives no parameters for the namespace's pool are not applied, at admission as here, and
 //!   get no result.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -27,7 +30,7 @@ use crate::admission::{pod_spec_path, DenyCode};
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
 use crate::node_selector::Placement;
-use crate::policy::Evaluation;
+use crate::policy::{Evaluation, Outcome};
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
 use crate::validate::{self, one_line};
@@ -150,14 +153,15 @@ impl AuditResult {
     }
 }
 
-/// A resource the cluster audit lists: the kinds [`audited`] accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A resource the cluster audit lists: the kinds with a pod spec ([`LISTED`]), and those the
+/// loaded Gatekeeper constraints name ([`constraint_kinds`], found by the shell's discovery).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
-    pub group: &'static str,
-    pub version: &'static str,
-    pub kind: &'static str,
+    pub group: Cow<'static, str>,
+    pub version: Cow<'static, str>,
+    pub kind: Cow<'static, str>,
     /// The resource name in API paths.
-    pub plural: &'static str,
+    pub plural: Cow<'static, str>,
 }
 
 impl Listed {
@@ -196,67 +200,81 @@ impl Listed {
     }
 }
 
-/// Everything the cluster audit lists, Pods first.
-pub const LISTED: [Listed; 8] = [
+const fn listed(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+) -> Listed {
     Listed {
-        group: "",
-        version: "v1",
-        kind: "Pod",
-        plural: "pods",
-    },
-    Listed {
-        group: "",
-        version: "v1",
-        kind: "ReplicationController",
-        plural: "replicationcontrollers",
-    },
-    Listed {
-        group: "apps",
-        version: "v1",
-        kind: "Deployment",
-        plural: "deployments",
-    },
-    Listed {
-        group: "apps",
-        version: "v1",
-        kind: "ReplicaSet",
-        plural: "replicasets",
-    },
-    Listed {
-        group: "apps",
-        version: "v1",
-        kind: "StatefulSet",
-        plural: "statefulsets",
-    },
-    Listed {
-        group: "apps",
-        version: "v1",
-        kind: "DaemonSet",
-        plural: "daemonsets",
-    },
-    Listed {
-        group: "batch",
-        version: "v1",
-        kind: "Job",
-        plural: "jobs",
-    },
-    Listed {
-        group: "batch",
-        version: "v1",
-        kind: "CronJob",
-        plural: "cronjobs",
-    },
-];
-
-/// Whether poolguard audits objects of this apiVersion and kind: Pods and the workload kinds
-/// whose templates the validating webhook checks.
-pub fn audited(api_version: &str, kind: &str) -> bool {
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    pod_spec_path(group, kind).is_some()
+        group: Cow::Borrowed(group),
+        version: Cow::Borrowed(version),
+        kind: Cow::Borrowed(kind),
+        plural: Cow::Borrowed(plural),
+    }
 }
 
-/// The results for one stored object: none for a kind poolguard does not validate; else its
-/// placement result, then one per applied policy in name order. `labels` are its namespace's
+/// Every kind with a pod spec, which the cluster audit always lists, Pods first.
+pub const LISTED: [Listed; 8] = [
+    listed("", "v1", "Pod", "pods"),
+    listed("", "v1", "ReplicationController", "replicationcontrollers"),
+    listed("apps", "v1", "Deployment", "deployments"),
+    listed("apps", "v1", "ReplicaSet", "replicasets"),
+    listed("apps", "v1", "StatefulSet", "statefulsets"),
+    listed("apps", "v1", "DaemonSet", "daemonsets"),
+    listed("batch", "v1", "Job", "jobs"),
+    listed("batch", "v1", "CronJob", "cronjobs"),
+];
+
+/// The kinds without a pod spec that the loaded Gatekeeper constraints match, for the cluster
+/// audit to list besides [`LISTED`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConstraintKinds {
+    /// (API group, kind) named in some constraint's `spec.match.kinds`; the group is `*` when
+    /// the constraint takes any group.
+    pub named: BTreeSet<(String, String)>,
+    /// Constraints that match every kind (`kinds: ["*"]`, or no `kinds`): the audit cannot list
+    /// every resource of a cluster, so for them it lists the named kinds only.
+    pub every_kind: Vec<String>,
+}
+
+/// What [`ConstraintKinds`] says of `rules`' constraints.
+pub fn constraint_kinds(rules: &RuleSet) -> ConstraintKinds {
+    let mut out = ConstraintKinds::default();
+    for name in rules.policies.names() {
+        let Some(source) = rules.policies.get(name).and_then(|p| p.constraint_source()) else {
+            continue;
+        };
+        let kinds = &source.matching.kinds;
+        if kinds.is_empty()
+            || kinds
+                .iter()
+                .any(|k| k.kinds.is_empty() || k.kinds.iter().any(|k| k == "*"))
+        {
+            out.every_kind.push(name.to_string());
+        }
+        for selector in kinds {
+            let groups: Vec<&str> =
+                if selector.api_groups.is_empty() || selector.api_groups.iter().any(|g| g == "*") {
+                    vec!["*"]
+                } else {
+                    selector.api_groups.iter().map(String::as_str).collect()
+                };
+            for kind in selector.kinds.iter().filter(|k| *k != "*") {
+                for group in &groups {
+                    if *group == "*" || pod_spec_path(group, kind).is_none() {
+                        out.named.insert((group.to_string(), kind.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The results for one stored object. A Pod or workload (a kind with a pod spec): its
+/// placement result, then one per applied policy in name order. Any other kind, namespaced or
+/// not: one per Gatekeeper constraint that matches it (none without constraints). `labels` are its namespace's
 /// labels; `nodes` the labels of the cluster's nodes, when known (without them a bound Pod's
 /// node is not checked).
 ///
@@ -277,24 +295,37 @@ pub fn audit(
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", &resource.api_version));
-    let Some(path) = pod_spec_path(group, &resource.kind) else {
+    let path = pod_spec_path(group, &resource.kind);
+    if path.is_none() && !policies.has_constraints() {
         return Vec::new();
+    }
+    let namespace = resource.namespace.as_str();
+    // An audit has no AdmissionRequest: policies reading `input.review` get the object and
+    // where it lives, with no operation, user or old object.
+    let mut review = json!({
+        "kind": {"group": group, "version": version, "kind": resource.kind},
+        "name": resource.name,
+        "object": object,
+    });
+    let Some(path) = path else {
+        // No pod spec: the constraints that match it, as admission judges it. A cluster-scoped
+        // object has no namespace.
+        if !namespace.is_empty() {
+            review["namespace"] = Value::from(namespace);
+        }
+        let mut results = Vec::new();
+        for outcome in validate::constraints_only(&review, labels, rules, limit) {
+            policy_results(outcome, &resource, &BTreeMap::new(), rules, &mut results);
+        }
+        return results;
     };
-    if resource.namespace.is_empty() {
+    if namespace.is_empty() {
         return vec![AuditResult::unreadable(
             resource,
             "the object has no metadata.namespace",
         )];
     }
-    let namespace = resource.namespace.as_str();
-    // An audit has no AdmissionRequest: policies reading `input.review` get the object and
-    // where it lives, with no operation, user or old object.
-    let review = json!({
-        "kind": {"group": group, "version": version, "kind": resource.kind},
-        "namespace": namespace,
-        "name": resource.name,
-        "object": object,
-    });
+    review["namespace"] = Value::from(namespace);
     let chosen = validate::pool_for(
         object,
         path,
@@ -349,24 +380,13 @@ pub fn audit(
             base.clone(),
         ),
     }];
-    let result = |policy: &str, enforcement: Enforcement, verdict, message: String| {
-        let mut properties = base.clone();
-        properties.insert("enforcement".into(), enforcement.as_str().into());
-        AuditResult {
-            resource: resource.clone(),
-            policy: policy.to_string(),
-            rule: INFRINGEMENT_RULE.to_string(),
-            result: verdict,
-            message: cap(message),
-            severity: Severity::of(enforcement),
-            properties,
-        }
-    };
     match checks.policies {
         Err(reason) => {
             for name in policies.names() {
                 if let Some(settings) = config.effective_policy(name, pool) {
-                    results.push(result(
+                    results.push(policy_result(
+                        &resource,
+                        &base,
                         name,
                         settings.enforcement,
                         Verdict::Error,
@@ -377,66 +397,105 @@ pub fn audit(
         }
         Ok(outcomes) => {
             for outcome in outcomes {
-                let (verdict, message, count) = match &outcome.result {
-                    Evaluation::Ran(Ok(found)) if found.is_empty() => {
-                        (Verdict::Pass, "no infringement".to_string(), Some(0))
-                    }
-                    Evaluation::Ran(Ok(found)) => {
-                        (Verdict::Fail, found.join("; "), Some(found.len()))
-                    }
-                    Evaluation::Ran(Err(error)) => (
-                        Verdict::Error,
-                        format!("could not be evaluated: {}", one_line(error)),
-                        None,
-                    ),
-                    Evaluation::Pending(pending) if pending.ignore_pending => (
-                        Verdict::Pass,
-                        format!(
-                            "not evaluated (Pending, counted as compliant: ignorePending): {}",
-                            pending.unmet
-                        ),
-                        None,
-                    ),
-                    Evaluation::Pending(pending) => (
-                        Verdict::Skip,
-                        format!("not evaluated (Pending): {}", pending.unmet),
-                        None,
-                    ),
-                };
-                let mut r = result(&outcome.policy, outcome.enforcement, verdict, message);
-                if let Some(mark) = &outcome.rollout {
-                    r.properties
-                        .insert(ROLLOUT_GROUP.into(), mark.group.clone());
-                    r.properties
-                        .insert(POLICY_VERSION.into(), mark.version.clone());
-                    if let Some(status) = mark.status {
-                        r.properties
-                            .insert("rolloutStatus".into(), format!("{status:?}"));
-                    }
-                }
-                if let Some(count) = count {
-                    r.properties
-                        .insert("infringements".into(), count.to_string());
-                }
-                // A constraint's violations are one result each, as Gatekeeper reports them.
-                let constraint = policies
-                    .get(&outcome.policy)
-                    .is_some_and(|p| p.is_constraint());
-                match &outcome.result {
-                    Evaluation::Ran(Ok(found)) if constraint && !found.is_empty() => {
-                        for (i, message) in found.iter().enumerate() {
-                            let mut one = r.clone();
-                            one.message = cap(message.clone());
-                            one.properties.insert(VIOLATION.into(), (i + 1).to_string());
-                            results.push(one);
-                        }
-                    }
-                    _ => results.push(r),
-                }
+                policy_results(outcome, &resource, &base, rules, &mut results);
             }
         }
     }
     results
+}
+
+/// A policy's result for `resource`: `base` properties and the enforcement.
+fn policy_result(
+    resource: &Resource,
+    base: &BTreeMap<String, String>,
+    policy: &str,
+    enforcement: Enforcement,
+    verdict: Verdict,
+    message: String,
+) -> AuditResult {
+    let mut properties = base.clone();
+    properties.insert("enforcement".into(), enforcement.as_str().into());
+    AuditResult {
+        resource: resource.clone(),
+        policy: policy.to_string(),
+        rule: INFRINGEMENT_RULE.to_string(),
+        result: verdict,
+        message: cap(message),
+        severity: Severity::of(enforcement),
+        properties,
+    }
+}
+
+/// The results of one policy's outcome: one, or for a constraint with violations one per
+/// violation, as Gatekeeper reports them.
+fn policy_results(
+    outcome: Outcome,
+    resource: &Resource,
+    base: &BTreeMap<String, String>,
+    rules: &RuleSet,
+    results: &mut Vec<AuditResult>,
+) {
+    let (verdict, message, count) = match &outcome.result {
+        Evaluation::Ran(Ok(found)) if found.is_empty() => {
+            (Verdict::Pass, "no infringement".to_string(), Some(0))
+        }
+        Evaluation::Ran(Ok(found)) => (Verdict::Fail, found.join("; "), Some(found.len())),
+        Evaluation::Ran(Err(error)) => (
+            Verdict::Error,
+            format!("could not be evaluated: {}", one_line(error)),
+            None,
+        ),
+        Evaluation::Pending(pending) if pending.ignore_pending => (
+            Verdict::Pass,
+            format!(
+                "not evaluated (Pending, counted as compliant: ignorePending): {}",
+                pending.unmet
+            ),
+            None,
+        ),
+        Evaluation::Pending(pending) => (
+            Verdict::Skip,
+            format!("not evaluated (Pending): {}", pending.unmet),
+            None,
+        ),
+    };
+    let mut r = policy_result(
+        resource,
+        base,
+        &outcome.policy,
+        outcome.enforcement,
+        verdict,
+        message,
+    );
+    if let Some(mark) = &outcome.rollout {
+        r.properties
+            .insert(ROLLOUT_GROUP.into(), mark.group.clone());
+        r.properties
+            .insert(POLICY_VERSION.into(), mark.version.clone());
+        if let Some(status) = mark.status {
+            r.properties
+                .insert("rolloutStatus".into(), format!("{status:?}"));
+        }
+    }
+    if let Some(count) = count {
+        r.properties
+            .insert("infringements".into(), count.to_string());
+    }
+    let constraint = rules
+        .policies
+        .get(&outcome.policy)
+        .is_some_and(|p| p.is_constraint());
+    match outcome.result {
+        Evaluation::Ran(Ok(found)) if constraint && !found.is_empty() => {
+            for (i, message) in found.into_iter().enumerate() {
+                let mut one = r.clone();
+                one.message = cap(message);
+                one.properties.insert(VIOLATION.into(), (i + 1).to_string());
+                results.push(one);
+            }
+        }
+        _ => results.push(r),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -536,7 +595,7 @@ mod tests {
     #[test]
     fn the_listed_resources_are_exactly_the_audited_kinds() {
         for listed in LISTED {
-            assert!(audited(&listed.api_version(), listed.kind), "{listed:?}");
+            assert!(audited(&listed.api_version(), &listed.kind), "{listed:?}");
         }
         assert_eq!(LISTED[0].list_path(), "/api/v1/pods");
         assert_eq!(LISTED[2].list_path(), "/apis/apps/v1/deployments");
@@ -570,6 +629,13 @@ mod tests {
 
     use super::*;
     use crate::labels::Labels;
+
+    /// Whether objects of this apiVersion and kind have a pod spec: Pods and the workload
+    /// kinds, which every audit checks.
+    fn audited(api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        pod_spec_path(group, kind).is_some()
+    }
     use crate::policy::template;
     use crate::policy::PolicySet;
 
@@ -1173,6 +1239,135 @@ policies:
                 None,
                 Some("0".to_string())
             )]
+        );
+    }
+
+    /// With constraints loaded, an object without a pod spec gets the results of the
+    /// constraints that match it, as admission judges it; a cluster-scoped one too.
+    #[test]
+    fn other_kinds_get_the_constraints_that_match_them() {
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/requiredowner/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("other-kinds.yaml"),
+                include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml")
+                    .to_string(),
+            ),
+        ];
+        let (rules, _) = crate::gatekeeper::rules(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            &files,
+            "cfg.yaml",
+        )
+        .unwrap();
+        let results_of = |object: Value| {
+            audit(&object, scope(None), None, &rules)
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.resource.kind,
+                        r.policy,
+                        r.result,
+                        r.message,
+                        r.properties.get("enforcement").cloned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let deny = Some("deny".to_string());
+        assert_eq!(
+            results_of(
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "team"}})
+            ),
+            [(
+                "Service".to_string(),
+                "services-need-owner".to_string(),
+                Verdict::Fail,
+                "Service web has no owner label".to_string(),
+                deny.clone(),
+            )]
+        );
+        assert_eq!(
+            results_of(
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "team", "labels": {"owner": "me"}}})
+            ),
+            [(
+                "Service".to_string(),
+                "services-need-owner".to_string(),
+                Verdict::Pass,
+                "no infringement".to_string(),
+                deny.clone(),
+            )]
+        );
+        assert_eq!(
+            results_of(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+            ),
+            [(
+                "Namespace".to_string(),
+                "namespaces-need-owner".to_string(),
+                Verdict::Fail,
+                "Namespace team has no owner label".to_string(),
+                deny,
+            )]
+        );
+        // No constraint matches a ConfigMap: no result.
+        assert_eq!(
+            results_of(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team"}})
+            ),
+            []
+        );
+    }
+
+    #[test]
+    fn the_kinds_constraints_name_are_listed_besides_the_pod_kinds() {
+        let files: Vec<(std::path::PathBuf, String)> = [
+            (
+                "template.yaml",
+                include_str!("../../testdata/gatekeeper/requiredowner/template.yaml"),
+            ),
+            (
+                "other-kinds.yaml",
+                include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml"),
+            ),
+            (
+                "pods.yaml",
+                include_str!("../../testdata/gatekeeper/requiredowner/pods.yaml"),
+            ),
+            (
+                "team.yaml",
+                include_str!("../../testdata/gatekeeper/requiredowner/team-workloads.yaml"),
+            ),
+        ]
+        .into_iter()
+        .map(|(path, text)| (path.into(), text.to_string()))
+        .collect();
+        let (rules, _) = crate::gatekeeper::rules(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            &files,
+            "cfg.yaml",
+        )
+        .unwrap();
+        let kinds = constraint_kinds(&rules);
+        // Pods are listed anyway; `apps` with kinds `*` cannot be listed kind by kind.
+        assert_eq!(
+            kinds.named,
+            [("", "Namespace"), ("", "Service")]
+                .map(|(g, k)| (g.to_string(), k.to_string()))
+                .into()
+        );
+        assert_eq!(kinds.every_kind, ["team-web-needs-team"]);
+        assert_eq!(
+            constraint_kinds(&rules_of(&config(), &policies())),
+            ConstraintKinds::default()
         );
     }
 

@@ -306,6 +306,29 @@ pub fn check(
     }
 }
 
+/// The outcomes for an object without a pod spec (the AdmissionRequest `review` holds it): no
+/// pool to place, no images; the Gatekeeper constraints that match it, at its namespace's
+/// pool's settings. The audit judges such objects with the same call.
+pub(crate) fn constraints_only(
+    review: &Value,
+    labels: Option<&Labels>,
+    rules: &RuleSet,
+    limit: Duration,
+) -> Vec<Outcome> {
+    let config = &rules.config;
+    let pool = node_selector::pool_of(labels, &config.namespace_label);
+    rules.policies.evaluate(
+        None,
+        Some(review),
+        pool,
+        labels,
+        State::NotApplied,
+        config,
+        &rules.rollouts,
+        limit,
+    )
+}
+
 /// The pool a pod spec is checked against: its namespace's; or, where the placement policies
 /// choose pools, the one they choose for it (`Err`: the denial when they cannot). `review` is
 /// what placement policies that read `input.review` get; each takes at most `limit`.
@@ -392,20 +415,11 @@ fn findings(
     let mut found = Findings::default();
     let labels = scope.labels;
     let Some(path) = path else {
-        // No pod spec: no pool to place, no images; the constraints that match the object, at
-        // its namespace's pool's settings.
-        let pool = node_selector::pool_of(labels, &config.namespace_label);
-        let outcomes = rules.policies.evaluate(
-            None,
-            Some(review),
-            pool,
-            labels,
-            State::NotApplied,
+        policy_findings(
+            &mut found,
+            constraints_only(review, labels, rules, limit),
             config,
-            &rules.rollouts,
-            limit,
         );
-        policy_findings(&mut found, outcomes, config);
         return found;
     };
     let chosen = placement_policy::chooses(labels, config);

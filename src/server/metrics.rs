@@ -438,7 +438,7 @@ impl Metrics {
     pub fn audit_pass(
         &self,
         tally: &Tally,
-        objects: &[(&str, usize)],
+        objects: &[(String, usize)],
         seconds: f64,
         finished_unix: i64,
     ) {
@@ -595,7 +595,12 @@ mod tests {
             result("placement", Verdict::Fail),
             result("repos", Verdict::Pass),
         ];
-        m.audit_pass(&Tally::of(&first), &[("Pod", 2)], 1.5, 1_700_000_000);
+        m.audit_pass(
+            &Tally::of(&first),
+            &[("Pod".to_string(), 2)],
+            1.5,
+            1_700_000_000,
+        );
         let text = m.encode();
         assert!(
             text.contains(r#"poolguard_audit_results{policy="placement",result="fail"} 2"#),
@@ -611,7 +616,7 @@ mod tests {
         );
         m.audit_pass(
             &Tally::of(&[result("repos", Verdict::Pass)]),
-            &[("Pod", 1)],
+            &[("Pod".to_string(), 1)],
             0.5,
             1_700_000_600,
         );

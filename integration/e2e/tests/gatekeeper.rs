@@ -9,7 +9,9 @@
 //! second namespace has a failing result of the constraint for each violation of the running
 //! pod (two foreign images: two results). A Service (a kind without a pod spec) without an
 //! owner label is refused by a RequiredOwner constraint that matches Services (the replica's
-//! `--gatekeeper-dir` holds both templates and their constraints).
+//! `--gatekeeper-dir` holds both templates and their constraints), and one created before the
+//! webhook has a failing result of that constraint in the PolicyReport (the audit lists the
+//! kinds the constraints name).
 //!
 //! Needs KUBECONFIG, POOLGUARD_BIN and the PolicyReport CRD (integration/e2e.sh provides all).
 
@@ -59,7 +61,7 @@ async fn statuses(env: &Env, configmap: &str) -> Result<String> {
     Ok(state.as_ref().map(rollout_statuses).unwrap_or_default())
 }
 
-/// The audit's results of `policy` for the pod `name` in the PolicyReport of `ns`, each as
+/// The audit's results of `policy` for the object `name` in the PolicyReport of `ns`, each as
 /// "result violation: message", sorted.
 async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result<Vec<String>> {
     let Some(report) = env.policy_report(ns).await? else {
@@ -192,6 +194,17 @@ async fn scenario(
         .push(json!({"name": "side", "image": "quay.io/example/side:1"}));
     env.create_pod(standard, &serde_json::from_value(running)?)
         .await?;
+    // And a Service without an owner label (a kind without a pod spec), for the audit.
+    let services: Api<Service> = Api::namespaced(env.client.clone(), standard);
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "unowned"}, "spec": {"ports": [{"port": 80}]}}),
+            )?,
+        )
+        .await
+        .context("a Service without an owner label, before the webhook")?;
 
     // K8sAllowedRepos and its constraint, and RequiredOwner with its constraints on Services
     // and Namespaces (kinds without a pod spec; the test's webhook sends Services only).
@@ -348,6 +361,26 @@ async fn scenario(
         .await?;
     env.say(format!(
         "PolicyReport of {standard}, {CONSTRAINT}: {found:?}"
+    ));
+    // The audit lists the kinds the constraints name (Services) and judges them as admission
+    // does.
+    let want = ["fail 1: Service unowned has no owner label".to_string()];
+    let found = env
+        .wait_until(
+            "the PolicyReport's result of the Service constraint",
+            LIMIT,
+            || async {
+                let found = report_results(env, standard, "unowned", "services-need-owner").await?;
+                Ok(if found == want {
+                    Ok(found)
+                } else {
+                    Err(format!("{found:?}"))
+                })
+            },
+        )
+        .await?;
+    env.say(format!(
+        "PolicyReport of {standard}, services-need-owner: {found:?}"
     ));
     drop(replica);
     Ok(())
