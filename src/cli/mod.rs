@@ -393,7 +393,8 @@ struct ServeArgs {
 #[derive(Args)]
 struct ServeAuditArgs {
     /// Time between background audit passes: every Pod and workload in the audited namespaces
-    /// checked as /validate checks them, one policy report per namespace. Only the replica
+    /// (and objects of the namespaced kinds the Gatekeeper constraints name) checked as
+    /// /validate checks them, one policy report per namespace. Only the replica
     /// holding the lease (--lease-name) audits. 0 turns the audit off; --dev without
     /// --kubeconfig never audits.
     #[arg(long, default_value = "10m", value_name = "DURATION", value_parser = humantime::parse_duration)]
