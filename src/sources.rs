@@ -136,14 +136,21 @@ impl Sources {
                 Vec::new(),
             ));
         }
-        let mut files = match &self.gatekeeper_dir {
+        let files = match &self.gatekeeper_dir {
             Some(dir) => load_gatekeeper_files(dir)?,
             None => Vec::new(),
         };
-        if let Some(cluster) = &self.gatekeeper_cluster {
-            files.extend(cluster.files());
-        }
-        gatekeeper::rules(config, policies, placement, &files, &origin)
+        // The cluster's objects are not poolguard's: one that does not load is left out.
+        let cluster = self
+            .gatekeeper_cluster
+            .as_ref()
+            .map(ClusterDocuments::files)
+            .unwrap_or_default();
+        let files = gatekeeper::Files {
+            strict: &files,
+            tolerated: &cluster,
+        };
+        gatekeeper::rules(config, policies, placement, files, &origin)
     }
 }
 

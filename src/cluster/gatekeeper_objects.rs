@@ -5,10 +5,11 @@
 //! the CRDs it makes). They are kept as documents that load beside `--gatekeeper-dir`'s files
 //! ([`crate::sources::Sources`]); every change reloads the rules.
 //!
-//! A template that does not load here (it needs `data.inventory`, it does not compile) is left
-//! out with its constraints, and so is a constraint that does not read: each is logged when the
-//! objects change, and the rest still serves. (A directory is the operator's own choice of files, so there one
-//! error refuses the whole set; a cluster holds whatever Gatekeeper was given.)
+//! They load as [`poolguard_core::gatekeeper::Files::tolerated`]: a template that does not load here (it needs
+//! `data.inventory`, it does not compile) is left out with its constraints, and so is a
+//! constraint that does not read: each is logged at every reload, and the rest still serves. (A
+//! directory is the operator's own choice of files, so there one error refuses the whole set; a
+//! cluster holds whatever Gatekeeper was given.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -21,7 +22,6 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, T
 use kube::runtime::reflector::{store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use poolguard_core::gatekeeper;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -162,7 +162,7 @@ pub async fn first_sync(client: Client, documents: ClusterDocuments) -> Result<G
             FIRST_SYNC.as_secs()
         ),
     }
-    this.documents.replace(this.collect().await);
+    this.documents.replace(this.collect());
     tracing::info!(
         templates = this.templates.store.state().len(),
         constraint_kinds = this.kinds.len(),
@@ -206,21 +206,14 @@ impl GatekeeperWatch {
         }
     }
 
-    /// The documents to load ([`documents_of`] the stores' objects, on the blocking pool: it
-    /// compiles Rego).
-    async fn collect(&self) -> Vec<(PathBuf, String)> {
-        let templates = self.templates.store.state();
+    /// The documents to load: [`documents_of`] the stores' objects.
+    fn collect(&self) -> Vec<(PathBuf, String)> {
         let constraints: BTreeMap<String, Vec<Arc<DynamicObject>>> = self
             .kinds
             .iter()
             .map(|(kind, watched)| (kind.clone(), watched.store.state()))
             .collect();
-        tokio::task::spawn_blocking(move || documents_of(templates, &constraints))
-            .await
-            .unwrap_or_else(|e| {
-                tracing::error!(error = %e, "reading the cluster's Gatekeeper objects stopped");
-                Vec::new()
-            })
+        documents_of(self.templates.store.state(), &constraints)
     }
 
     /// Follows every change until `shutdown`: new kinds are watched, and each change that
@@ -238,7 +231,7 @@ impl GatekeeperWatch {
                 }
                 tokio::time::sleep(SETTLE).await;
                 self.follow_kinds();
-                if self.documents.replace(self.collect().await) {
+                if self.documents.replace(self.collect()) {
                     let reload = reload.clone();
                     if let Err(e) = tokio::task::spawn_blocking(move || reload()).await {
                         tracing::error!(error = %e, "reloading the rules after a Gatekeeper change stopped");
@@ -254,8 +247,9 @@ fn kind_of(template: &DynamicObject) -> Option<&str> {
     template.data["spec"]["crd"]["spec"]["names"]["kind"].as_str()
 }
 
-/// The documents to load: each template that loads on its own and those of its constraints (in
-/// `constraints`, by kind) that read, in name order; what is left out is logged.
+/// The documents to load: each template, then its constraints (in `constraints`, by kind), in
+/// name order. Whether each loads is the loader's to say ([`poolguard_core::gatekeeper::Files::tolerated`]:
+/// what does not is left out and logged).
 fn documents_of(
     mut templates: Vec<Arc<DynamicObject>>,
     constraints: &BTreeMap<String, Vec<Arc<DynamicObject>>>,
@@ -263,25 +257,12 @@ fn documents_of(
     let mut out = Vec::new();
     templates.sort_by_key(|t| t.name_any());
     for template in templates {
-        let file = document(&template, TEMPLATES.0, TEMPLATES.1, TEMPLATES.2);
-        let loads = gatekeeper::read(std::slice::from_ref(&file))
-            .and_then(|documents| gatekeeper::compile(&documents).map(|_| ()));
-        if let Err(e) = loads {
-            tracing::warn!(error = %format!("{e:#}"), "a ConstraintTemplate in the cluster does not load here; it and its constraints are left out");
-            continue;
-        }
-        out.push(file);
+        out.push(document(&template, TEMPLATES.0, TEMPLATES.1, TEMPLATES.2));
         let kind = kind_of(&template).unwrap_or_default();
         let mut of_kind = constraints.get(kind).cloned().unwrap_or_default();
         of_kind.sort_by_key(|c| c.name_any());
         for constraint in of_kind {
-            let file = document(&constraint, CONSTRAINTS.0, CONSTRAINTS.1, kind);
-            match gatekeeper::read(std::slice::from_ref(&file)) {
-                Ok(_) => out.push(file),
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "a constraint in the cluster does not read; it is left out")
-                }
-            }
+            out.push(document(&constraint, CONSTRAINTS.0, CONSTRAINTS.1, kind));
         }
     }
     out

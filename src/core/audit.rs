@@ -1188,7 +1188,7 @@ policies:
             Config::default(),
             PolicySet::default(),
             Default::default(),
-            &files,
+            crate::gatekeeper::Files::of(&files),
             "cfg.yaml",
         )
         .unwrap();
@@ -1261,7 +1261,7 @@ policies:
             Config::default(),
             PolicySet::default(),
             Default::default(),
-            &files,
+            crate::gatekeeper::Files::of(&files),
             "cfg.yaml",
         )
         .unwrap();
@@ -1352,7 +1352,7 @@ policies:
             Config::default(),
             PolicySet::default(),
             Default::default(),
-            &files,
+            crate::gatekeeper::Files::of(&files),
             "cfg.yaml",
         )
         .unwrap();

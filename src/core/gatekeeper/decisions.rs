@@ -55,7 +55,7 @@ fn rules(config: &str, names: &[&str]) -> anyhow::Result<RuleSet> {
         config,
         PolicySet::default(),
         Default::default(),
-        &files(names),
+        super::Files::of(&files(names)),
         "cfg.yaml",
     )
     .map(|(rules, _)| rules)
@@ -336,10 +336,10 @@ fn objects_without_a_pod_spec_are_judged_by_the_constraints_that_match_them_only
         Config::parse("policies:\n  everything: {parameters: {}}\n", "cfg.yaml").unwrap(),
         PolicySet::compile(&[everything]).unwrap(),
         Default::default(),
-        &files(&[
+        super::Files::of(&files(&[
             "requiredowner/template.yaml",
             "requiredowner/other-kinds.yaml",
-        ]),
+        ])),
         "cfg.yaml",
     )
     .unwrap();
@@ -373,4 +373,94 @@ fn objects_without_a_pod_spec_are_judged_by_the_constraints_that_match_them_only
 
 fn rules_without_constraints() -> RuleSet {
     rules("", &[]).unwrap()
+}
+
+/// The cluster's objects load as `tolerated`: a template that does not load is left out with
+/// its constraints, a constraint that does not read or clashes is left out, each with a
+/// warning, and the rest serves; the same documents as `strict` (a directory) are refused.
+#[test]
+fn tolerated_documents_that_do_not_load_are_left_out_with_a_warning() {
+    let doc = |name: &str, text: &str| (PathBuf::from(name), text.to_string());
+    let broken = include_str!("../../../testdata/gatekeeper/broken/does-not-compile.yaml");
+    let inventory = include_str!("../../../testdata/gatekeeper/broken/needs-inventory.yaml");
+    let constraint_of = |kind: &str, name: &str| {
+        format!("apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n  parameters: {{label: owner}}\n")
+    };
+    let strict = files(&["requiredowner/template.yaml", "requiredowner/pods.yaml"]);
+    let tolerated = vec![
+        doc("cluster ConstraintTemplate broken", broken),
+        doc("cluster Broken b", &constraint_of("Broken", "b")),
+        doc("cluster ConstraintTemplate uniquename", inventory),
+        doc(
+            "cluster ConstraintTemplate requiredowner",
+            &files(&["requiredowner/template.yaml"])[0].1,
+        ),
+        doc(
+            "cluster RequiredOwner services-need-owner",
+            files(&["requiredowner/other-kinds.yaml"])[0]
+                .1
+                .split("---")
+                .next()
+                .unwrap(),
+        ),
+        doc(
+            "cluster RequiredOwner pods-need-owner",
+            &constraint_of("RequiredOwner", "pods-need-owner"),
+        ),
+        doc("cluster RequiredOwner unread", "kind: RequiredOwner\n"),
+    ];
+    let (rules, warnings) = super::rules(
+        Config::parse("{}", "cfg.yaml").unwrap(),
+        PolicySet::default(),
+        Default::default(),
+        super::Files {
+            strict: &strict,
+            tolerated: &tolerated,
+        },
+        "cfg.yaml",
+    )
+    .unwrap();
+    // The directory's template and constraint, and the cluster's Services constraint (its
+    // template's kind is the directory's).
+    assert_eq!(
+        rules.policies.names().collect::<Vec<_>>(),
+        ["pods-need-owner", "services-need-owner"]
+    );
+    let left_out: Vec<&String> = warnings.iter().filter(|w| w.contains("left out")).collect();
+    let expect = [
+        ("cluster RequiredOwner unread", "; left out"),
+        (
+            "template `broken` does not compile",
+            "; left out with its constraints",
+        ),
+        (
+            "template `uniquename` needs data.inventory",
+            "; left out with its constraints",
+        ),
+        (
+            "template `requiredowner` declares kind RequiredOwner",
+            "; left out with its constraints",
+        ),
+        (
+            "constraint RequiredOwner `pods-need-owner` has the name of a constraint",
+            "; left out",
+        ),
+    ];
+    assert_eq!(left_out.len(), expect.len(), "{left_out:#?}");
+    for (w, (what, end)) in left_out.iter().zip(expect) {
+        assert!(
+            w.contains(what) && w.ends_with(end),
+            "{w:?}: wanted {what:?} … {end:?}"
+        );
+    }
+    // The same documents from a directory: the first fault refuses them all.
+    let all: Vec<(PathBuf, String)> = strict.iter().chain(&tolerated).cloned().collect();
+    let refused = super::rules(
+        Config::parse("{}", "cfg.yaml").unwrap(),
+        PolicySet::default(),
+        Default::default(),
+        super::Files::of(&all),
+        "cfg.yaml",
+    );
+    assert!(refused.is_err());
 }

@@ -90,60 +90,104 @@ pub struct Compiled {
 /// engine. A template that does not compile, two templates of one kind, a constraint whose
 /// kind no template declares, or two constraints of one name: an error naming them.
 pub fn compile(documents: &Documents) -> Result<Compiled> {
-    let mut by_kind: BTreeMap<&str, CompiledTemplate> = BTreeMap::new();
+    compile_with(documents, Documents::default()).map(|(compiled, _)| compiled)
+}
+
+/// [`compile`] of `strict`, then of `tolerated` one document at a time: what of `tolerated`
+/// would be an error is left out instead (a template with its constraints), with a warning
+/// saying what and why. Also the constraints kept, `strict`'s then `tolerated`'s.
+fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, Vec<Constraint>)> {
+    let mut by_kind: BTreeMap<String, CompiledTemplate> = BTreeMap::new();
     let mut warnings = Vec::new();
-    for t in &documents.templates {
-        if let Some(other) = by_kind.get(t.kind.as_str()) {
-            bail!(
+    let mut left_out = Vec::new();
+    let templates = strict.templates.iter().map(|t| (t, false));
+    for (t, tolerant) in templates.chain(tolerated.templates.iter().map(|t| (t, true))) {
+        let compiled = match by_kind.get(&t.kind) {
+            Some(other) => Err(anyhow::anyhow!(
                 "{}: template `{}` declares kind {}, as template `{}` of {} does",
                 t.path.display(),
                 t.name,
                 t.kind,
                 other.template.name,
                 other.template.path.display()
-            );
+            )),
+            None => template::compile(t.clone()),
+        };
+        match compiled {
+            Ok(compiled) => {
+                warnings.extend(compiled.warnings.iter().cloned());
+                by_kind.insert(t.kind.clone(), compiled);
+            }
+            Err(e) if tolerant => {
+                warnings.push(format!("{e:#}; left out with its constraints"));
+                left_out.push(t.kind.clone());
+            }
+            Err(e) => return Err(e),
         }
-        let compiled = template::compile(t.clone())?;
-        warnings.extend(compiled.warnings.iter().cloned());
-        by_kind.insert(&t.kind, compiled);
     }
     let mut policies: Vec<Policy> = Vec::new();
-    for c in &documents.constraints {
-        let Some(t) = by_kind.get(c.kind.as_str()) else {
-            bail!(
+    let mut kept = Vec::new();
+    let constraints = strict.constraints.iter().cloned().map(|c| (c, false));
+    for (c, tolerant) in constraints.chain(tolerated.constraints.into_iter().map(|c| (c, true))) {
+        let fault = match by_kind.get(&c.kind) {
+            None if tolerant && left_out.contains(&c.kind) => continue,
+            None => Some(format!(
                 "{}: constraint {} `{}`: no template declares kind {} (loaded: {})",
                 c.path.display(),
                 c.kind,
                 c.name,
                 c.kind,
-                by_kind.keys().copied().collect::<Vec<_>>().join(", ")
-            );
+                by_kind.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Some(_) => policies.iter().find(|p| p.name == c.name).map(|same| {
+                format!(
+                    "{}: constraint {} `{}` has the name of a constraint of {}; names must be unique",
+                    c.path.display(),
+                    c.kind,
+                    c.name,
+                    same.path.display()
+                )
+            }),
         };
-        if let Some(same) = policies.iter().find(|p| p.name == c.name) {
-            bail!(
-                "{}: constraint {} `{}` has the name of a constraint of {}; names must be unique",
-                c.path.display(),
-                c.kind,
-                c.name,
-                same.path.display()
-            );
+        match (fault, by_kind.get(&c.kind)) {
+            (Some(fault), _) if tolerant => warnings.push(format!("{fault}; left out")),
+            (Some(fault), _) => bail!("{fault}"),
+            (None, Some(t)) => {
+                policies.push(Policy::constraint(
+                    c.name.clone(),
+                    c.path.clone(),
+                    t.engine.clone(),
+                    t.rule.clone(),
+                    &t.source,
+                    ConstraintSource {
+                        matching: c.matching.clone(),
+                        template: t.template.name.clone(),
+                        kind: t.template.kind.clone(),
+                        rego: t.template.rego.clone(),
+                        libs: t.template.libs.clone(),
+                    },
+                ));
+                kept.push(c);
+            }
+            (None, None) => unreachable!("a constraint without its template has a fault"),
         }
-        policies.push(Policy::constraint(
-            c.name.clone(),
-            c.path.clone(),
-            t.engine.clone(),
-            t.rule.clone(),
-            &t.source,
-            ConstraintSource {
-                matching: c.matching.clone(),
-                template: t.template.name.clone(),
-                kind: t.template.kind.clone(),
-                rego: t.template.rego.clone(),
-                libs: t.template.libs.clone(),
-            },
-        ));
     }
-    Ok(Compiled { policies, warnings })
+    Ok((Compiled { policies, warnings }, kept))
+}
+
+/// Reads `files` one at a time: one that does not read is left out, with a warning.
+fn read_tolerant(files: &[(PathBuf, String)], warnings: &mut Vec<String>) -> Documents {
+    let mut out = Documents::default();
+    for file in files {
+        match read(std::slice::from_ref(file)) {
+            Ok(documents) => {
+                out.templates.extend(documents.templates);
+                out.constraints.extend(documents.constraints);
+            }
+            Err(e) => warnings.push(format!("{e:#}; left out")),
+        }
+    }
+    out
 }
 
 /// Writes each constraint's parameters and enforcement into `config` as its
@@ -167,21 +211,46 @@ pub fn configure(config: &mut Config, constraints: &[Constraint]) -> Result<()> 
     Ok(())
 }
 
+/// The Gatekeeper documents to load, each a file's path (or an object's origin) and its text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Files<'a> {
+    /// Must all load: what does not is one error naming the file and template or constraint
+    /// (the caller keeps its last good set). A directory's files.
+    pub strict: &'a [(PathBuf, String)],
+    /// Load each on its own: a document that does not read, a template that does not compile
+    /// (with its constraints) or a constraint that clashes is left out with a warning. The
+    /// cluster's objects, which poolguard does not own.
+    pub tolerated: &'a [(PathBuf, String)],
+}
+
+impl<'a> Files<'a> {
+    /// `strict` files only.
+    pub fn of(strict: &'a [(PathBuf, String)]) -> Files<'a> {
+        Files {
+            strict,
+            tolerated: &[],
+        }
+    }
+}
+
 /// The rule set of `config` with the SIT policies `sit`, the placement policies `placement`
-/// and the Gatekeeper documents of `files`: one error naming the file and template or
-/// constraint when something does not load (the caller keeps its last good set). Also the
-/// templates' lint warnings.
+/// and the Gatekeeper documents of `files`. Also the warnings: the templates' lint and what
+/// of `files.tolerated` was left out.
 pub fn rules(
     mut config: Config,
     sit: PolicySet,
     placement: crate::placement_policy::PlacementSet,
-    files: &[(PathBuf, String)],
+    files: Files,
     origin: &str,
 ) -> Result<(crate::ruleset::RuleSet, Vec<String>)> {
-    let documents = read(files)?;
-    let compiled = compile(&documents)?;
-    configure(&mut config, &documents.constraints).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let strict = read(files.strict)?;
+    let mut left_out = Vec::new();
+    let tolerated = read_tolerant(files.tolerated, &mut left_out);
+    let (compiled, constraints) = compile_with(&strict, tolerated)?;
+    configure(&mut config, &constraints).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
     let policies = PolicySet::with_constraints(sit, compiled.policies)?;
     let rules = crate::ruleset::RuleSet::new(config, policies, placement, origin)?;
-    Ok((rules, compiled.warnings))
+    let mut warnings = left_out;
+    warnings.extend(compiled.warnings);
+    Ok((rules, warnings))
 }

@@ -83,7 +83,7 @@ fn pair(repos: &[&str]) -> Pair {
         Config::parse("{}", "cfg.yaml").unwrap(),
         PolicySet::default(),
         Default::default(),
-        &files,
+        gatekeeper::Files::of(&files),
         "cfg.yaml",
     )
     .unwrap();
