@@ -17,9 +17,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use futures::stream::{self, StreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use poolguard_core::config::Config;
 use poolguard_core::config::Enforcement;
 use poolguard_core::labels::Labels;
@@ -365,8 +365,8 @@ const ALLOWED: [&str; 6] = [
     "gpu.example.com/cuda:12",
 ];
 
-/// One generated object: a Pod (half the time with allowed images only), a Deployment or a
-/// CronJob, with a nodeSelector under `key` among the cases of the decision table.
+/// One generated object: a Pod (half the time with allowed images only) or a workload of any
+/// kind ([`WORKLOADS`]), with a nodeSelector under `key` among the cases of the decision table.
 fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) -> Value {
     let clean = rng.below(2) == 0;
     let image = |rng: &mut Rng| match (clean, rng.below(5)) {
@@ -402,37 +402,66 @@ fn object(rng: &mut Rng, i: usize, refs: &[String], dict: &[String], key: &str) 
         2 => metadata["annotations"] = json!({"team": "a"}),
         _ => metadata["annotations"] = json!({"poolguard.io/pool": "pool1", "team": "a"}),
     }
-    // Every workload kind the webhooks check, each its pod template under `spec.template`
-    // (a CronJob's under its jobTemplate); more than half are Pods.
+    // Every workload kind the webhooks check; more than half are Pods.
+    let kind = match rng.below(14) {
+        k @ 0..=6 => WORKLOADS[k],
+        _ => "Pod",
+    };
+    workload_of(kind, metadata, spec)
+}
+
+/// The workload kinds with a pod template.
+const WORKLOADS: [&str; 7] = [
+    "Deployment",
+    "ReplicaSet",
+    "DaemonSet",
+    "StatefulSet",
+    "ReplicationController",
+    "Job",
+    "CronJob",
+];
+
+/// An object of `kind` (a Pod, or a workload of [`WORKLOADS`] whose pod template has `spec`),
+/// with `metadata`; a workload's template is at [`template_of`].
+fn workload_of(kind: &str, metadata: Value, mut spec: Value) -> Value {
     let template = |spec: Value| json!({"metadata": {"labels": {"app": "w"}}, "spec": spec});
     let selector = json!({"matchLabels": {"app": "w"}});
     let apps = |kind: &str, spec: Value| {
         json!({"apiVersion": "apps/v1", "kind": kind, "metadata": metadata,
             "spec": {"selector": selector, "template": template(spec)}})
     };
-    match rng.below(14) {
-        0 => apps("Deployment", spec),
-        1 => apps("ReplicaSet", spec),
-        2 => apps("DaemonSet", spec),
-        3 => {
-            let mut set = apps("StatefulSet", spec);
+    match kind {
+        "Deployment" | "ReplicaSet" | "DaemonSet" => apps(kind, spec),
+        "StatefulSet" => {
+            let mut set = apps(kind, spec);
             set["spec"]["serviceName"] = json!("w");
             set
         }
-        4 => json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": metadata,
-            "spec": {"selector": {"app": "w"}, "template": template(spec)}}),
-        5 => {
+        "ReplicationController" => {
+            json!({"apiVersion": "v1", "kind": kind, "metadata": metadata,
+                "spec": {"selector": {"app": "w"}, "template": template(spec)}})
+        }
+        "Job" => {
             // A Job's pods must not restart Always.
             spec["restartPolicy"] = json!("Never");
-            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+            json!({"apiVersion": "batch/v1", "kind": kind, "metadata": metadata,
                 "spec": {"template": template(spec)}})
         }
-        6 => {
+        "CronJob" => {
             spec["restartPolicy"] = json!("Never");
-            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata,
+            json!({"apiVersion": "batch/v1", "kind": kind, "metadata": metadata,
                 "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}})
         }
         _ => json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
+    }
+}
+
+/// The pod template of a workload.
+fn template_of(object: &mut Value) -> &mut Value {
+    if object["kind"] == "CronJob" {
+        &mut object["spec"]["jobTemplate"]["spec"]["template"]
+    } else {
+        &mut object["spec"]["template"]
     }
 }
 
@@ -523,6 +552,32 @@ async fn gated_pod(env: &Env, ns: &str, name: &str) -> Result<Value> {
         .with_context(|| format!("creating gated pod {ns}/{name}"))?;
     env.track_pod(ns, name);
     Ok(serde_json::to_value(&stored)?)
+}
+
+/// A stored workload of `kind` named `stored-<kind>` whose pod template pulls an allowed image
+/// (no replicas where the kind has them), as the API server returns it.
+async fn stored_workload(env: &Env, ns: &str, kind: &str) -> Result<Value> {
+    let name = format!("stored-{}", kind.to_lowercase());
+    let spec = json!({"containers": [{"name": "c", "image": "registry.example.com/app:1"}]});
+    let mut object = workload_of(kind, json!({"name": name}), spec);
+    if !matches!(kind, "DaemonSet" | "CronJob") {
+        object["spec"]["replicas"] = json!(0);
+    }
+    let (_, resource, prefix) = resource_of(kind);
+    let req = http::Request::post(format!("{prefix}/namespaces/{ns}/{resource}"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&object)?)?;
+    let res = env
+        .send_raw(req)
+        .await
+        .with_context(|| format!("creating {kind} {ns}/{name}"))?;
+    ensure!(
+        res.status == 201,
+        "creating {kind} {ns}/{name}: HTTP {}: {}",
+        res.status,
+        res.body
+    );
+    Ok(res.body)
 }
 
 /// The API of one generated object's kind.
@@ -915,7 +970,7 @@ async fn compare(
         }
     }
     // Ephemeral containers added to a stored pod (the pods/ephemeralcontainers subresource), and
-    // UPDATEs of a stored Deployment's pod template.
+    // UPDATEs of the pod templates of stored workloads.
     let mut changed = Tally::default();
     for (ns, labels) in &namespaces {
         let stored = gated_pod(env, ns, "ephemeral").await?;
@@ -939,35 +994,33 @@ async fn compare(
             }
             changed.add(&new, &want);
         }
-        let deployment = env.deployment("stored", "registry.example.com/app:1", 0, None)?;
-        let stored = env
-            .deployments(ns)
-            .create(&PostParams::default(), &deployment)
-            .await
-            .with_context(|| format!("creating Deployment {ns}/stored"))?;
-        let stored = serde_json::to_value(&stored)?;
-        // A pod template is a pod's metadata and spec: the gated pods' edits, and none at all.
-        let unchanged: Edit = ("nothing (replicas only)", Box::new(|_: &mut Value| {}));
-        for (what, edit) in std::iter::once(unchanged).chain(edits(round.key)) {
-            let mut new = stored.clone();
-            // The Deployment controller writes its status meanwhile: an unconditional update.
-            new["metadata"]
-                .as_object_mut()
-                .map(|m| m.remove("resourceVersion"));
-            edit(&mut new["spec"]["template"]);
-            let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
-            let got = native_outcome(env, ns, &new, Some("")).await?;
-            if want != got {
-                disagreements.push(format!(
-                    "{}: Deployment UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
-                    round.name
-                ));
+        // A stored workload of each kind whose pod template may change (a Job's may not: the
+        // API server refuses that before admission).
+        for kind in WORKLOADS.iter().filter(|k| **k != "Job") {
+            let stored = stored_workload(env, ns, kind).await?;
+            // A pod template is a pod's metadata and spec: the gated pods' edits, and none at all.
+            let unchanged: Edit = ("nothing (template as stored)", Box::new(|_: &mut Value| {}));
+            for (what, edit) in std::iter::once(unchanged).chain(edits(round.key)) {
+                let mut new = stored.clone();
+                // Controllers write the status meanwhile: an unconditional update.
+                new["metadata"]
+                    .as_object_mut()
+                    .map(|m| m.remove("resourceVersion"));
+                edit(template_of(&mut new));
+                let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
+                let got = native_outcome(env, ns, &new, Some("")).await?;
+                if want != got {
+                    disagreements.push(format!(
+                        "{}: {kind} UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
+                        round.name
+                    ));
+                }
+                changed.add(&new, &want);
             }
-            changed.add(&new, &want);
         }
     }
     env.say(format!(
-        "{}: CREATE {created}; gated-pod UPDATE {updated}; ephemeral containers and Deployment UPDATE {changed}; {} disagreements",
+        "{}: CREATE {created}; gated-pod UPDATE {updated}; ephemeral containers and workload template UPDATE {changed}; {} disagreements",
         round.name,
         disagreements.len()
     ));
