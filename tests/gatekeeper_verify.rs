@@ -180,14 +180,44 @@ fn constraints_take_part_in_the_audit_with_the_namespace_from_its_labels() {
     assert_eq!(
         rows,
         [
-            ["", "Namespace", "costed", "namespaces-need-cost-center", "pass"],
-            ["", "Namespace", "prod-c", "namespaces-need-cost-center", "fail"],
+            [
+                "",
+                "Namespace",
+                "costed",
+                "namespaces-need-cost-center",
+                "pass"
+            ],
+            [
+                "",
+                "Namespace",
+                "prod-c",
+                "namespaces-need-cost-center",
+                "fail"
+            ],
             ["", "Namespace", "prod-c", "prod-needs-team", "fail"],
-            ["", "Namespace", "prod-a", "namespaces-need-cost-center", "fail"],
+            [
+                "",
+                "Namespace",
+                "prod-a",
+                "namespaces-need-cost-center",
+                "fail"
+            ],
             ["", "Namespace", "prod-a", "prod-needs-team", "fail"],
-            ["", "Namespace", "prod-b", "namespaces-need-cost-center", "fail"],
+            [
+                "",
+                "Namespace",
+                "prod-b",
+                "namespaces-need-cost-center",
+                "fail"
+            ],
             ["", "Namespace", "prod-b", "prod-needs-team", "pass"],
-            ["", "Namespace", "dev", "namespaces-need-cost-center", "fail"],
+            [
+                "",
+                "Namespace",
+                "dev",
+                "namespaces-need-cost-center",
+                "fail"
+            ],
             ["prod-a", "Pod", "app", "prod-needs-team", "fail"],
             ["prod-b", "Pod", "app", "prod-needs-team", "pass"],
         ],

@@ -1172,26 +1172,30 @@ policies:
         }
     }
 
-    #[test]
-    fn a_constraint_gets_one_result_per_violation() {
-        let files = [
-            (
-                std::path::PathBuf::from("template.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
-            ),
-            (
-                std::path::PathBuf::from("constraint.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
-            ),
-        ];
-        let (rules, _) = crate::gatekeeper::rules(
+    /// The rules of Gatekeeper documents (each a file's text), with the default config.
+    fn gatekeeper_rules(texts: &[&str]) -> RuleSet {
+        let files: Vec<(std::path::PathBuf, String)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| (format!("file-{i}.yaml").into(), text.to_string()))
+            .collect();
+        crate::gatekeeper::rules(
             Config::default(),
             PolicySet::default(),
             Default::default(),
             crate::gatekeeper::Files::of(&files),
             "cfg.yaml",
         )
-        .unwrap();
+        .unwrap()
+        .0
+    }
+
+    #[test]
+    fn a_constraint_gets_one_result_per_violation() {
+        let rules = gatekeeper_rules(&[
+            include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml"),
+            include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml"),
+        ]);
         let audit_of = |images: &[&str]| {
             let containers: Vec<Value> = images
                 .iter()
@@ -1246,25 +1250,10 @@ policies:
     /// constraints that match it, as admission judges it; a cluster-scoped one too.
     #[test]
     fn other_kinds_get_the_constraints_that_match_them() {
-        let files = [
-            (
-                std::path::PathBuf::from("template.yaml"),
-                include_str!("../../testdata/gatekeeper/requiredowner/template.yaml").to_string(),
-            ),
-            (
-                std::path::PathBuf::from("other-kinds.yaml"),
-                include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml")
-                    .to_string(),
-            ),
-        ];
-        let (rules, _) = crate::gatekeeper::rules(
-            Config::default(),
-            PolicySet::default(),
-            Default::default(),
-            crate::gatekeeper::Files::of(&files),
-            "cfg.yaml",
-        )
-        .unwrap();
+        let rules = gatekeeper_rules(&[
+            include_str!("../../testdata/gatekeeper/requiredowner/template.yaml"),
+            include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml"),
+        ]);
         let results_of = |object: Value| {
             audit(&object, scope(None), None, &rules)
                 .into_iter()
@@ -1327,35 +1316,12 @@ policies:
 
     #[test]
     fn the_kinds_constraints_name_are_listed_besides_the_pod_kinds() {
-        let files: Vec<(std::path::PathBuf, String)> = [
-            (
-                "template.yaml",
-                include_str!("../../testdata/gatekeeper/requiredowner/template.yaml"),
-            ),
-            (
-                "other-kinds.yaml",
-                include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml"),
-            ),
-            (
-                "pods.yaml",
-                include_str!("../../testdata/gatekeeper/requiredowner/pods.yaml"),
-            ),
-            (
-                "team.yaml",
-                include_str!("../../testdata/gatekeeper/requiredowner/team-workloads.yaml"),
-            ),
-        ]
-        .into_iter()
-        .map(|(path, text)| (path.into(), text.to_string()))
-        .collect();
-        let (rules, _) = crate::gatekeeper::rules(
-            Config::default(),
-            PolicySet::default(),
-            Default::default(),
-            crate::gatekeeper::Files::of(&files),
-            "cfg.yaml",
-        )
-        .unwrap();
+        let rules = gatekeeper_rules(&[
+            include_str!("../../testdata/gatekeeper/requiredowner/template.yaml"),
+            include_str!("../../testdata/gatekeeper/requiredowner/other-kinds.yaml"),
+            include_str!("../../testdata/gatekeeper/requiredowner/pods.yaml"),
+            include_str!("../../testdata/gatekeeper/requiredowner/team-workloads.yaml"),
+        ]);
         let kinds = constraint_kinds(&rules);
         // Pods are listed anyway; `apps` with kinds `*` cannot be listed kind by kind.
         assert_eq!(

@@ -85,6 +85,33 @@ async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result
     Ok(found)
 }
 
+/// Waits until the PolicyReport of `ns` has exactly `want` as the results of `policy` for the
+/// object `name` ([`report_results`]).
+async fn wait_for_report(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    policy: &str,
+    want: &[String],
+) -> Result<()> {
+    let found = env
+        .wait_until(
+            &format!("the PolicyReport's results of {policy} for {name}"),
+            LIMIT,
+            || async {
+                let found = report_results(env, ns, name, policy).await?;
+                Ok(if found == want {
+                    Ok(found)
+                } else {
+                    Err(format!("{found:?}"))
+                })
+            },
+        )
+        .await?;
+    env.say(format!("PolicyReport of {ns}, {policy}: {found:?}"));
+    Ok(())
+}
+
 /// A validating webhook sending the test namespaces' pod and Service CREATEs and UPDATEs to
 /// `replica`.
 async fn register(env: &Env, name: &str, id: &str, replica: &Replica, ca: Vec<u8>) -> Result<()> {
@@ -345,43 +372,11 @@ async fn scenario(
         format!("fail 1: containers main: image nginx:1.27 {allowed}"),
         format!("fail 2: containers side: image quay.io/example/side:1 {allowed}"),
     ];
-    let found = env
-        .wait_until(
-            "the PolicyReport's results of the constraint",
-            LIMIT,
-            || async {
-                let found = report_results(env, standard, "running", CONSTRAINT).await?;
-                Ok(if found == want {
-                    Ok(found)
-                } else {
-                    Err(format!("{found:?}"))
-                })
-            },
-        )
-        .await?;
-    env.say(format!(
-        "PolicyReport of {standard}, {CONSTRAINT}: {found:?}"
-    ));
+    wait_for_report(env, standard, "running", CONSTRAINT, &want).await?;
     // The audit lists the kinds the constraints name (Services) and judges them as admission
     // does.
     let want = ["fail 1: Service unowned has no owner label".to_string()];
-    let found = env
-        .wait_until(
-            "the PolicyReport's result of the Service constraint",
-            LIMIT,
-            || async {
-                let found = report_results(env, standard, "unowned", "services-need-owner").await?;
-                Ok(if found == want {
-                    Ok(found)
-                } else {
-                    Err(format!("{found:?}"))
-                })
-            },
-        )
-        .await?;
-    env.say(format!(
-        "PolicyReport of {standard}, services-need-owner: {found:?}"
-    ));
+    wait_for_report(env, standard, "unowned", "services-need-owner", &want).await?;
     drop(replica);
     Ok(())
 }
