@@ -35,6 +35,13 @@
 #                  pod; a later webhook's change is then not re-examined)
 #       noskip     the MutatingAdmissionPolicy without its matchCondition (as generated before
 #                  2026-11-27): the re-invocation after its own patch evaluates it in full
+#       drop-NAME  without the policy poolguard-NAME and its binding (drop-latesttag,
+#                  drop-images, drop-placement): what that one object costs each pod
+#     and one arm that is not generated:
+#       handwritten  bench/e2e/handwritten-native.yaml, the least a person would write by hand
+#                  (one MutatingAdmissionPolicy evaluated once, one ValidatingAdmissionPolicy,
+#                  pods only, no image parsing): issue 30's hand-written pair, the reference
+#                  "what is generated costs nothing extra" is measured against
 set -euo pipefail
 
 log() { printf '[e2e-floor %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -178,24 +185,37 @@ read -r -a variants <<<"${NATIVE_VARIANTS:-}"
 extra=""
 for variant in ${variants[@]+"${variants[@]}"}; do
     extra+=",${variant}"
-    [[ "${variant}" == never || "${variant}" == noskip ]] || die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip)"
+    if [[ "${variant}" == handwritten ]]; then
+        "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f bench/e2e/handwritten-native.yaml >/dev/null
+        log "native variant handwritten: applied (bench/e2e/handwritten-native.yaml)"
+        continue
+    fi
+    [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == drop-?* ]] ||
+        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, handwritten)"
     "${work}/poolguard" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
         --namespace-match-label "poolguard-floor=${variant}" >"${work}/native-${variant}.yaml"
     "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" | python3 -c '
 import json, sys
 variant, text, decoder, at, items = sys.argv[1], sys.stdin.read(), json.JSONDecoder(), 0, []
+dropped = "poolguard-" + variant[len("drop-"):] if variant.startswith("drop-") else None
+removed = 0
 while text[at:].strip():
     item, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    if item["metadata"]["name"] == dropped:
+        removed += 1
+        continue
     rename = lambda name: name.replace("poolguard-", f"floor-{variant}-", 1)
     item["metadata"]["name"] = rename(item["metadata"]["name"])
     if "policyName" in item["spec"]:
         item["spec"]["policyName"] = rename(item["spec"]["policyName"])
-    if item["kind"] == "MutatingAdmissionPolicy":
+    if item["kind"] == "MutatingAdmissionPolicy" and not dropped:
         if variant == "never":
             item["spec"]["reinvocationPolicy"] = "Never"
         else:
             del item["spec"]["matchConditions"]
     items.append(item)
+if dropped and removed != 2:
+    sys.exit(f"NATIVE_VARIANTS: {variant}: no policy and binding named {dropped}")
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' "${variant}" |
         "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f - >/dev/null
     log "native variant ${variant}: applied (${work}/native-${variant}.yaml, changed as NATIVE_VARIANTS says)"

@@ -7,7 +7,8 @@ intervals (rounds resampled with replacement, 2,000 times, fixed seed); and the 
 poolguard's added median to null's and to OPA's, and of native's (poolguard's admission policies in
 the API server, no webhook) to null's and to poolguard's, resampled jointly over the same rounds.
 Targets (reported, never asserted), at one creator: poolguard's added median <= 1.15x null's and
-<= 0.5x OPA's; native's < 0.5x null's.
+<= 0.5x OPA's; native's < 0.5x null's, and no more than the `handwritten` arm's when it ran
+(NATIVE_VARIANTS=handwritten: met when the ratio's 95 % interval reaches 1).
 
 With --phases METRICS (poolguard's /metrics text after the rounds): poolguard's own time per
 request, by webhook and phase (poolguard_admission_phase_duration_seconds, sum / count), next to
@@ -29,7 +30,8 @@ import sys
 RESAMPLES = 2000
 SEED = 20261124
 # (numerator, denominator) arms whose added medians are compared, where both were measured.
-RATIOS = (("poolguard", "null"), ("poolguard", "opa"), ("native", "null"), ("native", "poolguard"))
+RATIOS = (("poolguard", "null"), ("poolguard", "opa"), ("native", "null"), ("native", "poolguard"),
+          ("native", "handwritten"))
 NAMES = {"none": "no webhook", "null": "null webhook", "opa": "OPA", "poolguard": "poolguard",
          "native": "poolguard native"}
 
@@ -169,9 +171,15 @@ def main():
         for key, text, met in (
                 ("poolguard/null", "poolguard's added median <= 1.15x the null webhook's (one creator)", lambda x: x <= 1.15),
                 ("poolguard/opa", "poolguard's added median <= 0.5x OPA's (one creator)", lambda x: x <= 0.5),
-                ("native/null", "native's added median < 0.5x the null webhook's (one creator)", lambda x: x < 0.5)):
+                ("native/null", "native's added median < 0.5x the null webhook's (one creator)", lambda x: x < 0.5),
+                ("native/handwritten", "native's added median no more than the hand-written pair's (one creator; "
+                 "met when the ratio's interval reaches 1)", None)):
             if key in r and r[key]["median_added_ratio"] is not None:
-                targets[text] = met(r[key]["median_added_ratio"])
+                if met is None:
+                    low = r[key]["ci95"][0]
+                    targets[text] = low is not None and low <= 1.0
+                else:
+                    targets[text] = met(r[key]["median_added_ratio"])
     out = {"meta": meta, "arms": arms, "webhook_calls": data.get("webhook_calls"),
            "levels": levels, "targets_met": targets}
     if phases:
