@@ -427,7 +427,8 @@ fn policy_result(
 }
 
 /// The results of one policy's outcome: one, or for a constraint with violations one per
-/// violation, as Gatekeeper reports them.
+/// violation, as Gatekeeper reports them; none for a constraint whose scoped actions leave the
+/// audit point out.
 fn policy_results(
     outcome: Outcome,
     resource: &Resource,
@@ -435,6 +436,14 @@ fn policy_results(
     rules: &RuleSet,
     results: &mut Vec<AuditResult>,
 ) {
+    let source = rules
+        .policies
+        .get(&outcome.policy)
+        .and_then(|p| p.constraint_source());
+    if source.is_some_and(|c| !c.audited) {
+        return;
+    }
+    let constraint = source.is_some();
     let (verdict, message, count) = match &outcome.result {
         Evaluation::Ran(Ok(found)) if found.is_empty() => {
             (Verdict::Pass, "no infringement".to_string(), Some(0))
@@ -481,10 +490,6 @@ fn policy_results(
         r.properties
             .insert("infringements".into(), count.to_string());
     }
-    let constraint = rules
-        .policies
-        .get(&outcome.policy)
-        .is_some_and(|p| p.is_constraint());
     match outcome.result {
         Evaluation::Ran(Ok(found)) if constraint && !found.is_empty() => {
             for (i, message) in found.into_iter().enumerate() {
@@ -1312,6 +1317,27 @@ policies:
             ),
             []
         );
+    }
+
+    /// A constraint whose scoped actions name no audit point is not reported; one naming it is.
+    #[test]
+    fn the_audit_reports_a_scoped_constraint_only_for_the_audit_point() {
+        let constraint = |name: &str, point: &str| {
+            format!(
+                "apiVersion: constraints.gatekeeper.sh/v1beta1\nkind: RequiredOwner\nmetadata: {{name: {name}}}\nspec:\n  enforcementAction: scoped\n  scopedEnforcementActions: [{{action: deny, enforcementPoints: [{{name: {point}}}]}}]\n  parameters: {{label: owner}}\n"
+            )
+        };
+        let rules = gatekeeper_rules(&[
+            include_str!("../../testdata/gatekeeper/requiredowner/template.yaml"),
+            &constraint("admission-only", "validation.gatekeeper.sh"),
+            &constraint("audited", "audit.gatekeeper.sh"),
+        ]);
+        let object = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "team"}});
+        let policies: Vec<String> = audit(&object, scope(None), None, &rules)
+            .into_iter()
+            .map(|r| r.policy)
+            .collect();
+        assert_eq!(policies, ["audited"]);
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub struct Constraint {
     pub matching: Match,
     pub parameters: Map<String, Value>,
     pub enforcement: Enforcement,
+    /// Whether the audit reports it, as Gatekeeper's audit does: always, unless its
+    /// `enforcementAction` is `scoped` and no `scopedEnforcementActions` entry names the audit
+    /// point (`audit.gatekeeper.sh`, or `*`).
+    pub audited: bool,
     pub path: PathBuf,
 }
 
@@ -43,11 +47,20 @@ pub fn enforcement(action: Option<&str>) -> Result<Enforcement, String> {
 /// The enforcement point of admission (Gatekeeper's validating webhook), which poolguard's
 /// validating webhook takes the place of.
 const ADMISSION_POINT: &str = "validation.gatekeeper.sh";
+/// The enforcement point of Gatekeeper's audit, which poolguard's audit takes the place of.
+const AUDIT_POINT: &str = "audit.gatekeeper.sh";
+
+/// Whether an entry's `enforcementPoints` name `point` (or `*`).
+fn names(points: &[Value], point: &str) -> bool {
+    points
+        .iter()
+        .any(|p| p["name"].as_str().is_some_and(|n| n == point || n == "*"))
+}
 
 /// `enforcementAction: scoped`: the strictest action of `scopedEnforcementActions` whose
 /// `enforcementPoints` name admission (`validation.gatekeeper.sh`, or `*`); none: `dryrun`
-/// (poolguard's audit reports every constraint whatever its enforcement, so an action for
-/// `audit.gatekeeper.sh` alone is a dry run at admission). Other points (`gator.gatekeeper.sh`,
+/// (an action for `audit.gatekeeper.sh` alone is a dry run at admission). Whether the audit
+/// reports the constraint is [`Constraint::audited`]. Other points (`gator.gatekeeper.sh`,
 /// `vap.k8s.io`) do not change what poolguard does.
 pub fn scoped(actions: &Value) -> Result<Enforcement, String> {
     let Some(list) = actions.as_array().filter(|l| !l.is_empty()) else {
@@ -72,9 +85,7 @@ pub fn scoped(actions: &Value) -> Result<Enforcement, String> {
                 "at `spec.scopedEnforcementActions[{i}].enforcementPoints`: expected a list of {{name}}"
             ));
         };
-        let admission = points
-            .iter()
-            .any(|p| matches!(p["name"].as_str(), Some(ADMISSION_POINT | "*")));
+        let admission = names(points, ADMISSION_POINT);
         if admission && action.strength() > strictest.strength() {
             strictest = action;
         }
@@ -128,12 +139,24 @@ pub fn from_value(doc: &Value, path: PathBuf) -> Result<Constraint> {
         _ => enforcement(action).map_err(|e| format!("at `spec.enforcementAction`: {e}")),
     }
     .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    // Read once `scoped` above found the list well formed.
+    let audited = action != Some("scoped")
+        || spec["scopedEnforcementActions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|entry| {
+                entry["enforcementPoints"]
+                    .as_array()
+                    .is_some_and(|points| names(points, AUDIT_POINT))
+            });
     Ok(Constraint {
         kind,
         name,
         matching,
         parameters,
         enforcement,
+        audited,
         path,
     })
 }
@@ -208,7 +231,7 @@ mod tests {
             ),
             Ok(Enforcement::Warn)
         );
-        // Audit only: a dry run at admission (the audit reports it either way).
+        // Audit only: a dry run at admission.
         assert_eq!(
             action(json!([{"action": "deny", "enforcementPoints": point("audit.gatekeeper.sh")}])),
             Ok(Enforcement::Dryrun)
@@ -231,5 +254,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.enforcement, Enforcement::Warn);
+        assert!(c.audited);
+    }
+
+    /// The audit reports a constraint unless its scoped actions name no audit point, as
+    /// Gatekeeper's audit does.
+    #[test]
+    fn the_audit_reports_what_the_audit_point_is_given() {
+        let audited = |spec: Value| {
+            read(
+                json!({"apiVersion": "constraints.gatekeeper.sh/v1beta1", "kind": "K8sX",
+                "metadata": {"name": "x"}, "spec": spec}),
+            )
+            .unwrap()
+            .audited
+        };
+        let scoped = |points: Value| {
+            json!({"enforcementAction": "scoped",
+                "scopedEnforcementActions": [{"action": "deny", "enforcementPoints": points}]})
+        };
+        assert!(audited(json!({})));
+        assert!(audited(json!({"enforcementAction": "dryrun"})));
+        assert!(audited(scoped(json!([{"name": "audit.gatekeeper.sh"}]))));
+        assert!(audited(scoped(json!([{"name": "*"}]))));
+        assert!(!audited(scoped(
+            json!([{"name": "validation.gatekeeper.sh"}])
+        )));
+        assert!(!audited(scoped(json!([{"name": "gator.gatekeeper.sh"}]))));
     }
 }

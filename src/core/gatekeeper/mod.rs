@@ -165,6 +165,7 @@ fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, V
                         kind: t.template.kind.clone(),
                         rego: t.template.rego.clone(),
                         libs: t.template.libs.clone(),
+                        audited: c.audited,
                     },
                 ));
                 kept.push(c);

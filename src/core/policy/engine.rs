@@ -55,6 +55,14 @@ pub struct ConstraintSource {
     pub rego: String,
     #[serde(default)]
     pub libs: Vec<String>,
+    /// Whether the audit reports it: false when its `scopedEnforcementActions` name no audit
+    /// point ([`crate::gatekeeper::constraint::Constraint::audited`]).
+    #[serde(default = "audited_by_default")]
+    pub audited: bool,
+}
+
+fn audited_by_default() -> bool {
+    true
 }
 
 /// A regorus engine with the settings every policy shares: Rego v0 syntax accepted (StackL-era
