@@ -37,6 +37,11 @@
 #                  2026-11-27): the re-invocation after its own patch evaluates it in full
 #       drop-NAME  without the policy poolguard-NAME and its binding (drop-latesttag,
 #                  drop-images, drop-placement): what that one object costs each pod
+#       merged     the validating policies that apply in the arm's namespace folded into one
+#                  (bench/e2e/native_variant.py says how): what one policy in place of several
+#                  would cost (a measurement, not the generated semantics)
+#       shared     merged, each variable the policies share (the pod spec, its images, whether
+#                  they are readable) worked out once
 #     and one arm that is not generated:
 #       handwritten  bench/e2e/handwritten-native.yaml, the least a person would write by hand
 #                  (one MutatingAdmissionPolicy evaluated once, one ValidatingAdmissionPolicy,
@@ -190,33 +195,13 @@ for variant in ${variants[@]+"${variants[@]}"}; do
         log "native variant handwritten: applied (bench/e2e/handwritten-native.yaml)"
         continue
     fi
-    [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == drop-?* ]] ||
-        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, handwritten)"
+    [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == merged || "${variant}" == shared ||
+        "${variant}" == drop-?* ]] ||
+        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, handwritten)"
     "${work}/poolguard" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
         --namespace-match-label "poolguard-floor=${variant}" >"${work}/native-${variant}.yaml"
-    "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" | python3 -c '
-import json, sys
-variant, text, decoder, at, items = sys.argv[1], sys.stdin.read(), json.JSONDecoder(), 0, []
-dropped = "poolguard-" + variant[len("drop-"):] if variant.startswith("drop-") else None
-removed = 0
-while text[at:].strip():
-    item, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
-    if item["metadata"]["name"] == dropped:
-        removed += 1
-        continue
-    rename = lambda name: name.replace("poolguard-", f"floor-{variant}-", 1)
-    item["metadata"]["name"] = rename(item["metadata"]["name"])
-    if "policyName" in item["spec"]:
-        item["spec"]["policyName"] = rename(item["spec"]["policyName"])
-    if item["kind"] == "MutatingAdmissionPolicy" and not dropped:
-        if variant == "never":
-            item["spec"]["reinvocationPolicy"] = "Never"
-        else:
-            del item["spec"]["matchConditions"]
-    items.append(item)
-if dropped and removed != 2:
-    sys.exit(f"NATIVE_VARIANTS: {variant}: no policy and binding named {dropped}")
-print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' "${variant}" |
+    "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" |
+        python3 bench/e2e/native_variant.py "${variant}" |
         "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f - >/dev/null
     log "native variant ${variant}: applied (${work}/native-${variant}.yaml, changed as NATIVE_VARIANTS says)"
 done

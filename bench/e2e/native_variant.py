@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""One NATIVE_VARIANTS arm of bench/e2e-floor.sh: reads the objects `poolguard native` generated
+for the arm's namespace label (a JSON stream, as `kubectl create --dry-run=client -o json`
+prints it) and prints them as a v1 List, renamed floor-<variant>-... and changed as the variant
+says:
+
+  never      the MutatingAdmissionPolicy at reinvocationPolicy: Never
+  noskip     the MutatingAdmissionPolicy without its matchCondition
+  drop-NAME  without the policy poolguard-NAME and its binding
+  merged     the ValidatingAdmissionPolicies that apply to a pool without settings of its own
+             (no `.pool-` in their names, all at Deny in the bench's config) folded into one,
+             with one binding: each policy's variables prefixed, their validations one after
+             the other. A measurement of what one policy in place of several would cost, not
+             the generated objects' semantics (only the first failing validation's message is
+             returned, and the bindings' namespace selectors are the placement policy's).
+  shared     merged, and a variable whose expression an earlier policy's variable already has
+             (the pod spec, its images, whether they are readable) is that one: worked out once
+
+usage: native_variant.py VARIANT < objects.json > list.json
+"""
+import json
+import re
+import sys
+
+
+def stream(text):
+    decoder, at, items = json.JSONDecoder(), 0, []
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        item, at = decoder.raw_decode(text, at)
+        items.append(item)
+    return items
+
+
+def prefixed(policy, prefix, known):
+    """The policy's variables renamed <prefix>_<name>, in every expression that reads them. With
+    `known` (a dict, expression -> name, updated), a variable whose renamed expression an earlier
+    policy already has is that one: worked out once for all."""
+    aliases = {}
+    rename = lambda text: re.sub(r"variables\.(\w+)",
+                                 lambda m: f"variables.{aliases[m.group(1)]}" if m.group(1) in aliases else m.group(0),
+                                 text)
+    variables = []
+    for v in policy["spec"].get("variables", []):
+        expression = rename(v["expression"])
+        if known is not None and expression in known:
+            aliases[v["name"]] = known[expression]
+            continue
+        aliases[v["name"]] = f"{prefix}_{v['name']}"
+        variables.append({"name": aliases[v["name"]], "expression": expression})
+        if known is not None:
+            known[expression] = aliases[v["name"]]
+    validations = []
+    for v in policy["spec"]["validations"]:
+        v = dict(v)
+        v["expression"] = rename(v["expression"])
+        if "messageExpression" in v:
+            v["messageExpression"] = rename(v["messageExpression"])
+        validations.append(v)
+    return variables, validations
+
+
+def main():
+    variant = sys.argv[1]
+    items = stream(sys.stdin.read())
+    dropped = "poolguard-" + variant[len("drop-"):] if variant.startswith("drop-") else None
+    if dropped:
+        kept = [i for i in items if i["metadata"]["name"] != dropped]
+        if len(kept) != len(items) - 2:
+            sys.exit(f"NATIVE_VARIANTS: {variant}: no policy and binding named {dropped}")
+        items = kept
+    if variant in ("merged", "shared"):
+        folded = [i for i in items if i["kind"] == "ValidatingAdmissionPolicy" and ".pool-" not in i["metadata"]["name"]]
+        if len(folded) < 2:
+            sys.exit("NATIVE_VARIANTS: merged: fewer than two policies to fold")
+        placement = next(i for i in items if i["kind"] == "ValidatingAdmissionPolicyBinding"
+                         and i["metadata"]["name"] == "poolguard-placement")
+        merged = json.loads(json.dumps(folded[0]))
+        merged["metadata"]["name"] = "poolguard-merged"
+        merged["spec"]["variables"], merged["spec"]["validations"] = [], []
+        known = {} if variant == "shared" else None
+        for n, policy in enumerate(folded):
+            if policy["spec"].get("matchConditions") != merged["spec"].get("matchConditions"):
+                sys.exit("NATIVE_VARIANTS: merged: the policies' matchConditions differ")
+            variables, validations = prefixed(policy, f"p{n}", known)
+            merged["spec"]["variables"] += variables
+            merged["spec"]["validations"] += validations
+        binding = json.loads(json.dumps(placement))
+        binding["metadata"]["name"] = binding["spec"]["policyName"] = "poolguard-merged"
+        items = [i for i in items if i["kind"].startswith("Mutating")] + [merged, binding]
+    out = []
+    for item in items:
+        rename = lambda name: name.replace("poolguard-", f"floor-{variant}-", 1)
+        item["metadata"]["name"] = rename(item["metadata"]["name"])
+        if "policyName" in item["spec"]:
+            item["spec"]["policyName"] = rename(item["spec"]["policyName"])
+        if item["kind"] == "MutatingAdmissionPolicy":
+            if variant == "never":
+                item["spec"]["reinvocationPolicy"] = "Never"
+            elif variant == "noskip":
+                del item["spec"]["matchConditions"]
+        out.append(item)
+    print(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}))
+
+
+if __name__ == "__main__":
+    main()
