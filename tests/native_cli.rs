@@ -52,14 +52,12 @@ fn the_example_config_prints_its_objects_and_what_stays_on_the_webhook() {
             "ValidatingAdmissionPolicyBinding/poolguard-placement",
             "ValidatingAdmissionPolicy/poolguard-images",
             "ValidatingAdmissionPolicyBinding/poolguard-images",
-            "ValidatingAdmissionPolicy/poolguard-allowedrepositories",
-            "ValidatingAdmissionPolicyBinding/poolguard-allowedrepositories",
-            "ValidatingAdmissionPolicy/poolguard-allowedrepositories.pool-gpu",
-            "ValidatingAdmissionPolicyBinding/poolguard-allowedrepositories.pool-gpu",
-            "ValidatingAdmissionPolicy/poolguard-latesttag",
-            "ValidatingAdmissionPolicyBinding/poolguard-latesttag",
-            "ValidatingAdmissionPolicy/poolguard-latesttag.pool-gpu",
-            "ValidatingAdmissionPolicyBinding/poolguard-latesttag.pool-gpu",
+            // Both shipped policies at the same enforcement in the same namespaces: one policy
+            // each, a validation per shipped policy.
+            "ValidatingAdmissionPolicy/poolguard-allowedrepositories-and-latesttag",
+            "ValidatingAdmissionPolicyBinding/poolguard-allowedrepositories-and-latesttag",
+            "ValidatingAdmissionPolicy/poolguard-allowedrepositories-and-latesttag.pool-gpu",
+            "ValidatingAdmissionPolicyBinding/poolguard-allowedrepositories-and-latesttag.pool-gpu",
         ]
     );
     for object in &objects {

@@ -119,7 +119,8 @@ want="$("${poolguard}" native --config "${work}/config/config.yaml" --policies-d
     --exclude-namespace kube-system | grep -c '^kind:')"
 count() { local all; all="$(k get "${kinds}" -l "${managed}" -o name)" && [[ "$(wc -l <<<"${all}")" -eq "${want}" ]]; }
 await "the leader wrote the ${want} generated objects" count
-has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories.pool-gpu ||
+# The example's two shipped policies share their namespaces and enforcement: one object each.
+has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories-and-latesttag.pool-gpu ||
     die "no policy for pool gpu's own settings"
 [[ "$(k get validatingadmissionpolicy poolguard-images -o jsonpath='{.metadata.managedFields[*].manager}')" == *poolguard* ]] ||
     die "poolguard-images is not written by field manager poolguard"
@@ -134,7 +135,8 @@ open(p + ".new", "w").write(s[:i] + s[j:])
 PY
 mv "${work}/config/config.yaml.new" "${work}/config/config.yaml"
 await "pool gpu's objects deleted after the config change" lacks pool-gpu
-has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories || die "the cluster-wide policy went too"
+has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories-and-latesttag ||
+    die "the cluster-wide policy went too"
 has validatingadmissionpolicy.admissionregistration.k8s.io/pg-e2e-team-rules || die "a policy without poolguard's label was deleted"
 grep -q 'native admission objects written' "${work}/serve.log" || die "no log line of the writes"
 

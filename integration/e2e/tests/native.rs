@@ -36,6 +36,10 @@ use serde_json::{json, Value};
 #[path = "../../../src/core/tests/data/image_reference_table.rs"]
 mod image_reference_table;
 
+/// The end of a generated validation's static `message`, which kube-apiserver gives when its
+/// messageExpression fails.
+const FALLBACK: &str = "the pod spec infringes the policy";
+
 const CONFIG: &str = "
 policies:
   allowedrepositories:
@@ -205,18 +209,21 @@ async fn native_outcome(
         warnings,
         body,
     } = env.send_raw(req).await.context("sending the object")?;
-    // `299 - "Validation failed for ValidatingAdmissionPolicy
-    // 'poolguard-<policy>[.pool-<pool>][.group-<group>|.ungrouped]' with binding ...`: the
-    // policy's name.
+    // `Validation failed for ValidatingAdmissionPolicy 'poolguard-…' with binding '…':
+    // <policy>: <type> "<name>": …`: one ValidatingAdmissionPolicy may hold several shipped
+    // policies, so the policy is the message's first word.
+    // A message kube-apiserver did not take from the messageExpression (it refuses one with a
+    // line break) is marked, so that it disagrees with the webhook's.
     let warned = warnings
         .iter()
         .map(|text| {
-            let name = text
-                .split("ValidatingAdmissionPolicy 'poolguard-")
-                .nth(1)
-                .and_then(|rest| rest.split('\'').next())
-                .unwrap_or(text);
-            name.split('.').next().unwrap_or(name).to_string()
+            let message = text.split_once("': ").map_or(text.as_str(), |(_, m)| m);
+            let policy = message.split(':').next().unwrap_or(message);
+            if message.starts_with("failed expression") || message.ends_with(FALLBACK) {
+                format!("{policy} (not its messageExpression)")
+            } else {
+                policy.to_string()
+            }
         })
         .collect();
     match status {
@@ -734,7 +741,7 @@ fn rollout_view(rules: &RuleSet) -> Result<RolloutView> {
     })
 }
 
-fn rounds() -> [Round; 3] {
+fn rounds() -> [Round; 4] {
     let rounds = [
         Round {
             name: "merge",
@@ -773,6 +780,24 @@ fn rounds() -> [Round; 3] {
             namespaces: &ROLLOUT_NAMESPACES,
             rollout: true,
         },
+        Round {
+            name: "both shipped policies at deny, both at warn in gpu: one policy object each",
+            // The same namespaces and enforcement: each pair is one ValidatingAdmissionPolicy
+            // with a validation per shipped policy; latesttag runs only where
+            // allowedrepositories finds nothing (its dependency reads the shared images).
+            config: CONFIG
+                .replace(
+                    "    enforcement: warn\n    parameters: {exemptRepositories",
+                    "    dependencies: [{policy: allowedrepositories}]\n    parameters: {exemptRepositories",
+                )
+                .replace(
+                    "        parameters: {repositories: [gpu.example.com/]}\n",
+                    "        parameters: {repositories: [gpu.example.com/]}\n      latesttag:\n        enforcement: warn\n",
+                ),
+            key: "agentpool",
+            namespaces: &NAMESPACES,
+            rollout: false,
+        },
     ];
     assert!(
         rounds[1].config.contains("dependencies") && rounds[1].config.contains("dryrun"),
@@ -781,6 +806,25 @@ fn rounds() -> [Round; 3] {
     assert!(
         rounds[2].config.contains("rollout:"),
         "the third round's config must put allowedrepositories under a rollout"
+    );
+    assert!(
+        rounds[3].config.contains("dependencies")
+            && rounds[3].config.matches("enforcement: warn").count() == 2,
+        "the fourth round's config must give both policies deny, and warn in gpu"
+    );
+    let shared = native::generate(
+        &rules(&rounds[3].config).expect("the fourth round's rules"),
+        &Default::default(),
+    );
+    assert!(
+        shared
+            .names()
+            .iter()
+            .filter(|(_, n)| n.contains("-and-"))
+            .count()
+            == 4,
+        "the fourth round must compile both policies into one object per binding: {:?}",
+        shared.names()
     );
     rounds
 }

@@ -35,6 +35,7 @@ pub(super) const SHIPPED: [(&str, &str); 2] = [
 pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
     let config = &rules.config;
     images_policy(config, options, native);
+    let mut checks = Vec::new();
     for name in rules.policies.names() {
         let Some(policy) = rules.policies.get(name).filter(|p| is_shipped(name, p)) else {
             skip(
@@ -49,11 +50,12 @@ pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
             None => dependency_of(rules, name)
                 .and_then(|dependency| plain_cells(name, dependency, config, options)),
         };
-        match cells {
-            Ok(cells) => compile(name, cells, config, native),
+        match cells.and_then(|cells| compile(name, cells)) {
+            Ok(compiled) => checks.extend(compiled),
             Err(why) => skip(native, name, why),
         }
     }
+    emit(checks, config, native);
 }
 
 /// The one dependency a policy may have here: another shipped policy without dependencies or
@@ -302,66 +304,107 @@ fn rollout_cells<'r>(
     Ok(cells)
 }
 
-/// The policy and binding of each cell. Nothing is generated when one cell's parameters cannot
-/// be compiled.
-fn compile(name: &str, cells: Vec<Cell>, config: &Config, native: &mut Native) {
-    let mut objects = Vec::new();
+/// One shipped policy's check in one cell: a validation of the cell's ValidatingAdmissionPolicy.
+struct CellCheck<'r> {
+    cell: Cell<'r>,
+    check: Check,
+    /// CEL that must hold for the check to run (its dependency met), reading `refs`.
+    condition: Option<String>,
+}
+
+/// Each cell's check. `Err` (nothing generated for the policy) when one cell's parameters, or
+/// its dependency's, cannot be compiled.
+fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &'static str> {
+    let mut out = Vec::new();
     for cell in cells {
-        let Some(mut check) = Check::of(name, cell.parameters) else {
-            skip(native, name, "its parameters are not lists of strings");
-            return;
-        };
+        let check =
+            Check::of(name, cell.parameters).ok_or("its parameters are not lists of strings")?;
         let condition = match cell.dependency {
             None => None,
             Some((dep, compliance, parameters)) => {
-                let Some(dep_check) = Check::of(dep, parameters) else {
-                    skip(
-                        native,
-                        name,
-                        "the parameters of its dependency are not lists of strings",
-                    );
-                    return;
-                };
-                // The condition reads the dependency's fields from the same `refs`.
-                for field in dep_check.fields {
-                    if !check.fields.iter().any(|(name, _)| *name == field.0) {
-                        check.fields.push(field);
-                    }
-                }
+                let dep_check = Check::of(dep, parameters)
+                    .ok_or("the parameters of its dependency are not lists of strings")?;
                 let infringed = format!("variables.refs.exists(i, {})", dep_check.infringes);
-                Some(match compliance {
-                    Compliance::Compliant => format!("!{infringed}"),
-                    Compliance::NonCompliant => infringed,
-                })
+                Some((
+                    match compliance {
+                        Compliance::Compliant => format!("!{infringed}"),
+                        Compliance::NonCompliant => infringed,
+                    },
+                    dep_check.fields,
+                ))
             }
         };
-        let deny = cell.enforcement == Enforcement::Deny;
-        let mut policy = policy_object(
-            &cell.object_name,
-            &check,
+        let (condition, fields) = match condition {
+            Some((condition, fields)) => (Some(condition), fields),
+            None => (None, Vec::new()),
+        };
+        let mut check = check;
+        // The condition reads the dependency's fields from the same `refs`.
+        for field in fields {
+            if !check.fields.iter().any(|(name, _)| *name == field.0) {
+                check.fields.push(field);
+            }
+        }
+        out.push(CellCheck {
+            cell,
+            check,
             condition,
-            cell.in_group,
-            deny,
-            config,
-        );
-        if let Some(pool) = cell.pool {
+        });
+    }
+    Ok(out)
+}
+
+/// One ValidatingAdmissionPolicy and binding per group of namespaces and enforcement (cells
+/// with the same namespace selector, `inGroup` condition and enforcement), holding a validation
+/// for each policy of that group: the images and their parts are worked out once for all of
+/// them. A group of one policy is named after its cell (`poolguard-<policy>[.pool-…][.group-…]`);
+/// of several, after all of them (`poolguard-<policy>-and-<policy>…`, the first cell's suffix).
+fn emit(checks: Vec<CellCheck>, config: &Config, native: &mut Native) {
+    let mut groups: Vec<Vec<CellCheck>> = Vec::new();
+    for check in checks {
+        let key = |c: &CellCheck| {
+            (
+                c.cell.namespaces.clone(),
+                c.cell.in_group.clone(),
+                c.cell.enforcement,
+            )
+        };
+        match groups.iter_mut().find(|g| key(&g[0]) == key(&check)) {
+            Some(group) => group.push(check),
+            None => groups.push(vec![check]),
+        }
+    }
+    for group in groups {
+        let first = &group[0];
+        let object_name = if group.len() == 1 {
+            first.cell.object_name.clone()
+        } else {
+            let suffix = first
+                .cell
+                .object_name
+                .strip_prefix(&format!("poolguard-{}", first.check.policy))
+                .unwrap_or_default();
+            let names: Vec<&str> = group.iter().map(|c| c.check.policy.as_str()).collect();
+            format!("poolguard-{}{suffix}", names.join("-and-"))
+        };
+        let mut policy = policy_object(&object_name, &group, config);
+        if let Some(pool) = first.cell.pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
-        objects.push(policy);
-        let actions = match cell.enforcement {
+        native.objects.push(policy);
+        let actions = match first.cell.enforcement {
             Enforcement::Deny => "Deny",
             Enforcement::Warn => "Warn",
             Enforcement::Dryrun => "Audit",
         };
-        objects.push(json!({
+        native.objects.push(json!({
             "apiVersion": API_VERSION,
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": metadata(&cell.object_name),
-            "spec": {"policyName": cell.object_name, "validationActions": [actions],
-                "matchResources": selectors::match_resources(cell.namespaces)},
+            "metadata": metadata(&object_name),
+            "spec": {"policyName": object_name, "validationActions": [actions],
+                "matchResources": selectors::match_resources(first.cell.namespaces.clone())},
         }));
     }
-    native.objects.extend(objects);
 }
 
 /// `text` as part of an object name when it can be one (lowercase letters, digits, `-`, at
@@ -483,50 +526,75 @@ fn readable(config: &Config) -> String {
     )
 }
 
-/// `condition`: CEL that must hold for the policy to run on the object (its dependency met),
-/// reading only fields of `refs` that `check.fields` holds.
-fn policy_object(
-    object_name: &str,
-    check: &Check,
-    condition: Option<String>,
-    in_group: Option<String>,
-    deny: bool,
-    config: &Config,
-) -> Value {
-    let infringing = format!(
-        "variables.refs.filter(i, variables.dependencyMet && {})",
-        check.infringes
-    );
+/// The ValidatingAdmissionPolicy of one group of cells ([`emit`]): the pod spec, its images,
+/// whether they are readable and each image's parts that any check reads, worked out once; then
+/// for each policy whether its dependency is met, what infringes and what is found, and its
+/// validation.
+fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Value {
+    let first = &group[0].cell;
+    let deny = first.enforcement == Enforcement::Deny;
     // Each image's normalised parts, worked out once (the checks read them per prefix).
+    let mut fields: Vec<&(&'static str, String)> = Vec::new();
+    for c in group {
+        for field in &c.check.fields {
+            if !fields.iter().any(|f| f.0 == field.0) {
+                fields.push(field);
+            }
+        }
+    }
     let refs = format!(
         "variables.images.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
-        check
-            .fields
+        fields
             .iter()
             .map(|(name, cel)| format!(", '{name}': {cel}"))
             .collect::<String>()
     );
-    // A denial only for an infringement the old object did not have (same image, same
-    // container); warnings and dry-run findings for every one, as the webhook reports them.
-    let found = if deny {
-        "request.operation == 'UPDATE' ? variables.infringing.filter(i, !variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image)) : variables.infringing"
-    } else {
-        "variables.infringing"
-    };
     let mut variables = vec![
         json!({"name": "spec", "expression": workloads::spec("object")}),
         json!({"name": "images", "expression": workloads::images("variables.spec")}),
         json!({"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))}),
         json!({"name": "readable", "expression": readable(config)}),
         json!({"name": "refs", "expression": refs}),
-        json!({"name": "dependencyMet", "expression": condition.unwrap_or_else(|| "true".into())}),
-        json!({"name": "infringing", "expression": infringing}),
-        json!({"name": "found", "expression": found}),
     ];
-    let mut expression = "!variables.readable || size(variables.found) == 0".to_string();
-    if let Some(in_group) = in_group {
-        variables.insert(0, json!({"name": "inGroup", "expression": in_group}));
-        expression = format!("!variables.inGroup || {expression}");
+    let guard = match &first.in_group {
+        Some(in_group) => {
+            variables.insert(0, json!({"name": "inGroup", "expression": in_group}));
+            "!variables.inGroup || "
+        }
+        None => "",
+    };
+    let mut validations = Vec::new();
+    for c in group {
+        let policy = &c.check.policy;
+        let (met, infringing, found) = (
+            format!("dependencyMet_{policy}"),
+            format!("infringing_{policy}"),
+            format!("found_{policy}"),
+        );
+        // A denial only for an infringement the old object did not have (same image, same
+        // container); warnings and dry-run findings for every one, as the webhook reports them.
+        let found_expression = if deny {
+            format!("request.operation == 'UPDATE' ? variables.{infringing}.filter(i, !variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image)) : variables.{infringing}")
+        } else {
+            format!("variables.{infringing}")
+        };
+        variables.extend([
+            json!({"name": met, "expression": c.condition.clone().unwrap_or_else(|| "true".into())}),
+            json!({"name": infringing, "expression": format!("variables.refs.filter(i, variables.{met} && {})", c.check.infringes)}),
+            json!({"name": found, "expression": found_expression}),
+        ]);
+        // One line: kube-apiserver refuses a message with a line break and falls back to
+        // `message`.
+        validations.push(json!({
+            "expression": format!("{guard}!variables.readable || size(variables.{found}) == 0"),
+            "message": format!("{policy}: the pod spec infringes the policy"),
+            "messageExpression": format!(
+                "variables.{found}.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('; ')",
+                literal(policy),
+                c.check.message
+            ),
+            "reason": "Forbidden",
+        }));
     }
     json!({
         "apiVersion": API_VERSION,
@@ -537,15 +605,7 @@ fn policy_object(
             "matchConstraints": workloads::match_constraints(),
             "matchConditions": workloads::match_conditions(),
             "variables": variables,
-            "validations": [{
-                "expression": expression,
-                "messageExpression": format!(
-                    "variables.found.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('\\n')",
-                    literal(&check.policy),
-                    check.message
-                ),
-                "reason": "Forbidden",
-            }],
+            "validations": validations,
         },
     })
 }
@@ -576,12 +636,12 @@ fn images_policy(config: &Config, options: &Options, native: &mut Native) {
                 },
                 {
                     "expression": format!("size(variables.images) > {max} || {unchanged} || variables.images.all(i, {})", image_cel::is_valid("i.image")),
-                    "messageExpression": format!("variables.images.filter(i, !{}).map(i, i.type + ' \"' + i.name + '\": invalid image reference \"' + i.image + '\"').join('\\n')", image_cel::is_valid("i.image")),
+                    "messageExpression": format!("variables.images.filter(i, !{}).map(i, i.type + ' \"' + i.name + '\": invalid image reference \"' + i.image + '\"').join('; ')", image_cel::is_valid("i.image")),
                     "reason": "Invalid",
                 },
                 {
                     "expression": format!("size(variables.images) > {max} || {unchanged} || !variables.images.exists(i, {})", image_cel::is_image_id("i.image")),
-                    "messageExpression": format!("variables.images.filter(i, {}).map(i, i.type + ' \"' + i.name + '\": image \"' + i.image + '\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference').join('\\n')", image_cel::is_image_id("i.image")),
+                    "messageExpression": format!("variables.images.filter(i, {}).map(i, i.type + ' \"' + i.name + '\": image \"' + i.image + '\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference').join('; ')", image_cel::is_image_id("i.image")),
                     "reason": "Invalid",
                 },
             ],

@@ -91,16 +91,18 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
         ),
         &Options::default(),
     );
-    let latesttag = native
+    // Same namespaces, same enforcement: one policy holding both, each a validation.
+    let both = native
         .objects
         .iter()
         .find(|o| {
             o["kind"] == "ValidatingAdmissionPolicy"
-                && o["metadata"]["name"] == "poolguard-latesttag"
+                && o["metadata"]["name"] == "poolguard-allowedrepositories-and-latesttag"
         })
         .unwrap();
+    assert_eq!(both["spec"]["validations"].as_array().unwrap().len(), 2);
     let variable = |name: &str| {
-        latesttag["spec"]["variables"]
+        both["spec"]["variables"]
             .as_array()
             .unwrap()
             .iter()
@@ -109,11 +111,12 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
             .as_str()
             .unwrap()
     };
-    let met = variable("dependencyMet");
+    assert_eq!(variable("dependencyMet_allowedrepositories"), "true");
+    let met = variable("dependencyMet_latesttag");
     assert!(met.starts_with("!variables.refs.exists(i, "), "{met}");
     assert!(met.contains("'registry.example.com'"), "{met}");
-    // The dependency reads the repository, which latesttag alone (no exemptions) does not:
-    // each image's reference carries it once.
+    // Both checks and the dependency read one `refs`: each image's reference carries each part
+    // once.
     let refs = variable("refs");
     for field in ["'tag': ", "'digest': ", "'repository': "] {
         assert_eq!(refs.matches(field).count(), 1, "{field} in {refs}");
