@@ -911,6 +911,39 @@ impl std::fmt::Display for Tally {
 }
 
 /// Runs one round's corpus; returns the disagreements.
+/// A round's UPDATE comparisons: each sends one UPDATE both ways (the webhooks' decision
+/// in-process, the native objects through kube-apiserver) and records what differs.
+struct Updates<'a> {
+    env: &'a Env,
+    rules: &'a RuleSet,
+    round: &'a str,
+    disagreements: &'a mut Vec<String>,
+}
+
+impl Updates<'_> {
+    /// `(stored, new, subresource)`: `new` sent as an UPDATE of `stored` (of `subresource` when
+    /// not empty); `what` names it in a disagreement; `tally` counts it.
+    async fn compare(
+        &mut self,
+        ns: &str,
+        labels: &Labels,
+        (stored, new, subresource): (&Value, &Value, &str),
+        what: &str,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        let want = reference(self.rules, ns, labels, new, Some(stored), subresource)?;
+        let got = native_outcome(self.env, ns, new, Some(subresource)).await?;
+        if want != got {
+            self.disagreements.push(format!(
+                "{}: {what} {new}\n  webhook {want:?}\n  native  {got:?}",
+                self.round
+            ));
+        }
+        tally.add(new, &want);
+        Ok(())
+    }
+}
+
 async fn compare(
     env: &Arc<Env>,
     rules: &RuleSet,
@@ -995,6 +1028,12 @@ async fn compare(
         created.add(&object, &want);
     }
 
+    let mut updates = Updates {
+        env,
+        rules,
+        round: round.name,
+        disagreements: &mut disagreements,
+    };
     // UPDATEs of stored pods held by a scheduling gate.
     let mut updated = Tally::default();
     for (ns, labels) in &namespaces {
@@ -1002,15 +1041,10 @@ async fn compare(
             let stored = gated_pod(env, ns, &format!("gated-{n}")).await?;
             let mut new = stored.clone();
             edit(&mut new);
-            let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
-            let got = native_outcome(env, ns, &new, Some("")).await?;
-            if want != got {
-                disagreements.push(format!(
-                    "{}: UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
-                    round.name
-                ));
-            }
-            updated.add(&new, &want);
+            let what = format!("UPDATE ({what})");
+            updates
+                .compare(ns, labels, (&stored, &new, ""), &what, &mut updated)
+                .await?;
         }
     }
     // Ephemeral containers added to a stored pod (the pods/ephemeralcontainers subresource), and
@@ -1021,22 +1055,16 @@ async fn compare(
         for image in EPHEMERAL_IMAGES {
             let mut new = stored.clone();
             new["spec"]["ephemeralContainers"] = json!([{"name": "debug", "image": image}]);
-            let want = reference(
-                rules,
-                ns,
-                labels,
-                &new,
-                Some(&stored),
-                "ephemeralcontainers",
-            )?;
-            let got = native_outcome(env, ns, &new, Some("ephemeralcontainers")).await?;
-            if want != got {
-                disagreements.push(format!(
-                    "{}: UPDATE pods/ephemeralcontainers {image}\n  webhook {want:?}\n  native  {got:?}",
-                    round.name
-                ));
-            }
-            changed.add(&new, &want);
+            let update = (&stored, &new, "ephemeralcontainers");
+            updates
+                .compare(
+                    ns,
+                    labels,
+                    update,
+                    "UPDATE pods/ephemeralcontainers",
+                    &mut changed,
+                )
+                .await?;
         }
         // A stored workload of each kind whose pod template may change (a Job's may not: the
         // API server refuses that before admission).
@@ -1051,15 +1079,10 @@ async fn compare(
                     .as_object_mut()
                     .map(|m| m.remove("resourceVersion"));
                 edit(template_of(&mut new));
-                let want = reference(rules, ns, labels, &new, Some(&stored), "")?;
-                let got = native_outcome(env, ns, &new, Some("")).await?;
-                if want != got {
-                    disagreements.push(format!(
-                        "{}: {kind} UPDATE ({what}) {new}\n  webhook {want:?}\n  native  {got:?}",
-                        round.name
-                    ));
-                }
-                changed.add(&new, &want);
+                let what = format!("{kind} UPDATE ({what})");
+                updates
+                    .compare(ns, labels, (&stored, &new, ""), &what, &mut changed)
+                    .await?;
             }
         }
     }
