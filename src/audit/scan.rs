@@ -23,6 +23,11 @@ use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 use poolguard_core::scope::Scope;
 
+/// Objects per list call of a kind without a pod spec (the kinds constraints name), at most:
+/// a ConfigMap or Secret may hold up to 1 MiB where a Pod holds a few KiB, so a page of them is
+/// kept small whatever the page size.
+pub const OTHER_KINDS_PAGE: u32 = 50;
+
 /// Namespaces listed and audited at once (each holds at most one page of objects and its own
 /// results). One: a pass then holds one page and one namespace's results, as the chart's
 /// memory limit is sized for; the time a pass takes is the API server's anyway.
@@ -276,10 +281,15 @@ async fn audit_namespace<S: Source>(
         objects: vec![0; facts.kinds.len()],
     };
     for (i, listed) in facts.kinds.iter().enumerate() {
+        let limit = if LISTED.contains(listed) {
+            page_size
+        } else {
+            page_size.min(OTHER_KINDS_PAGE)
+        };
         let mut token: Option<String> = None;
         loop {
             let page = source
-                .page(&audited.namespace, listed, page_size, token.as_deref())
+                .page(&audited.namespace, listed, limit, token.as_deref())
                 .await
                 .with_context(|| {
                     format!(
@@ -429,6 +439,67 @@ where
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records each list call's kind and limit; every namespace holds one object of each kind.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(String, u32)>>);
+
+    impl Source for Recorded {
+        async fn page(
+            &self,
+            namespace: &str,
+            listed: &Listed,
+            limit: u32,
+            _token: Option<&str>,
+        ) -> Result<Page> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((listed.kind.to_string(), limit));
+            let object = serde_json::json!({"metadata": {"name": "x", "namespace": namespace}});
+            Ok(Page {
+                items: vec![object],
+                next: None,
+            })
+        }
+    }
+
+    /// The pod kinds are listed at the page size; another kind a constraint names, at most
+    /// [`OTHER_KINDS_PAGE`] at a time.
+    #[tokio::test]
+    async fn other_kinds_are_listed_in_small_pages() {
+        let mut facts = Facts::default();
+        facts.namespaces.insert("team".into(), Default::default());
+        facts.kinds.push(Listed {
+            group: "".into(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        });
+        let source = Recorded::default();
+        let audited: Vec<Audited> =
+            namespaces(&source, Arc::new(facts), Arc::new(RuleSet::default()), 500)
+                .map(|a| a.unwrap())
+                .collect()
+                .await;
+        assert_eq!(audited[0].objects, vec![1; LISTED.len() + 1]);
+        let calls = source.0.into_inner().unwrap();
+        assert_eq!(calls.len(), LISTED.len() + 1);
+        for (kind, limit) in &calls {
+            let want = if kind == "ConfigMap" {
+                OTHER_KINDS_PAGE
+            } else {
+                500
+            };
+            assert_eq!(*limit, want, "{kind}");
         }
     }
 }
