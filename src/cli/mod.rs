@@ -420,7 +420,8 @@ struct ServeAuditArgs {
         value_name = "N"
     )]
     audit_max_results_per_report: usize,
-    /// Objects per list call of the audit.
+    /// Objects per list call of the audit (of the kinds Gatekeeper constraints name besides Pods
+    /// and workloads: at most 50).
     #[arg(long, default_value_t = 500, value_name = "N")]
     audit_page_size: u32,
     /// The coordination.k8s.io Lease that elects the auditing replica.
