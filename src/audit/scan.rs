@@ -5,6 +5,7 @@
 //! printed) and dropped before the pass moves on, so a pass holds a page of objects and one
 //! namespace's results at a time, however many objects the cluster has.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -12,7 +13,8 @@ use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ListParams, PartialObjectMeta};
-use kube::discovery::{Discovery, Scope as ResourceScope};
+use kube::discovery::{ApiGroup, Scope as ResourceScope};
+use kube::error::DiscoveryError;
 use kube::Client;
 use serde_json::Value;
 
@@ -93,7 +95,8 @@ pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> R
 /// The kinds each namespace's pass lists: [`LISTED`], then each namespaced kind the loaded
 /// Gatekeeper constraints name (in the API groups they name, `*`: every group serving it) that
 /// the API server serves and poolguard may list (a cluster-wide list of one object, as RBAC
-/// decides it). What is left out is logged, once a pass: a kind not served, a cluster-scoped
+/// decides it). What is left out is logged, once a pass: a kind not served, or whose API group's
+/// discovery fails (an aggregated API that is down), a cluster-scoped
 /// kind (its results would have no namespace report), a kind poolguard may not list (the
 /// chart grants `list` on `validating.extraRules`), and constraints that match every kind.
 pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
@@ -108,20 +111,11 @@ pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
     if wanted.named.is_empty() {
         return Ok(kinds);
     }
-    let groups: Vec<&str> = wanted.named.iter().map(|(g, _)| g.as_str()).collect();
-    let mut discovery = Discovery::new(client.clone());
-    if !groups.contains(&"*") {
-        discovery = discovery.filter(&groups);
-    }
-    // Per-group discovery (aggregated discovery needs Kubernetes 1.27; the chart takes 1.25):
-    // the groups named, or every group for `*`.
-    let discovery = discovery
-        .run()
-        .await
-        .context("discovering the resources the constraints name")?;
+    let named: BTreeSet<&str> = wanted.named.iter().map(|(g, _)| g.as_str()).collect();
+    let discovered = discovered_groups(client, &named).await?;
     for (group, kind) in &wanted.named {
-        let served: Vec<_> = discovery
-            .groups()
+        let served: Vec<_> = discovered
+            .iter()
             .filter(|g| group == "*" || g.name() == group)
             .filter_map(|g| g.recommended_kind(kind))
             .collect();
@@ -162,6 +156,36 @@ pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
         }
     }
     Ok(kinds)
+}
+
+/// The API groups `named` (every group for `*`), each discovered on its own: one that fails (an
+/// aggregated API that is down) is left out with a warning, so it costs only its own kinds.
+async fn discovered_groups(client: &Client, named: &BTreeSet<&str>) -> Result<Vec<ApiGroup>> {
+    let names: Vec<String> = if named.contains("*") {
+        let listed = client
+            .list_api_groups()
+            .await
+            .context("listing the API groups")?;
+        std::iter::once(String::new())
+            .chain(listed.groups.into_iter().map(|g| g.name))
+            .collect()
+    } else {
+        named.iter().map(|g| g.to_string()).collect()
+    };
+    let mut out = Vec::new();
+    for name in names {
+        match kube::discovery::group(client, &name).await {
+            Ok(group) => out.push(group),
+            // Not served: said per kind by the caller.
+            Err(kube::Error::Discovery(DiscoveryError::MissingApiGroup(_))) => {}
+            Err(e) => tracing::warn!(
+                group = %name,
+                error = %e,
+                "discovering an API group the constraints name failed; its kinds are not audited this pass"
+            ),
+        }
+    }
+    Ok(out)
 }
 
 /// Whether a request failed with 403 Forbidden.
