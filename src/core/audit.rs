@@ -382,7 +382,7 @@ pub fn audit(
     }];
     match checks.policies {
         Err(reason) => {
-            for name in policies.names() {
+            for name in policies.names().filter(|name| reported(rules, name)) {
                 if let Some(settings) = config.effective_policy(name, pool) {
                     results.push(policy_result(
                         &resource,
@@ -402,6 +402,16 @@ pub fn audit(
         }
     }
     results
+}
+
+/// Whether the audit reports the policy `name`: every policy but a constraint whose scoped
+/// actions leave the audit point out.
+fn reported(rules: &RuleSet, name: &str) -> bool {
+    rules
+        .policies
+        .get(name)
+        .and_then(|p| p.constraint_source())
+        .is_none_or(|c| c.audited)
 }
 
 /// A policy's result for `resource`: `base` properties and the enforcement.
@@ -436,14 +446,13 @@ fn policy_results(
     rules: &RuleSet,
     results: &mut Vec<AuditResult>,
 ) {
-    let source = rules
-        .policies
-        .get(&outcome.policy)
-        .and_then(|p| p.constraint_source());
-    if source.is_some_and(|c| !c.audited) {
+    if !reported(rules, &outcome.policy) {
         return;
     }
-    let constraint = source.is_some();
+    let constraint = rules
+        .policies
+        .get(&outcome.policy)
+        .is_some_and(|p| p.is_constraint());
     let (verdict, message, count) = match &outcome.result {
         Evaluation::Ran(Ok(found)) if found.is_empty() => {
             (Verdict::Pass, "no infringement".to_string(), Some(0))
@@ -1338,6 +1347,14 @@ policies:
             .map(|r| r.policy)
             .collect();
         assert_eq!(policies, ["audited"]);
+        // A pod spec that cannot be read: an error result for each reported policy only.
+        let unreadable = pod("p", "team", json!({"containers": "not a list"}));
+        let errors: Vec<(String, Verdict)> = audit(&unreadable, scope(None), None, &rules)
+            .into_iter()
+            .filter(|r| r.policy != PLACEMENT)
+            .map(|r| (r.policy, r.result))
+            .collect();
+        assert_eq!(errors, [("audited".to_string(), Verdict::Error)]);
     }
 
     #[test]

@@ -129,9 +129,9 @@ fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, V
     let mut kept = Vec::new();
     let constraints = strict.constraints.iter().cloned().map(|c| (c, false));
     for (c, tolerant) in constraints.chain(tolerated.constraints.into_iter().map(|c| (c, true))) {
-        let fault = match by_kind.get(&c.kind) {
+        let template = match by_kind.get(&c.kind) {
             None if tolerant && left_out.contains(&c.kind) => continue,
-            None => Some(format!(
+            None => Err(format!(
                 "{}: constraint {} `{}`: no template declares kind {} (loaded: {})",
                 c.path.display(),
                 c.kind,
@@ -139,39 +139,41 @@ fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, V
                 c.kind,
                 by_kind.keys().cloned().collect::<Vec<_>>().join(", ")
             )),
-            Some(_) => policies.iter().find(|p| p.name == c.name).map(|same| {
-                format!(
+            Some(t) => match policies.iter().find(|p| p.name == c.name) {
+                Some(same) => Err(format!(
                     "{}: constraint {} `{}` has the name of a constraint of {}; names must be unique",
                     c.path.display(),
                     c.kind,
                     c.name,
                     same.path.display()
-                )
-            }),
+                )),
+                None => Ok(t),
+            },
         };
-        match (fault, by_kind.get(&c.kind)) {
-            (Some(fault), _) if tolerant => warnings.push(format!("{fault}; left out")),
-            (Some(fault), _) => bail!("{fault}"),
-            (None, Some(t)) => {
-                policies.push(Policy::constraint(
-                    c.name.clone(),
-                    c.path.clone(),
-                    t.engine.clone(),
-                    t.rule.clone(),
-                    &t.source,
-                    ConstraintSource {
-                        matching: c.matching.clone(),
-                        template: t.template.name.clone(),
-                        kind: t.template.kind.clone(),
-                        rego: t.template.rego.clone(),
-                        libs: t.template.libs.clone(),
-                        audited: c.audited,
-                    },
-                ));
-                kept.push(c);
+        let t = match template {
+            Ok(t) => t,
+            Err(fault) if tolerant => {
+                warnings.push(format!("{fault}; left out"));
+                continue;
             }
-            (None, None) => unreachable!("a constraint without its template has a fault"),
-        }
+            Err(fault) => bail!("{fault}"),
+        };
+        policies.push(Policy::constraint(
+            c.name.clone(),
+            c.path.clone(),
+            t.engine.clone(),
+            t.rule.clone(),
+            &t.source,
+            ConstraintSource {
+                matching: c.matching.clone(),
+                template: t.template.name.clone(),
+                kind: t.template.kind.clone(),
+                rego: t.template.rego.clone(),
+                libs: t.template.libs.clone(),
+                audited: c.audited,
+            },
+        ));
+        kept.push(c);
     }
     Ok((Compiled { policies, warnings }, kept))
 }

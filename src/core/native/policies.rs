@@ -111,8 +111,9 @@ fn skip(native: &mut Native, policy: &str, why: &str) {
 /// One group of namespaces a shipped policy is compiled for, with what the webhook decides
 /// there.
 struct Cell<'r> {
-    /// The name of its policy and binding.
-    object_name: String,
+    /// What follows `poolguard-<policy>` in the name of its policy and binding: the pool's
+    /// (`.pool-<pool>`) and the rollout group's (`.group-<group>`, `.ungrouped`), if any.
+    suffix: String,
     /// The pool whose own settings apply, for the policy's annotation.
     pool: Option<&'r str>,
     /// The binding's namespace selector.
@@ -179,7 +180,7 @@ fn plain_cells<'r>(
             },
         };
         cells.push(Cell {
-            object_name: format!("poolguard-{name}{suffix}"),
+            suffix,
             pool,
             namespaces,
             in_group: None,
@@ -278,7 +279,7 @@ fn rollout_cells<'r>(
             let mut namespaces = pool_namespaces.clone();
             namespaces.extend(requirements.iter().cloned());
             cells.push(Cell {
-                object_name: format!("poolguard-{name}{pool_suffix}{group_suffix}"),
+                suffix: format!("{pool_suffix}{group_suffix}"),
                 pool,
                 namespaces,
                 in_group: (!earlier.is_empty()).then(|| earlier.join(" && ")),
@@ -317,7 +318,7 @@ struct CellCheck<'r> {
 fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &'static str> {
     let mut out = Vec::new();
     for cell in cells {
-        let check =
+        let mut check =
             Check::of(name, cell.parameters).ok_or("its parameters are not lists of strings")?;
         let condition = match cell.dependency {
             None => None,
@@ -325,26 +326,18 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
                 let dep_check = Check::of(dep, parameters)
                     .ok_or("the parameters of its dependency are not lists of strings")?;
                 let infringed = format!("variables.refs.exists(i, {})", dep_check.infringes);
-                Some((
-                    match compliance {
-                        Compliance::Compliant => format!("!{infringed}"),
-                        Compliance::NonCompliant => infringed,
-                    },
-                    dep_check.fields,
-                ))
+                // The condition reads the dependency's fields from the same `refs`.
+                for field in dep_check.fields {
+                    if !check.fields.iter().any(|(name, _)| *name == field.0) {
+                        check.fields.push(field);
+                    }
+                }
+                Some(match compliance {
+                    Compliance::Compliant => format!("!{infringed}"),
+                    Compliance::NonCompliant => infringed,
+                })
             }
         };
-        let (condition, fields) = match condition {
-            Some((condition, fields)) => (Some(condition), fields),
-            None => (None, Vec::new()),
-        };
-        let mut check = check;
-        // The condition reads the dependency's fields from the same `refs`.
-        for field in fields {
-            if !check.fields.iter().any(|(name, _)| *name == field.0) {
-                check.fields.push(field);
-            }
-        }
         out.push(CellCheck {
             cell,
             check,
@@ -357,8 +350,8 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
 /// One ValidatingAdmissionPolicy and binding per group of namespaces and enforcement (cells
 /// with the same namespace selector, `inGroup` condition and enforcement), holding a validation
 /// for each policy of that group: the images and their parts are worked out once for all of
-/// them. A group of one policy is named after its cell (`poolguard-<policy>[.pool-…][.group-…]`);
-/// of several, after all of them (`poolguard-<policy>-and-<policy>…`, the first cell's suffix).
+/// them. It is named after its policies and the first cell's suffix:
+/// `poolguard-<policy>[-and-<policy>…][.pool-…][.group-…]`.
 fn emit(checks: Vec<CellCheck>, config: &Config, native: &mut Native) {
     let mut groups: Vec<Vec<CellCheck>> = Vec::new();
     for check in checks {
@@ -376,17 +369,8 @@ fn emit(checks: Vec<CellCheck>, config: &Config, native: &mut Native) {
     }
     for group in groups {
         let first = &group[0];
-        let object_name = if group.len() == 1 {
-            first.cell.object_name.clone()
-        } else {
-            let suffix = first
-                .cell
-                .object_name
-                .strip_prefix(&format!("poolguard-{}", first.check.policy))
-                .unwrap_or_default();
-            let names: Vec<&str> = group.iter().map(|c| c.check.policy.as_str()).collect();
-            format!("poolguard-{}{suffix}", names.join("-and-"))
-        };
+        let names: Vec<&str> = group.iter().map(|c| c.check.policy.as_str()).collect();
+        let object_name = format!("poolguard-{}{}", names.join("-and-"), first.cell.suffix);
         let mut policy = policy_object(&object_name, &group, config);
         if let Some(pool) = first.cell.pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
