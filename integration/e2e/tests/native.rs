@@ -43,7 +43,7 @@ const FALLBACK: &str = "the pod spec infringes the policy";
 const CONFIG: &str = "
 policies:
   allowedrepositories:
-    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}
+    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/, localhost:5000/team]}
   latesttag:
     enforcement: warn
     parameters: {exemptRepositories: [registry.example.com/dev/]}
@@ -298,6 +298,15 @@ fn fixed_references() -> Vec<String> {
         "registry-1.docker.io/library/nginx:1",
         "Docker.io/library/nginx:1",
         "INDEX.DOCKER.IO/nginx:1",
+        // Around the allow-list entry with a path (the CEL fast path's `p`, `p:tag`, `p@digest`).
+        "localhost:5000/team",
+        "localhost:5000/team:1",
+        "localhost:5000/team:latest",
+        "localhost:5000/teamx:1",
+        "localhost:5000/team/app",
+        "localhost:5000/team/app:latest",
+        "localhost:5000/team/:1",
+        "localhost:5000/team:1/app",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -316,6 +325,10 @@ fn fixed_references() -> Vec<String> {
     refs.push(H64.to_string());
     refs.push(format!("a/{}", "b".repeat(250)));
     refs.push("b".repeat(248));
+    // The longest reference whose size alone says its path fits (247 + `library/`), and one more.
+    refs.push("b".repeat(247));
+    refs.push(format!("localhost:5000/team@sha256:{H64}"));
+    refs.push(format!("localhost:5000/team:latest@sha256:{H64}"));
     refs.push(format!("a_b.example.com/{}", "b".repeat(238)));
     refs.push("nginx@sha256:".to_string() + &H64.to_uppercase());
     refs
@@ -333,6 +346,8 @@ fn dictionary_reference(rng: &mut Rng, dict: &[String]) -> String {
         "1.27",
         "v1",
         "Team",
+        "team",
+        "localhost:5000",
     ];
     let pieces = 1 + rng.below(5);
     let mut out = String::new();
@@ -772,8 +787,8 @@ fn rounds() -> [Round; 4] {
         Round {
             name: "allowedrepositories under a rollout",
             config: CONFIG.replacen(
-                "    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}\n",
-                &format!("    parameters: {{repositories: [registry.example.com/, registry.k8s.io, docker.io/library/]}}\n{ROLLOUT}"),
+                "    parameters: {repositories: [registry.example.com/, registry.k8s.io, docker.io/library/, localhost:5000/team]}\n",
+                &format!("    parameters: {{repositories: [registry.example.com/, registry.k8s.io, docker.io/library/, localhost:5000/team]}}\n{ROLLOUT}"),
                 1,
             ),
             key: "agentpool",

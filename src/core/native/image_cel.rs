@@ -92,10 +92,58 @@ pub fn is_valid(r: &str) -> String {
         nr = names_registry(r)
     );
     format!(
-        "({r}.matches(r'{grammar}') && !{r}.matches('^[a-f0-9]{{64}}$') && {go_prefix} + ({lib} ? 8 : 0) + size({name}) <= 255)",
+        "({r}.matches(r'{grammar}') && !{r}.matches('^[a-f0-9]{{64}}$') && (size({r}) <= 247 || {go_prefix} + ({lib} ? 8 : 0) + size({name}) <= 255))",
         grammar = grammar(),
         lib = adds_library(r),
         name = name(r)
+    )
+}
+
+/// CEL fast path: whether the raw text `r` of a readable reference lies under one of `prefixes`
+/// (as [`repository`] normalises it: `p` itself or `p/…`), decided without normalising. Sound
+/// only, never complete: it holds for a prefix whose first component names a registry other than
+/// Docker Hub (holds `.` or `:`, or is `localhost`) and whose path has no `:` or `@`, when the
+/// text starts with `p/` (or, for a prefix with a path, is `p`, `p:tag` or `p@digest`). For such
+/// a text the first component is that registry, so the repository is the text's own path. Other
+/// prefixes (Docker Hub, short names) are left to the normalised comparison: `false`.
+pub fn under_any_raw(prefixes: &[String], r: &str) -> String {
+    let mut tests = Vec::new();
+    for p in prefixes {
+        let (registry, path) = match p.split_once('/') {
+            Some((registry, path)) => (registry, Some(path)),
+            None => (p.as_str(), None),
+        };
+        let names_registry = registry == "localhost" || registry.contains(['.', ':']);
+        if !names_registry
+            || registry == "docker.io"
+            || registry == "index.docker.io"
+            || path.is_some_and(|path| path.contains([':', '@']))
+        {
+            continue;
+        }
+        let lit = literal(p);
+        tests.push(format!("{r}.startsWith({})", literal(&format!("{p}/"))));
+        if path.is_some() {
+            tests.push(format!(
+                "{r} == {lit} || {r}.startsWith({}) || {r}.startsWith({})",
+                literal(&format!("{p}:")),
+                literal(&format!("{p}@"))
+            ));
+        }
+    }
+    if tests.is_empty() {
+        return "false".into();
+    }
+    format!("({})", tests.join(" || "))
+}
+
+/// CEL fast path: whether the raw text `r` of a readable reference has a digest or a tag other
+/// than `latest`. In a readable reference `@` appears only before the digest and `:` in its last
+/// path component only before the tag (a port's `:` is in the first component, before a `/`), so
+/// this is what [`has_digest`] and [`tag`] say, without normalising.
+pub fn pinned_raw(r: &str) -> String {
+    format!(
+        "({r}.contains('@') || ({r}.substring({r}.lastIndexOf('/') + 1).contains(':') && !{r}.endsWith(':latest')))"
     )
 }
 
@@ -148,6 +196,116 @@ mod tests {
                 "{reference}"
             );
         }
+    }
+
+    /// The fast paths' reasoning against the parser, over normalisation corners and the
+    /// allow-list edges: where the raw test holds for a reference the parser reads, the
+    /// normalised comparison holds too. The raw tests are read here with Rust's string functions
+    /// (the CEL text is proved equal to the webhook through kube-apiserver by the e2e suite).
+    #[test]
+    fn the_fast_paths_imply_what_the_normalised_parts_say() {
+        let prefixes: Vec<String> = [
+            "registry.example.com",
+            "registry.k8s.io",
+            "localhost:5000/team",
+            "localhost",
+            "docker.io/library",
+            "nginx",
+            "Registry.Example.com/Team",
+        ]
+        .map(String::from)
+        .to_vec();
+        let raw_under = |reference: &str, p: &str| {
+            let cel = under_any_raw(&[p.to_string()], "r");
+            cel != "false"
+                && (reference.starts_with(&format!("{p}/"))
+                    || (p.contains('/')
+                        && (reference == p
+                            || reference.starts_with(&format!("{p}:"))
+                            || reference.starts_with(&format!("{p}@")))))
+        };
+        let pinned = |r: &str| {
+            let last = &r[r.rfind('/').map_or(0, |at| at + 1)..];
+            r.contains('@') || (last.contains(':') && !r.ends_with(":latest"))
+        };
+        let mut references: Vec<String> = [
+            "nginx",
+            "nginx:latest",
+            "library/nginx:1",
+            "index.docker.io/nginx:1",
+            "docker.io/library/nginx:1",
+            "localhost:5000",
+            "localhost:5000/app:latest",
+            "LOCALHOST/app",
+            "a_b.example.com/app:1",
+            "[::1]:5000/app:1",
+            "registry.example.com.evil.io/app:1",
+            "registry.example.comx/app",
+            "registry.example.com:5000/app:1",
+            "localhost:5000/team:1/app",
+            "localhost:5000/teamx",
+        ]
+        .map(String::from)
+        .to_vec();
+        for p in &prefixes {
+            for tail in [
+                "",
+                "/app",
+                "/app:1",
+                ":1",
+                ":latest",
+                "@sha256:",
+                "x/app",
+                "/app:latest",
+                ":5000/app",
+            ] {
+                let digest = "0123456789abcdef".repeat(4);
+                let tail = if tail.ends_with(':') {
+                    format!("{tail}{digest}")
+                } else {
+                    tail.to_string()
+                };
+                references.push(format!("{p}{tail}"));
+            }
+        }
+        let (mut fast, mut read) = (0, 0);
+        for reference in &references {
+            let Ok(parsed) = crate::image::parse(reference) else {
+                continue;
+            };
+            read += 1;
+            let repository = parsed.repository();
+            for p in &prefixes {
+                if raw_under(reference, p) {
+                    fast += 1;
+                    assert!(
+                        repository == *p || repository.starts_with(&format!("{p}/")),
+                        "{reference} (repository {repository}) passed the fast path of {p}"
+                    );
+                }
+            }
+            if pinned(reference) {
+                assert!(
+                    parsed.digest.is_some() || parsed.tag.as_deref().is_some_and(|t| t != "latest"),
+                    "{reference} passed the pinned fast path: {parsed:?}"
+                );
+            }
+        }
+        assert!(
+            read > 40 && fast > 10,
+            "{read} references read, {fast} fast"
+        );
+        // Docker Hub and short names get no fast path; a prefix with a path gets four tests.
+        assert_eq!(
+            under_any_raw(&["docker.io/library".into(), "nginx".into()], "r"),
+            "false"
+        );
+        assert_eq!(
+            under_any_raw(&["localhost:5000/team".into()], "r")
+                .matches(" || ")
+                .count(),
+            3
+        );
     }
 
     #[test]

@@ -325,7 +325,10 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
             Some((dep, compliance, parameters)) => {
                 let dep_check = Check::of(dep, parameters)
                     .ok_or("the parameters of its dependency are not lists of strings")?;
-                let infringed = format!("variables.refs.exists(i, {})", dep_check.infringes);
+                let infringed = format!(
+                    "(!variables.images.all(i, {}) && variables.refs.exists(i, {}))",
+                    dep_check.passes, dep_check.infringes
+                );
                 // The condition reads the dependency's fields from the same `refs`.
                 for field in dep_check.fields {
                     if !check.fields.iter().any(|(name, _)| *name == field.0) {
@@ -420,6 +423,11 @@ struct Check {
     fields: Vec<(&'static str, String)>,
     /// Whether the image infringes.
     infringes: String,
+    /// CEL over the raw text `i.image` of an image of `images`: a cheap condition that, for a
+    /// readable reference, implies the check does not infringe ([`image_cel`]'s fast paths), so
+    /// the normalised parts are worked out only for objects that may infringe. `false` when
+    /// there is none.
+    passes: String,
     /// The infringement's message (after `<type> "<name>": `).
     message: String,
 }
@@ -436,6 +444,7 @@ impl Check {
                     policy: name.into(),
                     fields: vec![repository],
                     infringes: format!("!{}", matches_any(&allowed, "i.repository")),
+                    passes: image_cel::under_any_raw(&allowed, r),
                     message: format!(
                         "'image \"' + i.image + '\" (repository \"' + i.repository + '\") is not from an allowed repository ' + {}",
                         literal(&text)
@@ -466,6 +475,7 @@ impl Check {
                         "(i.digest == '' && ({tag} == '' || {tag} == 'latest') && !{})",
                         matches_any(&exempt, "i.repository")
                     ),
+                    passes: image_cel::pinned_raw(r),
                     message: format!(
                         "'image \"' + i.image + '\" ' + ({tag} == '' ? 'has no tag, so the runtime pulls :latest' : 'uses the :latest tag') + '; pin a version tag or a digest'"
                     ),
@@ -564,13 +574,14 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         };
         variables.extend([
             json!({"name": met, "expression": c.condition.clone().unwrap_or_else(|| "true".into())}),
-            json!({"name": infringing, "expression": format!("variables.refs.filter(i, variables.{met} && {})", c.check.infringes)}),
+            json!({"name": infringing, "expression": format!("variables.images.all(i, {}) ? [] : variables.refs.filter(i, variables.{met} && {})", c.check.passes, c.check.infringes)}),
             json!({"name": found, "expression": found_expression}),
         ]);
         // One line: kube-apiserver refuses a message with a line break and falls back to
         // `message`.
         validations.push(json!({
-            "expression": format!("{guard}!variables.readable || size(variables.{found}) == 0"),
+            // `readable` (the grammar) last: most objects infringe nothing.
+            "expression": format!("{guard}size(variables.{found}) == 0 || !variables.readable"),
             "message": format!("{policy}: the pod spec infringes the policy"),
             "messageExpression": format!(
                 "variables.{found}.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('; ')",
