@@ -832,10 +832,12 @@ for name in names:
     want = {"get", "list", "watch"} if rbac else set()
     check(grants.get(("", "nodes"), set()) == want,
           f"ClusterRole grants {sorted(grants.get(('', 'nodes'), set()))} on nodes, want {sorted(want)}")
+    # The namespace reports and the cluster report (of cluster-scoped kinds constraints match).
     for other_name, other in APIS.items():
-        gr = (other["group"], other["resource"])
-        want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
-        check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+        for resource in (other["resource"], "cluster" + other["resource"]):
+            gr = (other["group"], resource)
+            want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
+            check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
     lease_roles = [r for r in kind("Role") if r["metadata"]["name"] == lease]
     check(len(lease_roles) == (1 if audit_on and rbac else 0), "the Lease Role only with the audit on and rbac.create")
     for role in lease_roles:

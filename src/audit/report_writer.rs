@@ -1,6 +1,7 @@
 //! Writes a pass's reports: each namespace's by server-side apply as soon as its results are
 //! in (poolguard's field manager owns the whole report, so fields it no longer writes
-//! disappear), then deletes poolguard's reports in namespaces that have none this pass.
+//! disappear), then the cluster report, then deletes poolguard's reports in namespaces that
+//! have none this pass, and its cluster report when there is none.
 
 use std::collections::BTreeSet;
 
@@ -24,29 +25,35 @@ pub struct Written {
     /// The namespaces that have a report this pass (written, or kept after a failed write):
     /// the others' reports are stale.
     pub current: BTreeSet<String>,
+    /// Whether the cluster report is current this pass (written, or kept after a failed write).
+    pub cluster: bool,
 }
 
-fn api_resource(api: ReportApi) -> ApiResource {
+/// The resource of `kind` (the namespace report's or the cluster report's) of the API.
+fn api_resource(api: ReportApi, kind: &str) -> ApiResource {
     let (group, version) = api
         .api_version()
         .split_once('/')
         .expect("report API versions have a group");
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, api.kind()))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
-/// Applies one namespace's report; keeps only the outcome, not the object the API server
-/// returns. A report that cannot be written is logged and counted (one namespace, being
-/// deleted say, does not keep the others' reports back, and keeps its last report rather than
-/// none); a missing CRD ends the pass.
+/// Applies one namespace's report (or the cluster report, which has no namespace); keeps only
+/// the outcome, not the object the API server returns. A report that cannot be written is
+/// logged and counted (one namespace, being deleted say, does not keep the others' reports
+/// back, and keeps its last report rather than none); a missing CRD ends the pass.
 pub async fn apply(
     client: &Client,
     api: ReportApi,
     report: &Report,
     written: &mut Written,
 ) -> Result<()> {
-    let resource = api_resource(api);
+    let resource = api_resource(api, report.kind);
     let namespace = report.metadata.namespace.clone();
-    let reports: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    let reports: Api<DynamicObject> = match namespace.as_str() {
+        "" => Api::all_with(client.clone(), &resource),
+        namespace => Api::namespaced_with(client.clone(), namespace, &resource),
+    };
     let params = PatchParams::apply(FIELD_MANAGER).force();
     match reports
         .patch(REPORT_NAME, &params, &Patch::Apply(report))
@@ -55,17 +62,26 @@ pub async fn apply(
         Ok(_) => written.applied += 1,
         Err(e) if is_missing_resource(&e) => return Err(missing_crd(e, &resource)),
         Err(e) => {
-            tracing::warn!(%namespace, error = %e, "writing the audit report failed");
+            tracing::warn!(%namespace, kind = report.kind, error = %e, "writing the audit report failed");
             written.failed += 1;
         }
     }
-    written.current.insert(namespace);
+    match namespace.as_str() {
+        "" => written.cluster = true,
+        _ => {
+            written.current.insert(namespace);
+        }
+    }
     Ok(())
 }
 
-/// Deletes poolguard's reports in the namespaces outside `written.current`.
+/// Deletes poolguard's reports in the namespaces outside `written.current`, and its cluster
+/// report when the pass has none.
 pub async fn delete_stale(client: &Client, api: ReportApi, written: &mut Written) -> Result<()> {
-    let resource = api_resource(api);
+    if !written.cluster {
+        delete_cluster_report(client, api, written).await?;
+    }
+    let resource = api_resource(api, api.kind());
     let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
     let mut params = ListParams::default().labels(&selector).limit(500);
@@ -110,6 +126,32 @@ pub async fn delete_stale(client: &Client, api: ReportApi, written: &mut Written
         }
     }
     written.deleted += stale.len();
+    Ok(())
+}
+
+/// Deletes poolguard's cluster report if there is one: a DELETE by name, which answers 404
+/// when there is none (or when the cluster report's CRD is not installed: nothing to delete).
+async fn delete_cluster_report(
+    client: &Client,
+    api: ReportApi,
+    written: &mut Written,
+) -> Result<()> {
+    let resource = api_resource(api, api.cluster_kind());
+    let reports: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    match reports.delete(REPORT_NAME, &DeleteParams::default()).await {
+        Ok(_) => written.deleted += 1,
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        // An RBAC without the cluster report (a role written by hand): the namespace reports
+        // still get written.
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(kind = api.cluster_kind(), error = %e, "poolguard may not delete its stale cluster report");
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("deleting the stale {} {REPORT_NAME}", api.cluster_kind())
+            })
+        }
+    }
     Ok(())
 }
 

@@ -55,6 +55,9 @@ pub struct Facts {
     /// The pod kinds ([`LISTED`]), then the namespaced kinds the loaded Gatekeeper constraints
     /// name ([`kinds`]).
     pub kinds: Vec<Listed>,
+    /// The cluster-scoped kinds the constraints name ([`kinds`]), listed once a pass
+    /// ([`cluster`]).
+    pub cluster_kinds: Vec<Listed>,
 }
 
 impl Default for Facts {
@@ -65,6 +68,7 @@ impl Default for Facts {
             nodes: NodeLabels::default(),
             pools: None,
             kinds: LISTED.to_vec(),
+            cluster_kinds: Vec::new(),
         }
     }
 }
@@ -84,23 +88,27 @@ pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> R
         )),
         None => None,
     };
+    let (kinds, cluster_kinds) = kinds(client, rules).await?;
     Ok(Facts {
         namespaces,
         nodes,
         pools,
-        kinds: kinds(client, rules).await?,
+        kinds,
+        cluster_kinds,
     })
 }
 
 /// The kinds each namespace's pass lists: [`LISTED`], then each namespaced kind the loaded
 /// Gatekeeper constraints name (in the API groups they name, `*`: every group serving it) that
 /// the API server serves and poolguard may list (a cluster-wide list of one object, as RBAC
-/// decides it). What is left out is logged, once a pass: a kind not served, or whose API group's
-/// discovery fails (an aggregated API that is down), a cluster-scoped
-/// kind (its results would have no namespace report), a kind poolguard may not list (the
-/// chart grants `list` on `validating.extraRules`), and constraints that match every kind.
-pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
+/// decides it); and, apart, the cluster-scoped kinds they name that pass the same tests (listed
+/// once a pass, into the cluster report). What is left out is logged, once a pass: a kind not
+/// served, or whose API group's discovery fails (an aggregated API that is down), a kind
+/// poolguard may not list (the chart grants `list` on `validating.extraRules`), and constraints
+/// that match every kind.
+pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<(Vec<Listed>, Vec<Listed>)> {
     let mut kinds = LISTED.to_vec();
+    let mut cluster_kinds: Vec<Listed> = Vec::new();
     let wanted = audit::constraint_kinds(rules);
     for constraint in &wanted.every_kind {
         tracing::warn!(
@@ -109,7 +117,7 @@ pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
         );
     }
     if wanted.named.is_empty() {
-        return Ok(kinds);
+        return Ok((kinds, cluster_kinds));
     }
     let named: BTreeSet<&str> = wanted.named.iter().map(|(g, _)| g.as_str()).collect();
     let discovered = discovered_groups(client, &named).await?;
@@ -129,21 +137,19 @@ pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
                 kind: resource.kind.into(),
                 plural: resource.plural.into(),
             };
-            if kinds
+            let into = if capabilities.scope == ResourceScope::Cluster {
+                &mut cluster_kinds
+            } else {
+                &mut kinds
+            };
+            if into
                 .iter()
                 .any(|k| k.group == listed.group && k.kind == listed.kind)
             {
                 continue;
             }
-            if capabilities.scope == ResourceScope::Cluster {
-                tracing::warn!(
-                    kind = %listed.kind,
-                    "a constraint names a cluster-scoped kind; the audit writes namespace reports, so it is not audited (admission still judges it)"
-                );
-                continue;
-            }
             match list_page(client, listed.list_path(), 1, None).await {
-                Ok(_) => kinds.push(listed),
+                Ok(_) => into.push(listed),
                 Err(e) if is_forbidden(&e) => tracing::warn!(
                     kind = %listed.kind,
                     resource = %listed.plural,
@@ -155,7 +161,7 @@ pub async fn kinds(client: &Client, rules: &RuleSet) -> Result<Vec<Listed>> {
             }
         }
     }
-    Ok(kinds)
+    Ok((kinds, cluster_kinds))
 }
 
 /// The API groups `named` (every group for `*`), each discovered on its own: one that fails (an
@@ -206,7 +212,8 @@ pub struct Page {
 
 /// Where a pass's objects come from: the API server ([`ApiSource`]), or a test's generator.
 pub trait Source: Sync {
-    /// One page of `listed` objects in `namespace`, at most `limit`, from `token` on.
+    /// One page of `listed` objects in `namespace` (empty: a cluster-scoped kind's, all of
+    /// them), at most `limit`, from `token` on.
     fn page(
         &self,
         namespace: &str,
@@ -227,11 +234,16 @@ impl Source for ApiSource<'_> {
         limit: u32,
         token: Option<&str>,
     ) -> impl Future<Output = Result<Page>> + Send {
-        list_page(self.0, listed.namespaced_path(namespace), limit, token)
+        let path = match namespace {
+            "" => listed.list_path(),
+            namespace => listed.namespaced_path(namespace),
+        };
+        list_page(self.0, path, limit, token)
     }
 }
 
-/// One namespace's results, and the objects audited in it by kind ([`Facts::kinds`] order).
+/// One namespace's results (empty `namespace`: the cluster-scoped objects'), and the objects
+/// audited by kind ([`Facts::kinds`], then [`Facts::cluster_kinds`] order).
 #[derive(Debug)]
 pub struct Audited {
     pub namespace: String,
@@ -246,7 +258,7 @@ pub struct Scan {
     pub tally: Tally,
     /// The namespaces covered.
     pub namespaces: usize,
-    /// Objects audited, by kind, in [`Facts::kinds`] order.
+    /// Objects audited, by kind, in [`Facts::kinds`] then [`Facts::cluster_kinds`] order.
     pub objects: Vec<(String, usize)>,
 }
 
@@ -258,6 +270,7 @@ impl Scan {
             objects: facts
                 .kinds
                 .iter()
+                .chain(&facts.cluster_kinds)
                 .map(|l| (l.kind.to_string(), 0))
                 .collect(),
             ..Scan::default()
@@ -291,7 +304,18 @@ pub fn namespaces<'a, S: Source>(
         .buffered(NAMESPACES_AT_ONCE)
 }
 
-/// Lists and audits every object of one namespace.
+/// The results of the cluster-scoped objects of [`Facts::cluster_kinds`] (a Namespace a
+/// constraint matches), for the cluster report; nothing is listed when there are none.
+pub async fn cluster<S: Source>(
+    source: &S,
+    facts: Arc<Facts>,
+    rules: Arc<RuleSet>,
+    page_size: u32,
+) -> Result<Audited> {
+    audit_namespace(source, String::new(), facts, rules, page_size).await
+}
+
+/// Lists and audits every object of one namespace (empty: of the cluster-scoped kinds).
 async fn audit_namespace<S: Source>(
     source: &S,
     namespace: String,
@@ -299,12 +323,16 @@ async fn audit_namespace<S: Source>(
     rules: Arc<RuleSet>,
     page_size: u32,
 ) -> Result<Audited> {
+    let (kinds, offset) = match namespace.as_str() {
+        "" => (&facts.cluster_kinds, facts.kinds.len()),
+        _ => (&facts.kinds, 0),
+    };
     let mut audited = Audited {
         namespace,
         results: Vec::new(),
-        objects: vec![0; facts.kinds.len()],
+        objects: vec![0; facts.kinds.len() + facts.cluster_kinds.len()],
     };
-    for (i, listed) in facts.kinds.iter().enumerate() {
+    for (i, listed) in kinds.iter().enumerate().map(|(i, l)| (i + offset, l)) {
         let limit = if LISTED.contains(listed) {
             page_size
         } else {
@@ -315,11 +343,9 @@ async fn audit_namespace<S: Source>(
             let page = source
                 .page(&audited.namespace, listed, limit, token.as_deref())
                 .await
-                .with_context(|| {
-                    format!(
-                        "listing {} in namespace {}",
-                        listed.plural, audited.namespace
-                    )
+                .with_context(|| match audited.namespace.as_str() {
+                    "" => format!("listing {}", listed.plural),
+                    namespace => format!("listing {} in namespace {namespace}", listed.plural),
                 })?;
             token = page.next;
             audited.objects[i] += page.items.len();
@@ -472,9 +498,10 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// Records each list call's kind and limit; every namespace holds one object of each kind.
+    /// Records each list call's kind and limit (and namespace); every namespace holds one
+    /// object of each kind.
     #[derive(Default)]
-    struct Recorded(Mutex<Vec<(String, u32)>>);
+    struct Recorded(Mutex<Vec<(String, u32)>>, Mutex<Vec<String>>);
 
     impl Source for Recorded {
         async fn page(
@@ -488,6 +515,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push((listed.kind.to_string(), limit));
+            self.1.lock().unwrap().push(namespace.to_string());
             let object = serde_json::json!({"metadata": {"name": "x", "namespace": namespace}});
             Ok(Page {
                 items: vec![object],
@@ -525,5 +553,43 @@ mod tests {
             };
             assert_eq!(*limit, want, "{kind}");
         }
+    }
+
+    /// The cluster-scoped kinds are listed apart, once, cluster-wide (no namespace), in small
+    /// pages; their objects are counted after the namespaced kinds.
+    #[tokio::test]
+    async fn cluster_kinds_are_listed_once_without_a_namespace() {
+        let mut facts = Facts::default();
+        facts.namespaces.insert("team".into(), Default::default());
+        facts.cluster_kinds.push(Listed {
+            group: "".into(),
+            version: "v1".into(),
+            kind: "Namespace".into(),
+            plural: "namespaces".into(),
+        });
+        let facts = Arc::new(facts);
+        let mut scan = Scan::over(&facts);
+        let source = Recorded::default();
+        let rules = Arc::new(RuleSet::default());
+        let audited: Vec<Audited> = namespaces(&source, facts.clone(), rules.clone(), 500)
+            .map(|a| a.unwrap())
+            .collect()
+            .await;
+        scan.add(&audited[0]);
+        assert!(source.1.lock().unwrap().iter().all(|n| n == "team"));
+        let cluster = cluster(&source, facts, rules, 500).await.unwrap();
+        scan.add(&cluster);
+        assert_eq!(cluster.namespace, "");
+        let calls = source.0.into_inner().unwrap();
+        assert_eq!(calls.len(), LISTED.len() + 1);
+        assert_eq!(
+            calls.last().unwrap(),
+            &("Namespace".to_string(), OTHER_KINDS_PAGE)
+        );
+        assert_eq!(source.1.into_inner().unwrap().last().unwrap(), "");
+        let mut want: Vec<(String, usize)> =
+            LISTED.iter().map(|l| (l.kind.to_string(), 1)).collect();
+        want.push(("Namespace".into(), 1));
+        assert_eq!(scan.objects, want);
     }
 }

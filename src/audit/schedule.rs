@@ -52,8 +52,8 @@ pub struct Pass {
     pub seconds: f64,
 }
 
-/// One pass: list, audit and write the reports a namespace at a time, then delete the stale
-/// ones. `now` stamps the results. Each namespace's results are dropped once its report is
+/// One pass: list, audit and write the reports a namespace at a time, then the cluster report
+/// of the cluster-scoped kinds the constraints name, then delete the stale ones. `now` stamps the results. Each namespace's results are dropped once its report is
 /// written; the pass keeps their counts.
 pub async fn pass(
     client: &Client,
@@ -66,7 +66,12 @@ pub async fn pass(
     let mut scan = Scan::over(&facts);
     let mut written = Written::default();
     let source = scan::ApiSource(client);
-    let audited = scan::namespaces(&source, facts, rules, settings.scan.page_size);
+    let audited = scan::namespaces(
+        &source,
+        facts.clone(),
+        rules.clone(),
+        settings.scan.page_size,
+    );
     let mut audited = std::pin::pin!(audited);
     while let Some(namespace) = audited.next().await {
         let namespace = namespace?;
@@ -79,6 +84,21 @@ pub async fn pass(
         );
         drop(namespace);
         for report in &reports {
+            report_writer::apply(client, settings.report_api, report, &mut written).await?;
+        }
+    }
+    // The cluster-scoped kinds the constraints name: one cluster report.
+    if !facts.cluster_kinds.is_empty() {
+        let cluster = scan::cluster(&source, facts, rules, settings.scan.page_size).await?;
+        scan.add(&cluster);
+        let report = report::cluster_report(
+            &cluster.results,
+            settings.report_api,
+            timestamp(now),
+            settings.max_results,
+        );
+        drop(cluster);
+        if let Some(report) = &report {
             report_writer::apply(client, settings.report_api, report, &mut written).await?;
         }
     }

@@ -160,6 +160,34 @@ impl<'a, O: Write, E: Write> Printer<'a, O, E> {
         Ok(())
     }
 
+    /// Prints the results of cluster-scoped objects (the cluster audit's last batch): as the
+    /// cluster report in reports output, as [`Printer::results`] does otherwise.
+    pub fn cluster_results(&mut self, results: &[AuditResult]) -> Result<()> {
+        if self.output != Output::Reports {
+            return self.results(results);
+        }
+        let Some(report) = report::cluster_report(
+            results,
+            self.reports.api,
+            self.reports.timestamp,
+            self.reports.max_results,
+        ) else {
+            return Ok(());
+        };
+        self.clean &= !results
+            .iter()
+            .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
+        if !std::mem::replace(&mut self.first, false) {
+            writeln!(self.out, "---")?;
+        }
+        write!(
+            self.out,
+            "{}",
+            documents::to_yaml(&serde_json::to_value(&report)?)?
+        )?;
+        Ok(())
+    }
+
     /// Ends the output. True when no result was `fail` or `error`.
     pub fn finish(self) -> Result<bool> {
         match self.output {

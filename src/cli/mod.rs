@@ -840,17 +840,25 @@ fn cluster_audit<O: std::io::Write, E: std::io::Write>(
             namespace_selector,
             page_size: 500,
         };
-        let facts = crate::audit::scan::facts(&client, &options, &rules).await?;
+        let facts =
+            std::sync::Arc::new(crate::audit::scan::facts(&client, &options, &rules).await?);
+        let rules = std::sync::Arc::new(rules);
         let source = crate::audit::scan::ApiSource(&client);
         let namespaces = crate::audit::scan::namespaces(
             &source,
-            std::sync::Arc::new(facts),
-            std::sync::Arc::new(rules),
+            facts.clone(),
+            rules.clone(),
             options.page_size,
         );
         let mut namespaces = std::pin::pin!(namespaces);
         while let Some(namespace) = namespaces.next().await {
             printer.results(&namespace?.results)?;
+        }
+        // The cluster-scoped kinds the constraints name (a Namespace).
+        if !facts.cluster_kinds.is_empty() {
+            let cluster =
+                crate::audit::scan::cluster(&source, facts, rules, options.page_size).await?;
+            printer.cluster_results(&cluster.results)?;
         }
         Ok(())
     })

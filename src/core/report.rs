@@ -1,6 +1,8 @@
 //! Audit results as policy reports, one per namespace: `wgpolicyk8s.io/v1alpha2` `PolicyReport`
 //! (the Kubernetes policy working group's format, which Kyverno and Policy Reporter read) or its
-//! successor `openreports.io/v1alpha1` `Report` (same fields, plus a report-level `source`).
+//! successor `openreports.io/v1alpha1` `Report` (same fields, plus a report-level `source`); the
+//! results of cluster-scoped objects (a Namespace a constraint matches) in one cluster-scoped
+//! report of the same API, `ClusterPolicyReport` or `ClusterReport` ([`cluster_report`]).
 //! Plain data built by a pure function: the timestamp is given, never read from a clock.
 //!
 //! A report holds at most a given number of results (and about [`MAX_RESULT_BYTES`] of them),
@@ -49,6 +51,14 @@ impl ReportApi {
             ReportApi::OpenReports => "Report",
         }
     }
+
+    /// The kind of the cluster-scoped report of the same API.
+    pub fn cluster_kind(self) -> &'static str {
+        match self {
+            ReportApi::PolicyReport => "ClusterPolicyReport",
+            ReportApi::OpenReports => "ClusterReport",
+        }
+    }
 }
 
 /// A point in time as `metav1.Timestamp` spells it.
@@ -67,8 +77,9 @@ pub struct Report {
     /// Report-level source: `openreports.io` only (the PolicyReport CRD has no such field).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<&'static str>,
-    /// The namespace the report covers.
-    pub scope: Resource,
+    /// The namespace the report covers; none for the cluster report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Resource>,
     pub summary: Summary,
     pub results: Vec<ReportResult>,
 }
@@ -76,6 +87,8 @@ pub struct Report {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metadata {
     pub name: String,
+    /// Empty for the cluster report.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -133,7 +146,7 @@ fn priority(verdict: Verdict) -> u8 {
 
 /// One report per namespace that has results, in namespace order, each listing at most
 /// `max_results` of its results (failures, then errors, warnings, skips and passes; in their
-/// given order otherwise). Results without a namespace belong to no report.
+/// given order otherwise). Results without a namespace belong to no namespace report.
 pub fn reports(
     results: &[AuditResult],
     api: ReportApi,
@@ -149,53 +162,78 @@ pub fn reports(
     }
     by_namespace
         .into_iter()
-        .map(|(namespace, results)| {
-            let mut summary = Summary::default();
-            for r in &results {
-                summary.count(r.result);
-            }
-            let mut order: Vec<usize> = (0..results.len()).collect();
-            order.sort_by_key(|&i| (priority(results[i].result), i));
-            order.truncate(max_results);
-            let mut bytes = 0;
-            let fits = order
-                .iter()
-                .take_while(|&&i| {
-                    bytes += entry_bytes(results[i]);
-                    bytes <= MAX_RESULT_BYTES
-                })
-                .count();
-            order.truncate(fits);
-            order.sort_unstable();
-            let omitted = results.len() - order.len();
-            let mut annotations = BTreeMap::new();
-            if omitted > 0 {
-                annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
-            }
-            Report {
-                api_version: api.api_version(),
-                kind: api.kind(),
-                metadata: Metadata {
-                    name: REPORT_NAME.to_string(),
-                    namespace: namespace.to_string(),
-                    labels: BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]),
-                    annotations,
-                },
-                source: (api == ReportApi::OpenReports).then_some(SOURCE),
-                scope: Resource {
-                    api_version: "v1".to_string(),
-                    kind: "Namespace".to_string(),
-                    name: namespace.to_string(),
-                    ..Resource::default()
-                },
-                summary,
-                results: order
-                    .into_iter()
-                    .map(|i| entry(results[i], timestamp))
-                    .collect(),
-            }
-        })
+        .map(|(namespace, results)| report(Some(namespace), &results, api, timestamp, max_results))
         .collect()
+}
+
+/// The cluster report (`ClusterPolicyReport` or `ClusterReport`, named as the namespace
+/// reports) of the results of cluster-scoped objects, listed as [`reports`] lists; none when
+/// there are no results.
+pub fn cluster_report(
+    results: &[AuditResult],
+    api: ReportApi,
+    timestamp: Timestamp,
+    max_results: usize,
+) -> Option<Report> {
+    let results: Vec<&AuditResult> = results.iter().collect();
+    (!results.is_empty()).then(|| report(None, &results, api, timestamp, max_results))
+}
+
+/// The report of `namespace` (none: the cluster report) holding `results`.
+fn report(
+    namespace: Option<&str>,
+    results: &[&AuditResult],
+    api: ReportApi,
+    timestamp: Timestamp,
+    max_results: usize,
+) -> Report {
+    let mut summary = Summary::default();
+    for r in results {
+        summary.count(r.result);
+    }
+    let mut order: Vec<usize> = (0..results.len()).collect();
+    order.sort_by_key(|&i| (priority(results[i].result), i));
+    order.truncate(max_results);
+    let mut bytes = 0;
+    let fits = order
+        .iter()
+        .take_while(|&&i| {
+            bytes += entry_bytes(results[i]);
+            bytes <= MAX_RESULT_BYTES
+        })
+        .count();
+    order.truncate(fits);
+    order.sort_unstable();
+    let omitted = results.len() - order.len();
+    let mut annotations = BTreeMap::new();
+    if omitted > 0 {
+        annotations.insert(OMITTED_ANNOTATION.to_string(), omitted.to_string());
+    }
+    Report {
+        api_version: api.api_version(),
+        kind: match namespace {
+            Some(_) => api.kind(),
+            None => api.cluster_kind(),
+        },
+        metadata: Metadata {
+            name: REPORT_NAME.to_string(),
+            namespace: namespace.unwrap_or_default().to_string(),
+            labels: BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]),
+            annotations,
+        },
+        source: (api == ReportApi::OpenReports).then_some(SOURCE),
+        scope: namespace.map(|namespace| Resource {
+            api_version: "v1".to_string(),
+            kind: "Namespace".to_string(),
+            name: namespace.to_string(),
+            ..Resource::default()
+        }),
+        summary,
+        results: order
+            .into_iter()
+            .map(|i| entry(results[i], timestamp))
+            .collect(),
+    }
 }
 
 /// About what one result adds to a report as JSON.
@@ -306,6 +344,31 @@ mod tests {
             })
         );
         assert_eq!(reports[1].summary.pass, 1);
+    }
+
+    #[test]
+    fn cluster_scoped_results_get_the_cluster_report() {
+        let mut namespace = result("", "team-a", "namespaces-need-owner", Verdict::Fail);
+        namespace.resource.kind = "Namespace".into();
+        let report = cluster_report(&[namespace], ReportApi::PolicyReport, T, 10).unwrap();
+        let value = serde_json::to_value(&report).unwrap();
+        assert_eq!(value["kind"], "ClusterPolicyReport");
+        assert_eq!(
+            value["metadata"],
+            json!({"name": "poolguard-audit", "labels": {"app.kubernetes.io/managed-by": "poolguard"}})
+        );
+        assert!(value.get("scope").is_none(), "{value}");
+        assert_eq!(value["summary"]["fail"], 1);
+        assert_eq!(value["results"][0]["resources"][0]["name"], "team-a");
+        assert_eq!(
+            cluster_report(&[], ReportApi::OpenReports, T, 10).map(|r| r.kind),
+            None
+        );
+        let open = result("", "n", "p", Verdict::Pass);
+        assert_eq!(
+            cluster_report(&[open], ReportApi::OpenReports, T, 10).map(|r| r.kind),
+            Some("ClusterReport")
+        );
     }
 
     #[test]

@@ -226,14 +226,16 @@ notin (...)". Terms are comma-joined, which ANDs them like matchLabels and match
 {{- end }}
 
 {{/*
-The report API of audit.reportApi: its group, version, the resource poolguard writes (one
-namespaced report per namespace) and the CRDs of that API.
+The report API of audit.reportApi: its group, version, the resources poolguard writes (one
+namespaced report per namespace, one cluster report for the cluster-scoped objects the
+Gatekeeper constraints match) and the CRDs of that API.
 */}}
 {{- define "poolguard.reportApi" -}}
 {{- if eq .Values.audit.reportApi "openreports" -}}
 group: openreports.io
 version: v1alpha1
 resource: reports
+clusterResource: clusterreports
 crds:
   - {kind: Report, listKind: ReportList, plural: reports, singular: report, shortName: rep, scope: Namespaced, source: true}
   - {kind: ClusterReport, listKind: ClusterReportList, plural: clusterreports, singular: clusterreport, shortName: crep, scope: Cluster, source: true}
@@ -241,6 +243,7 @@ crds:
 group: wgpolicyk8s.io
 version: v1alpha2
 resource: policyreports
+clusterResource: clusterpolicyreports
 crds:
   - {kind: PolicyReport, listKind: PolicyReportList, plural: policyreports, singular: policyreport, shortName: polr, scope: Namespaced, source: false}
   - {kind: ClusterPolicyReport, listKind: ClusterPolicyReportList, plural: clusterpolicyreports, singular: clusterpolicyreport, shortName: cpolr, scope: Cluster, source: false}

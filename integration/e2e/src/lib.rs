@@ -200,14 +200,21 @@ impl Env {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    /// poolguard's PolicyReport (`poolguard-audit`) of `ns`, if the audit wrote one.
+    /// poolguard's PolicyReport (`poolguard-audit`) of `ns` (empty: its ClusterPolicyReport), if
+    /// the audit wrote one.
     pub async fn policy_report(&self, ns: &str) -> Result<Option<Value>> {
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "wgpolicyk8s.io",
-            "v1alpha2",
-            "PolicyReport",
-        ));
-        let reports: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &resource);
+        let kind = if ns.is_empty() {
+            "ClusterPolicyReport"
+        } else {
+            "PolicyReport"
+        };
+        let resource =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind));
+        let reports: Api<DynamicObject> = if ns.is_empty() {
+            Api::all_with(self.client.clone(), &resource)
+        } else {
+            Api::namespaced_with(self.client.clone(), ns, &resource)
+        };
         match reports.get_opt("poolguard-audit").await? {
             Some(object) => Ok(Some(serde_json::to_value(object)?)),
             None => Ok(None),

@@ -11,7 +11,8 @@
 //! owner label is refused by a RequiredOwner constraint that matches Services (the replica's
 //! `--gatekeeper-dir` holds both templates and their constraints), and one created before the
 //! webhook has a failing result of that constraint in the PolicyReport (the audit lists the
-//! kinds the constraints name).
+//! kinds the constraints name); the test's namespace, without an owner label, has a failing
+//! result of the constraint on Namespaces in the ClusterPolicyReport.
 //!
 //! Needs KUBECONFIG, POOLGUARD_BIN and the PolicyReport CRD (integration/e2e.sh provides all).
 
@@ -61,8 +62,8 @@ async fn statuses(env: &Env, configmap: &str) -> Result<String> {
     Ok(state.as_ref().map(rollout_statuses).unwrap_or_default())
 }
 
-/// The audit's results of `policy` for the object `name` in the PolicyReport of `ns`, each as
-/// "result violation: message", sorted.
+/// The audit's results of `policy` for the object `name` in the PolicyReport of `ns` (empty: the
+/// ClusterPolicyReport), each as "result violation: message", sorted.
 async fn report_results(env: &Env, ns: &str, name: &str, policy: &str) -> Result<Vec<String>> {
     let Some(report) = env.policy_report(ns).await? else {
         return Ok(Vec::new());
@@ -108,7 +109,11 @@ async fn wait_for_report(
             },
         )
         .await?;
-    env.say(format!("PolicyReport of {ns}, {policy}: {found:?}"));
+    let report = match ns {
+        "" => "ClusterPolicyReport".to_string(),
+        ns => format!("PolicyReport of {ns}"),
+    };
+    env.say(format!("{report}, {policy}: {found:?}"));
     Ok(())
 }
 
@@ -377,6 +382,9 @@ async fn scenario(
     // does.
     let want = ["fail 1: Service unowned has no owner label".to_string()];
     wait_for_report(env, standard, "unowned", "services-need-owner", &want).await?;
+    // And the cluster-scoped kinds they name (Namespaces), into the ClusterPolicyReport.
+    let want = [format!("fail 1: Namespace {standard} has no owner label")];
+    wait_for_report(env, "", standard, "namespaces-need-owner", &want).await?;
     drop(replica);
     Ok(())
 }
