@@ -524,18 +524,23 @@ mod tests {
         }
     }
 
+    /// A kind of the core API group, v1.
+    fn core_kind(kind: &'static str, plural: &'static str) -> Listed {
+        Listed {
+            group: "".into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
+
     /// The pod kinds are listed at the page size; another kind a constraint names, at most
     /// [`OTHER_KINDS_PAGE`] at a time.
     #[tokio::test]
     async fn other_kinds_are_listed_in_small_pages() {
         let mut facts = Facts::default();
         facts.namespaces.insert("team".into(), Default::default());
-        facts.kinds.push(Listed {
-            group: "".into(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-        });
+        facts.kinds.push(core_kind("ConfigMap", "configmaps"));
         let source = Recorded::default();
         let audited: Vec<Audited> =
             namespaces(&source, Arc::new(facts), Arc::new(RuleSet::default()), 500)
@@ -561,12 +566,7 @@ mod tests {
     async fn cluster_kinds_are_listed_once_without_a_namespace() {
         let mut facts = Facts::default();
         facts.namespaces.insert("team".into(), Default::default());
-        facts.cluster_kinds.push(Listed {
-            group: "".into(),
-            version: "v1".into(),
-            kind: "Namespace".into(),
-            plural: "namespaces".into(),
-        });
+        facts.cluster_kinds.push(core_kind("Namespace", "namespaces"));
         let facts = Arc::new(facts);
         let mut scan = Scan::over(&facts);
         let source = Recorded::default();

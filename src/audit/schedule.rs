@@ -74,33 +74,12 @@ pub async fn pass(
     );
     let mut audited = std::pin::pin!(audited);
     while let Some(namespace) = audited.next().await {
-        let namespace = namespace?;
-        scan.add(&namespace);
-        let reports = report::reports(
-            &namespace.results,
-            settings.report_api,
-            timestamp(now),
-            settings.max_results,
-        );
-        drop(namespace);
-        for report in &reports {
-            report_writer::apply(client, settings.report_api, report, &mut written).await?;
-        }
+        write(client, settings, now, namespace?, &mut scan, &mut written).await?;
     }
     // The cluster-scoped kinds the constraints name: one cluster report.
     if !facts.cluster_kinds.is_empty() {
         let cluster = scan::cluster(&source, facts, rules, settings.scan.page_size).await?;
-        scan.add(&cluster);
-        let report = report::cluster_report(
-            &cluster.results,
-            settings.report_api,
-            timestamp(now),
-            settings.max_results,
-        );
-        drop(cluster);
-        if let Some(report) = &report {
-            report_writer::apply(client, settings.report_api, report, &mut written).await?;
-        }
+        write(client, settings, now, cluster, &mut scan, &mut written).await?;
     }
     report_writer::delete_stale(client, settings.report_api, &mut written).await?;
     Ok(Pass {
@@ -108,6 +87,31 @@ pub async fn pass(
         written,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Counts one namespace's results (or the cluster-scoped objects') and writes their report,
+/// dropping the results first.
+async fn write(
+    client: &Client,
+    settings: &Settings,
+    now: SystemTime,
+    audited: scan::Audited,
+    scan: &mut Scan,
+    written: &mut Written,
+) -> Result<()> {
+    scan.add(&audited);
+    let (api, at, max) = (settings.report_api, timestamp(now), settings.max_results);
+    let reports = match audited.namespace.as_str() {
+        "" => report::cluster_report(&audited.results, api, at, max)
+            .into_iter()
+            .collect(),
+        _ => report::reports(&audited.results, api, at, max),
+    };
+    drop(audited);
+    for report in &reports {
+        report_writer::apply(client, api, report, written).await?;
+    }
+    Ok(())
 }
 
 /// A point in time as reports spell it.
