@@ -566,7 +566,9 @@ mod tests {
     async fn cluster_kinds_are_listed_once_without_a_namespace() {
         let mut facts = Facts::default();
         facts.namespaces.insert("team".into(), Default::default());
-        facts.cluster_kinds.push(core_kind("Namespace", "namespaces"));
+        facts
+            .cluster_kinds
+            .push(core_kind("Namespace", "namespaces"));
         let facts = Arc::new(facts);
         let mut scan = Scan::over(&facts);
         let source = Recorded::default();

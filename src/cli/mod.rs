@@ -283,9 +283,9 @@ enum RolloutAction {
 /// The report API, as the command line names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ReportApiArg {
-    /// wgpolicyk8s.io/v1alpha2 PolicyReport
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport (and ClusterPolicyReport)
     Policyreport,
-    /// openreports.io/v1alpha1 Report
+    /// openreports.io/v1alpha1 Report (and ClusterReport)
     Openreports,
 }
 
@@ -403,7 +403,9 @@ struct ServeAuditArgs {
     /// validating webhook's namespace scope. Default: every namespace.
     #[arg(long, default_value = "", value_name = "SELECTOR")]
     audit_namespace_selector: String,
-    /// The report API the audit writes (its CRD must be installed); as `audit --report-api`.
+    /// The report API the audit writes (its CRDs must be installed): a report per namespace, and
+    /// one cluster report of the cluster-scoped objects Gatekeeper constraints match; as `audit
+    /// --report-api`.
     #[arg(
         long = "report-api",
         alias = "audit-report-api",
