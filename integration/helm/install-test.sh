@@ -227,8 +227,12 @@ can_i yes create policyreports.wgpolicyk8s.io -n team-a
 can_i yes list policyreports.wgpolicyk8s.io -A
 can_i yes delete policyreports.wgpolicyk8s.io/poolguard-audit -n plain
 can_i no update policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
-can_i no create clusterpolicyreports.wgpolicyk8s.io
+# The cluster report (cluster-scoped objects the Gatekeeper constraints match).
+can_i yes patch clusterpolicyreports.wgpolicyk8s.io/poolguard-audit
+can_i yes delete clusterpolicyreports.wgpolicyk8s.io/poolguard-audit
+can_i no update clusterpolicyreports.wgpolicyk8s.io/poolguard-audit
 can_i no patch reports.openreports.io/poolguard-audit -n team-a
+can_i no patch clusterreports.openreports.io/poolguard-audit
 can_i yes create leases.coordination.k8s.io -n "$ns"
 can_i yes update leases.coordination.k8s.io/poolguard-audit -n "$ns"
 can_i no update leases.coordination.k8s.io/someone-else -n "$ns"
@@ -320,7 +324,9 @@ else
 fi
 round_trip openreports.io/v1alpha1 Report team-a poolguard
 can_i yes patch reports.openreports.io/poolguard-audit -n team-a
+can_i yes patch clusterreports.openreports.io/poolguard-audit
 can_i no patch policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
+can_i no patch clusterpolicyreports.wgpolicyk8s.io/poolguard-audit
 expect "the PolicyReport CRD stays when it leaves the release (keep)" kubectl get crd policyreports.wgpolicyk8s.io
 # --reset-values: an upgrade without values would reuse the previous ones.
 expect "helm upgrade (back to the default values)" helm upgrade "$release" "$chart" -n "$ns" "${chart_mode[@]}" --reset-values
