@@ -109,6 +109,18 @@ impl<'a, O: Write, E: Write> Printer<'a, O, E> {
 
     /// Prints one batch.
     pub fn results(&mut self, results: &[AuditResult]) -> Result<()> {
+        self.batch(results, false)
+    }
+
+    /// Prints the results of cluster-scoped objects (the cluster audit's last batch): as the
+    /// cluster report in reports output, as [`Printer::results`] does otherwise.
+    pub fn cluster_results(&mut self, results: &[AuditResult]) -> Result<()> {
+        self.batch(results, true)
+    }
+
+    /// Prints one batch; `cluster`: of cluster-scoped objects, one cluster report in reports
+    /// output.
+    fn batch(&mut self, results: &[AuditResult], cluster: bool) -> Result<()> {
         if results.is_empty() {
             return Ok(());
         }
@@ -126,12 +138,18 @@ impl<'a, O: Write, E: Write> Printer<'a, O, E> {
                 }
             }
             Output::Reports => {
-                let reports = report::reports(
-                    results,
+                let (api, at, max) = (
                     self.reports.api,
                     self.reports.timestamp,
                     self.reports.max_results,
                 );
+                let reports: Vec<report::Report> = if cluster {
+                    report::cluster_report(results, api, at, max)
+                        .into_iter()
+                        .collect()
+                } else {
+                    report::reports(results, api, at, max)
+                };
                 for (i, report) in reports.iter().enumerate() {
                     if i > 0 || !first {
                         writeln!(self.out, "---")?;
@@ -142,7 +160,11 @@ impl<'a, O: Write, E: Write> Printer<'a, O, E> {
                         documents::to_yaml(&serde_json::to_value(report)?)?
                     )?;
                 }
-                for r in results.iter().filter(|r| r.resource.namespace.is_empty()) {
+                // A cluster batch is its report; otherwise objects without a namespace are in none.
+                let outside = results
+                    .iter()
+                    .filter(|r| !cluster && r.resource.namespace.is_empty());
+                for r in outside {
                     writeln!(
                         self.err,
                         "poolguard: {}: {} (in no report): {}",
@@ -157,34 +179,6 @@ impl<'a, O: Write, E: Write> Printer<'a, O, E> {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Prints the results of cluster-scoped objects (the cluster audit's last batch): as the
-    /// cluster report in reports output, as [`Printer::results`] does otherwise.
-    pub fn cluster_results(&mut self, results: &[AuditResult]) -> Result<()> {
-        if self.output != Output::Reports {
-            return self.results(results);
-        }
-        let Some(report) = report::cluster_report(
-            results,
-            self.reports.api,
-            self.reports.timestamp,
-            self.reports.max_results,
-        ) else {
-            return Ok(());
-        };
-        self.clean &= !results
-            .iter()
-            .any(|r| matches!(r.result, Verdict::Fail | Verdict::Error));
-        if !std::mem::replace(&mut self.first, false) {
-            writeln!(self.out, "---")?;
-        }
-        write!(
-            self.out,
-            "{}",
-            documents::to_yaml(&serde_json::to_value(&report)?)?
-        )?;
         Ok(())
     }
 
