@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -150,43 +151,27 @@ async fn only_the_pool_authority_labels_namespaces() {
     run("only_the_pool_authority_labels_namespaces", |env| async move {
         let (pool1, pool2) = (env.pool1(), env.pool2());
         let ns = env.namespace("authority", Some(pool1)).await?;
-        let user = format!("editor-{}", random_suffix());
         // The editor may patch namespaces (more than a namespace editor usually gets).
-        let role_name = format!("poolguard-e2e-{user}");
-        let roles: Api<ClusterRole> = Api::all(env.client.clone());
-        let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
-        roles
-            .create(&PostParams::default(), &from_json(json!({
-                "metadata": {"name": role_name},
-                "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "patch", "update"]}]
-            }))?)
-            .await?;
-        bindings
-            .create(&PostParams::default(), &from_json(json!({
-                "metadata": {"name": role_name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]
-            }))?)
-            .await?;
-        let outcome = async {
-            let editor: Api<Namespace> = Api::all(client_as(&user, &["system:authenticated"]).await?);
-            let label = |pool: &str| Patch::Merge(json!({"metadata": {"labels": {&env.label: pool}}}));
-            env.say(format!("check: {user} (may patch namespaces) cannot move {ns} to {pool2}"));
-            let result = editor.patch(&ns, &PatchParams::default(), &label(pool2)).await;
-            expect_refused("editor relabels", result, 403, &["poolAuthority"])?;
-            env.say("check: the editor can still change other labels");
-            editor
-                .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})))
-                .await
-                .context("an unrelated label")?;
-            env.say("check: the cluster admin (system:masters) can move it");
-            env.set_pool(&ns, Some(pool2)).await.context("admin relabels")?;
-            anyhow::Ok(())
-        }
-        .await;
-        let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
-        let _ = roles.delete(&role_name, &DeleteParams::default()).await;
-        outcome
+        let rules = json!([{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "patch", "update"]}]);
+        as_namespace_editor(&env, rules, |user, client| {
+            let (env, ns) = (env.clone(), ns.clone());
+            async move {
+                let editor: Api<Namespace> = Api::all(client);
+                let label = |pool: &str| Patch::Merge(json!({"metadata": {"labels": {&env.label: pool}}}));
+                env.say(format!("check: {user} (may patch namespaces) cannot move {ns} to {pool2}"));
+                let result = editor.patch(&ns, &PatchParams::default(), &label(pool2)).await;
+                expect_refused("editor relabels", result, 403, &["poolAuthority"])?;
+                env.say("check: the editor can still change other labels");
+                editor
+                    .patch(&ns, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})))
+                    .await
+                    .context("an unrelated label")?;
+                env.say("check: the cluster admin (system:masters) can move it");
+                env.set_pool(&ns, Some(pool2)).await.context("admin relabels")?;
+                Ok(())
+            }
+        })
+        .await
     })
     .await;
 }
@@ -328,7 +313,7 @@ where
     roles
         .create(
             &PostParams::default(),
-            &from_json(json!({"metadata": {"name": role_name}, "rules": rules}))?,
+            &from_json(json!({"metadata": {"name": role_name}, "rules": &rules}))?,
         )
         .await?;
     bindings
@@ -339,6 +324,7 @@ where
         }))?)
         .await?;
     let outcome = async {
+        wait_until_granted(env, &user, &rules).await?;
         let client = client_as(&user, &["system:authenticated"]).await?;
         body(user.clone(), client).await
     }
@@ -346,6 +332,57 @@ where
     let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
     let _ = roles.delete(&role_name, &DeleteParams::default()).await;
     outcome
+}
+
+/// Waits (up to 30 s) until the API server's authorizer grants `user` every verb on every
+/// resource of `rules`: a new ClusterRoleBinding reaches the RBAC authorizer's cache a moment
+/// after its CREATE returns, and a request made in between is refused by RBAC, not by poolguard.
+async fn wait_until_granted(env: &poolguard_e2e::Env, user: &str, rules: &Value) -> Result<()> {
+    let reviews: Api<SubjectAccessReview> = Api::all(env.client.clone());
+    let mut wanted = Vec::new();
+    for rule in rules.as_array().into_iter().flatten() {
+        let strings = |key: &str| -> Vec<String> {
+            rule[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        for group in strings("apiGroups") {
+            for resource in strings("resources") {
+                for verb in strings("verbs") {
+                    wanted.push((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for (group, resource, verb) in wanted {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((resource, sub)) => (resource.to_owned(), Some(sub.to_owned())),
+            None => (resource, None),
+        };
+        let review: SubjectAccessReview = from_json(json!({
+            "spec": {
+                "user": user,
+                "groups": ["system:authenticated"],
+                "resourceAttributes": {"group": group, "resource": resource, "subresource": subresource, "verb": verb}
+            }
+        }))?;
+        loop {
+            let answer = reviews.create(&PostParams::default(), &review).await?;
+            if answer.status.is_some_and(|status| status.allowed) {
+                break;
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "RBAC did not grant {user} {verb} on {resource} within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
 
 /// The labels of `ns` as the admin reads them.
