@@ -42,6 +42,9 @@
 #                  would cost (a measurement, not the generated semantics)
 #       shared     merged, each variable the policies share (the pod spec, its images, whether
 #                  they are readable) worked out once
+#       baseline   the objects another poolguard binary generates (NATIVE_BASELINE_BIN, e.g.
+#                  one built from an earlier commit), unchanged: a change to the generator
+#                  measured against what it replaces, in the same run
 #     and one arm that is not generated:
 #       handwritten  bench/e2e/handwritten-native.yaml, the least a person would write by hand
 #                  (one MutatingAdmissionPolicy evaluated once, one ValidatingAdmissionPolicy,
@@ -196,9 +199,14 @@ for variant in ${variants[@]+"${variants[@]}"}; do
         continue
     fi
     [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == merged || "${variant}" == shared ||
-        "${variant}" == drop-?* ]] ||
-        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, handwritten)"
-    "${work}/poolguard" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
+        "${variant}" == drop-?* || "${variant}" == baseline ]] ||
+        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, baseline, handwritten)"
+    generator="${work}/poolguard"
+    if [[ "${variant}" == baseline ]]; then
+        [[ -x "${NATIVE_BASELINE_BIN:-}" ]] || die "NATIVE_VARIANTS: baseline needs NATIVE_BASELINE_BIN (a poolguard binary)"
+        generator="${NATIVE_BASELINE_BIN}"
+    fi
+    "${generator}" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
         --namespace-match-label "poolguard-floor=${variant}" >"${work}/native-${variant}.yaml"
     "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" |
         python3 bench/e2e/native_variant.py "${variant}" |

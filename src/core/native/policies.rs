@@ -309,8 +309,11 @@ fn rollout_cells<'r>(
 struct CellCheck<'r> {
     cell: Cell<'r>,
     check: Check,
-    /// CEL that must hold for the check to run (its dependency met), reading `refs`.
+    /// CEL that must hold for the check to run (its dependency met), reading `refs` and the
+    /// dependency's `passes_<name>` variable.
     condition: Option<String>,
+    /// The dependency's name and fast path (`Check::passes`), for its `passes_<name>` variable.
+    dependency_passes: Option<(String, String)>,
 }
 
 /// Each cell's check. `Err` (nothing generated for the policy) when one cell's parameters, or
@@ -320,14 +323,15 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
     for cell in cells {
         let mut check =
             Check::of(name, cell.parameters).ok_or("its parameters are not lists of strings")?;
-        let condition = match cell.dependency {
-            None => None,
+        let (condition, dependency_passes) = match cell.dependency {
+            None => (None, None),
             Some((dep, compliance, parameters)) => {
                 let dep_check = Check::of(dep, parameters)
                     .ok_or("the parameters of its dependency are not lists of strings")?;
                 let infringed = format!(
-                    "(!variables.images.all(i, {}) && variables.refs.exists(i, {}))",
-                    dep_check.passes, dep_check.infringes
+                    "(!variables.{} && variables.refs.exists(i, {}))",
+                    passes_variable(dep),
+                    dep_check.infringes
                 );
                 // The condition reads the dependency's fields from the same `refs`.
                 for field in dep_check.fields {
@@ -335,16 +339,18 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
                         check.fields.push(field);
                     }
                 }
-                Some(match compliance {
+                let condition = match compliance {
                     Compliance::Compliant => format!("!{infringed}"),
                     Compliance::NonCompliant => infringed,
-                })
+                };
+                (Some(condition), Some((dep.to_owned(), dep_check.passes)))
             }
         };
         out.push(CellCheck {
             cell,
             check,
             condition,
+            dependency_passes,
         });
     }
     Ok(out)
@@ -423,7 +429,7 @@ struct Check {
     fields: Vec<(&'static str, String)>,
     /// Whether the image infringes.
     infringes: String,
-    /// CEL over the raw text `i.image` of an image of `images`: a cheap condition that, for a
+    /// CEL over the raw text `t` of an image (an item of `texts`): a cheap condition that, for a
     /// readable reference, implies the check does not infringe ([`image_cel`]'s fast paths), so
     /// the normalised parts are worked out only for objects that may infringe. `false` when
     /// there is none.
@@ -444,7 +450,7 @@ impl Check {
                     policy: name.into(),
                     fields: vec![repository],
                     infringes: format!("!{}", matches_any(&allowed, "i.repository")),
-                    passes: image_cel::under_any_raw(&allowed, r),
+                    passes: image_cel::under_any_raw(&allowed, "t"),
                     message: format!(
                         "'image \"' + i.image + '\" (repository \"' + i.repository + '\") is not from an allowed repository ' + {}",
                         literal(&text)
@@ -475,7 +481,7 @@ impl Check {
                         "(i.digest == '' && ({tag} == '' || {tag} == 'latest') && !{})",
                         matches_any(&exempt, "i.repository")
                     ),
-                    passes: image_cel::pinned_raw(r),
+                    passes: image_cel::pinned_raw("t"),
                     message: format!(
                         "'image \"' + i.image + '\" ' + ({tag} == '' ? 'has no tag, so the runtime pulls :latest' : 'uses the :latest tag') + '; pin a version tag or a digest'"
                     ),
@@ -509,14 +515,19 @@ fn matches_any(prefixes: &[String], repository: &str) -> String {
     )
 }
 
+/// The variable that holds whether every image passes `policy`'s fast path.
+fn passes_variable(policy: &str) -> String {
+    format!("passes_{policy}")
+}
+
 /// CEL: every image readable and at most the limit (else the images policy refuses the object
 /// and no SIT policy runs, as in the webhook).
 fn readable(config: &Config) -> String {
     format!(
-        "size(variables.images) <= {} && variables.images.all(i, {} && !{})",
+        "size(variables.texts) <= {} && variables.texts.all(t, {} && !{})",
         config.limits.max_images_per_pod,
-        image_cel::is_valid("i.image"),
-        image_cel::is_image_id("i.image")
+        image_cel::is_valid("t"),
+        image_cel::is_image_id("t")
     )
 }
 
@@ -546,6 +557,7 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
     let mut variables = vec![
         json!({"name": "spec", "expression": workloads::spec("object")}),
         json!({"name": "images", "expression": workloads::images("variables.spec")}),
+        json!({"name": "texts", "expression": workloads::image_texts("variables.spec")}),
         json!({"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))}),
         json!({"name": "readable", "expression": readable(config)}),
         json!({"name": "refs", "expression": refs}),
@@ -557,6 +569,24 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         }
         None => "",
     };
+    // Whether every image passes a check's fast path, once per policy: its own `infringing` and
+    // a dependent's condition both read it.
+    let mut passes: Vec<(&str, &str)> = Vec::new();
+    for c in group {
+        let own = (c.check.policy.as_str(), c.check.passes.as_str());
+        let dep = c
+            .dependency_passes
+            .as_ref()
+            .map(|(name, cel)| (name.as_str(), cel.as_str()));
+        for (name, cel) in std::iter::once(own).chain(dep) {
+            if !passes.iter().any(|(known, _)| *known == name) {
+                passes.push((name, cel));
+            }
+        }
+    }
+    variables.extend(passes.iter().map(|(name, cel)| {
+        json!({"name": passes_variable(name), "expression": format!("variables.texts.all(t, {cel})")})
+    }));
     let mut validations = Vec::new();
     for c in group {
         let policy = &c.check.policy;
@@ -574,7 +604,7 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         };
         variables.extend([
             json!({"name": met, "expression": c.condition.clone().unwrap_or_else(|| "true".into())}),
-            json!({"name": infringing, "expression": format!("variables.images.all(i, {}) ? [] : variables.refs.filter(i, variables.{met} && {})", c.check.passes, c.check.infringes)}),
+            json!({"name": infringing, "expression": format!("variables.{} ? [] : variables.refs.filter(i, variables.{met} && {})", passes_variable(policy), c.check.infringes)}),
             json!({"name": found, "expression": found_expression}),
         ]);
         // One line: kube-apiserver refuses a message with a line break and falls back to
@@ -622,20 +652,21 @@ fn images_policy(config: &Config, options: &Options, native: &mut Native) {
                 {"name": "spec", "expression": workloads::spec("object")},
                 {"name": "oldSpec", "expression": workloads::spec("oldObject")},
                 {"name": "images", "expression": workloads::images("variables.spec")},
+                {"name": "texts", "expression": workloads::image_texts("variables.spec")},
             ],
             "validations": [
                 {
-                    "expression": format!("size(variables.images) <= {max} || {unchanged}"),
+                    "expression": format!("size(variables.texts) <= {max} || {unchanged}"),
                     "messageExpression": format!("'the pod spec pulls ' + string(size(variables.images)) + ' images (containers, initContainers, ephemeralContainers and image volumes); at most {max} are accepted (limits.maxImagesPerPod)'"),
                     "reason": "Invalid",
                 },
                 {
-                    "expression": format!("size(variables.images) > {max} || {unchanged} || variables.images.all(i, {})", image_cel::is_valid("i.image")),
+                    "expression": format!("size(variables.texts) > {max} || {unchanged} || variables.texts.all(t, {})", image_cel::is_valid("t")),
                     "messageExpression": format!("variables.images.filter(i, !{}).map(i, i.type + ' \"' + i.name + '\": invalid image reference \"' + i.image + '\"').join('; ')", image_cel::is_valid("i.image")),
                     "reason": "Invalid",
                 },
                 {
-                    "expression": format!("size(variables.images) > {max} || {unchanged} || !variables.images.exists(i, {})", image_cel::is_image_id("i.image")),
+                    "expression": format!("size(variables.texts) > {max} || {unchanged} || !variables.texts.exists(t, {})", image_cel::is_image_id("t")),
                     "messageExpression": format!("variables.images.filter(i, {}).map(i, i.type + ' \"' + i.name + '\": image \"' + i.image + '\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference').join('; ')", image_cel::is_image_id("i.image")),
                     "reason": "Invalid",
                 },

@@ -115,9 +115,17 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
     let met = variable("dependencyMet_latesttag");
     // Met unless an image is not under the raw fast path and its normalised repository infringes.
     assert!(
-        met.starts_with("!(!variables.images.all(i, (i.image.startsWith('registry.example.com/'))) && variables.refs.exists(i, "),
+        met.starts_with("!(!variables.passes_allowedrepositories && variables.refs.exists(i, "),
         "{met}"
     );
+    // The fast path is worked out once per policy: the dependency's condition and the policy's
+    // own `infringing` read the same variable.
+    assert_eq!(
+        variable("passes_allowedrepositories"),
+        "variables.texts.all(t, (t.startsWith('registry.example.com/')))"
+    );
+    assert!(variable("infringing_allowedrepositories")
+        .starts_with("variables.passes_allowedrepositories ? [] : "));
     assert!(met.contains("'registry.example.com'"), "{met}");
     // Both checks and the dependency read one `refs`: each image's reference carries each part
     // once.

@@ -49,3 +49,16 @@ pub fn images(spec: &str) -> String {
         containers("ephemeralContainers", "ephemeralContainer"),
     )
 }
+
+/// CEL: the text of each image [`images`] lists, in the same order: what the cheap checks read
+/// (the grammar, the fast paths) without building a map per image.
+pub fn image_texts(spec: &str) -> String {
+    let containers =
+        |field: &str| format!("{spec}.?{field}.orValue([]).map(c, string(c.?image.orValue('')))");
+    format!(
+        "{} + {} + {} + {spec}.?volumes.orValue([]).filter(v, has(v.image)).map(v, string(v.image.?reference.orValue('')))",
+        containers("initContainers"),
+        containers("containers"),
+        containers("ephemeralContainers"),
+    )
+}
