@@ -91,6 +91,9 @@ pub fn generate(rules: &RuleSet, options: &Options) -> Native {
     let config = &rules.config;
     placement::generate(config, options, &mut native);
     policies::generate(rules, options, &mut native);
+    for object in &mut native.objects {
+        messages_only_when_refused(object);
+    }
     if config.placement.is_some() {
         native.skipped.push(Skipped {
             what: "namespaces whose pods get their pool chosen by the placement policies".into(),
@@ -104,6 +107,30 @@ pub fn generate(rules: &RuleSet, options: &Options) -> Native {
         requests: Requests::Namespaces,
     });
     native
+}
+
+/// kube-apiserver evaluates every messageExpression of a ValidatingAdmissionPolicy on every
+/// request, the admitted ones too, and each in a fresh context (the variables worked out
+/// again). So each message is guarded by its validation: on an admitted request it costs what
+/// the validation costs, not what building the message costs; on a refused one the message is
+/// the same.
+fn messages_only_when_refused(object: &mut Value) {
+    if object["kind"] != "ValidatingAdmissionPolicy" {
+        return;
+    }
+    let Some(validations) = object["spec"]["validations"].as_array_mut() else {
+        return;
+    };
+    for validation in validations {
+        let (Some(expression), Some(message)) = (
+            validation["expression"].as_str(),
+            validation["messageExpression"].as_str(),
+        ) else {
+            continue;
+        };
+        let guarded = format!("({expression}) ? '' : ({message})");
+        validation["messageExpression"] = Value::String(guarded);
+    }
 }
 
 /// The metadata of a generated object.

@@ -354,3 +354,34 @@ fn a_finished_rollout_needs_no_webhook_unless_denials_are_watched_and_one_withou
         pods(&no_state)
     );
 }
+
+/// kube-apiserver evaluates every messageExpression on every request: each generated message
+/// is guarded by its validation, so an admitted request does not build it.
+#[test]
+fn every_message_is_built_only_when_its_validation_refuses() {
+    let native = generate(
+        &rules(
+            "policies:\n  allowedrepositories: {parameters: {repositories: [registry.example.com/]}}\n  latesttag: {parameters: {}}\n",
+        ),
+        &Options::default(),
+    );
+    let mut messages = 0;
+    for object in native
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
+    {
+        for validation in object["spec"]["validations"].as_array().unwrap() {
+            let expression = validation["expression"].as_str().unwrap();
+            let message = validation["messageExpression"].as_str().unwrap();
+            assert!(
+                message.starts_with(&format!("({expression}) ? '' : (")),
+                "{}: {message}",
+                object["metadata"]["name"]
+            );
+            messages += 1;
+        }
+    }
+    // placement's three, the images policy's three, one per shipped policy
+    assert_eq!(messages, 8);
+}
