@@ -570,7 +570,9 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         None => "",
     };
     // Whether every image passes a check's fast path, once per policy: its own `infringing` and
-    // a dependent's condition both read it.
+    // a dependent's condition both read it. One fast path per name: a dependency never has a
+    // rollout (`dependency_of`), so its parameters in a dependent's cell are those of its own
+    // cell for the same namespaces (the pool's effective settings).
     let mut passes: Vec<(&str, &str)> = Vec::new();
     for c in group {
         let own = (c.check.policy.as_str(), c.check.passes.as_str());
