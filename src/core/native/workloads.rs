@@ -37,28 +37,36 @@ pub fn spec(object: &str) -> String {
 /// CEL: the images the pod spec held in variable `spec` pulls, each `{'type', 'name',
 /// 'image'}` (`type` as messages name it), in the order the webhook lists them.
 pub fn images(spec: &str) -> String {
-    let containers = |field: &str, kind: &str| {
-        format!(
-            "{spec}.?{field}.orValue([]).map(c, {{'type': '{kind}', 'name': string(c.name), 'image': string(c.?image.orValue(''))}})"
-        )
-    };
-    format!(
-        "{} + {} + {} + {spec}.?volumes.orValue([]).filter(v, has(v.image)).map(v, {{'type': 'image volume', 'name': string(v.name), 'image': string(v.image.?reference.orValue(''))}})",
-        containers("initContainers", "initContainer"),
-        containers("containers", "container"),
-        containers("ephemeralContainers", "ephemeralContainer"),
-    )
+    image_sources(spec, |kind, item, text| {
+        format!("{{'type': '{kind}', 'name': string({item}.name), 'image': {text}}}")
+    })
 }
 
 /// CEL: the text of each image [`images`] lists, in the same order: what the cheap checks read
 /// (the grammar, the fast paths) without building a map per image.
 pub fn image_texts(spec: &str) -> String {
-    let containers =
-        |field: &str| format!("{spec}.?{field}.orValue([]).map(c, string(c.?image.orValue('')))");
+    image_sources(spec, |_, _, text| text.to_owned())
+}
+
+/// CEL: one list item per image the pod spec in `spec` pulls (init containers, containers,
+/// ephemeral containers, image volumes, in the webhook's order), each `item(type, element,
+/// image text)`: the one place that says which fields pull an image.
+fn image_sources(spec: &str, item: impl Fn(&str, &str, &str) -> String) -> String {
+    let containers = |field: &str, kind: &str| {
+        format!(
+            "{spec}.?{field}.orValue([]).map(c, {})",
+            item(kind, "c", "string(c.?image.orValue(''))")
+        )
+    };
     format!(
-        "{} + {} + {} + {spec}.?volumes.orValue([]).filter(v, has(v.image)).map(v, string(v.image.?reference.orValue('')))",
-        containers("initContainers"),
-        containers("containers"),
-        containers("ephemeralContainers"),
+        "{} + {} + {} + {spec}.?volumes.orValue([]).filter(v, has(v.image)).map(v, {})",
+        containers("initContainers", "initContainer"),
+        containers("containers", "container"),
+        containers("ephemeralContainers", "ephemeralContainer"),
+        item(
+            "image volume",
+            "v",
+            "string(v.image.?reference.orValue(''))"
+        ),
     )
 }
