@@ -12,25 +12,11 @@ use crate::config::dependencies::Compliance;
 use crate::config::rollout::RolloutSpec;
 use crate::config::{Config, Enforcement};
 use crate::policy::engine::Policy;
-use crate::policy::template;
 use crate::rollout::machine::GroupStatus;
 use crate::ruleset::RuleSet;
 
 /// Name of the policy refusing pod specs the webhook cannot read.
 pub(crate) const IMAGES: &str = "poolguard-images";
-
-/// The shipped policies this module compiles, with their sources: a loaded policy of that name
-/// whose Rego differs is custom and stays on the webhook.
-pub(super) const SHIPPED: [(&str, &str); 2] = [
-    (
-        "allowedrepositories",
-        include_str!("../../../policies/allowedrepositories.yaml"),
-    ),
-    (
-        "latesttag",
-        include_str!("../../../policies/latesttag.yaml"),
-    ),
-];
 
 pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
     let config = &rules.config;
@@ -91,13 +77,10 @@ fn dependency_of<'r>(
     Ok(Some((dep.policy.as_str(), dep.compliance)))
 }
 
-/// Whether `policy`, loaded as `name`, runs the shipped Rego of that name.
+/// Whether `policy`, loaded as `name`, runs the shipped Rego of that name (a loaded policy of
+/// a shipped name whose Rego differs is custom and stays on the webhook).
 fn is_shipped(name: &str, policy: &Policy) -> bool {
-    SHIPPED
-        .iter()
-        .find(|(n, _)| *n == name)
-        .and_then(|(n, text)| template::from_yaml(text, format!("policies/{n}.yaml").into()).ok())
-        .is_some_and(|t| t.rego == policy.rego() && policy.constraint_source().is_none())
+    policy.name == name && policy.shipped().is_some()
 }
 
 fn skip(native: &mut Native, policy: &str, why: &str) {

@@ -4,7 +4,7 @@ use crate::policy::{template, PolicySet};
 use crate::rollout::machine::GroupStatus;
 
 fn rules(config: &str) -> RuleSet {
-    let templates: Vec<_> = policies::SHIPPED
+    let templates: Vec<_> = crate::policy::shipped::SOURCES
         .iter()
         .map(|(name, text)| template::from_yaml(text, format!("{name}.yaml").into()).unwrap())
         .collect();

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use regorus::utils::limits::ExecutionTimerConfig;
 use regorus::{Engine, Value};
 
+use super::shipped::Shipped;
 use super::string_literal::skip_quoted;
 use super::template::Template;
 use super::{builtins, memo};
@@ -39,6 +40,9 @@ pub struct Policy {
     /// For a Gatekeeper constraint, the objects it applies to (its `spec.match`) and its
     /// template's text; none for a SIT policy, which applies to every object the webhook checks.
     pub(super) constraint: Option<Arc<ConstraintSource>>,
+    /// For a shipped policy loaded unchanged, its copy in Rust ([`Shipped`]), which decides
+    /// the inputs it takes without the interpreter.
+    pub(super) shipped: Option<Shipped>,
 }
 
 /// What a Gatekeeper constraint is made of beside its settings: its `spec.match` and its
@@ -289,6 +293,7 @@ impl Policy {
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
             constraint: None,
+            shipped: Shipped::recognise(&template.name, &template.rego),
         })
     }
 
@@ -315,6 +320,7 @@ impl Policy {
             id: memo::next_policy_id(),
             memoizable: false,
             constraint: Some(Arc::new(source)),
+            shipped: None,
         }
     }
 
@@ -339,6 +345,11 @@ impl Policy {
         }
     }
 
+    /// The shipped policy this is, loaded unchanged under its own name; `None` for custom Rego.
+    pub fn shipped(&self) -> Option<Shipped> {
+        self.shipped
+    }
+
     /// The Rego source the policy was compiled from.
     pub fn rego(&self) -> &str {
         &self.rego
@@ -355,7 +366,8 @@ impl Policy {
         crate::rollout::policy_version(&self.rego, config, &self.name)
     }
 
-    /// Evaluates `infringement` on `input` within `limit`: the messages, sorted.
+    /// Evaluates `infringement` on `input` within `limit` in the Rego interpreter (also for a
+    /// shipped policy: the reference its Rust copy is tested against): the messages, sorted.
     pub fn infringements(&self, input: Value, limit: Duration) -> Result<Vec<String>, String> {
         let value = eval_within(&self.engine, &self.rule, input, limit)?;
         messages(&value)

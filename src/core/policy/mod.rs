@@ -8,6 +8,7 @@ pub mod input;
 pub mod memo;
 pub mod rego_tests;
 pub mod set;
+pub mod shipped;
 pub(crate) mod string_literal;
 pub mod template;
 

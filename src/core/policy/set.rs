@@ -237,24 +237,7 @@ impl PolicySet {
                     unmet,
                     ignore_pending: plan.ignore_pending[i],
                 }),
-                None => {
-                    // The memo's key: the policy, its parameters and the document, as text.
-                    let key = (policy.memoizable && self.memo.keeps(0)).then(|| {
-                        let parameters = settings.parameters.text();
-                        Memo::<Vec<String>>::key(policy.id, &[parameters, request.text()])
-                    });
-                    let remembered = key.as_deref().and_then(|k| self.memo.get(k));
-                    Evaluation::Ran(match remembered {
-                        Some(messages) => Ok(messages),
-                        None => {
-                            let result = request.run(policy, settings.parameters, limit);
-                            if let (Some(key), Ok(messages)) = (key, &result) {
-                                self.memo.insert(key, messages.clone());
-                            }
-                            result
-                        }
-                    })
-                }
+                None => Evaluation::Ran(self.run(policy, settings.parameters, &mut request, limit)),
             };
             if dependent {
                 states[i] = result.state();
@@ -271,6 +254,36 @@ impl PolicySet {
             outcomes.sort_by(|a, b| a.policy.cmp(&b.policy));
         }
         outcomes
+    }
+}
+
+impl PolicySet {
+    /// One policy's messages on the request: from its Rust copy when it is shipped and takes
+    /// the input (cheaper than a memo key), else remembered, else from the interpreter.
+    fn run(
+        &self,
+        policy: &Policy,
+        parameters: &Parameters,
+        request: &mut RequestInput,
+        limit: Duration,
+    ) -> Result<Vec<String>, String> {
+        let shipped = policy
+            .shipped
+            .and_then(|shipped| shipped.infringements(request.document, parameters.map()));
+        if let Some(messages) = shipped {
+            return Ok(messages);
+        }
+        // The memo's key: the policy, its parameters and the document, as text.
+        let key = (policy.memoizable && self.memo.keeps(0))
+            .then(|| Memo::<Vec<String>>::key(policy.id, &[parameters.text(), request.text()]));
+        if let Some(messages) = key.as_deref().and_then(|k| self.memo.get(k)) {
+            return Ok(messages);
+        }
+        let result = request.run(policy, parameters, limit);
+        if let (Some(key), Ok(messages)) = (key, &result) {
+            self.memo.insert(key, messages.clone());
+        }
+        result
     }
 }
 
