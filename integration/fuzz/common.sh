@@ -3,7 +3,7 @@
 # Expects `set -euo pipefail` and the repository root as the working directory.
 
 FUZZ_DIR=integration/fuzz
-TARGETS=(admission_review admission_review_edits config_file policy_template namespaces_file image_reference certificate_plan)
+TARGETS=(admission_review admission_review_edits config_file policy_template namespaces_file image_reference shipped_policy certificate_plan)
 # Build, corpora and crash inputs live under the repository's (git-ignored) target directory.
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-target/fuzz-build}
 FUZZ_ARTIFACTS=${FUZZ_ARTIFACTS:-target/fuzz-artifacts}
@@ -92,7 +92,7 @@ seed_dirs() {
     config_file) echo testdata/config ;;
     policy_template) echo policies ;;
     namespaces_file) echo testdata ;;
-    image_reference)
+    image_reference | shipped_policy)
         local dir=$work/image-seeds i=0 image
         mkdir -p "$dir"
         while IFS= read -r image; do
