@@ -69,12 +69,7 @@ impl Shipped {
                         continue;
                     }
                     let shown = shown.get_or_insert_with(|| json_list(&entries));
-                    let mut msg = String::new();
-                    msg.push_str(requirement.source);
-                    msg.push(' ');
-                    go_quoted(&mut msg, requirement.name.unwrap_or(key))?;
-                    msg.push_str(": image ");
-                    go_quoted(&mut msg, image)?;
+                    let mut msg = requirement.opening(key)?;
                     msg.push_str(" (repository ");
                     go_quoted(&mut msg, &repository)?;
                     msg.push_str(") is not from an allowed repository ");
@@ -102,12 +97,7 @@ impl Shipped {
                     if exempt.allows(&reference.repository()) {
                         continue;
                     }
-                    let mut msg = String::new();
-                    msg.push_str(requirement.source);
-                    msg.push(' ');
-                    go_quoted(&mut msg, requirement.name.unwrap_or(key))?;
-                    msg.push_str(": image ");
-                    go_quoted(&mut msg, image)?;
+                    let mut msg = requirement.opening(key)?;
                     msg.push(' ');
                     msg.push_str(why);
                     msg.push_str("; pin a version tag or a digest");
@@ -129,6 +119,20 @@ struct Requirement<'d> {
     source: &'static str,
     /// `name`, when present (else the requirement's key is its name).
     name: Option<&'d str>,
+}
+
+impl Requirement<'_> {
+    /// How both policies' messages open: `<source> "<name>": image "<image>"` (`key` is the
+    /// requirement's key, its name when it has none); `None` where `%q` is left to the Rego.
+    fn opening(&self, key: &str) -> Option<String> {
+        let mut msg = String::new();
+        msg.push_str(self.source);
+        msg.push(' ');
+        go_quoted(&mut msg, self.name.unwrap_or(key))?;
+        msg.push_str(": image ");
+        go_quoted(&mut msg, self.image)?;
+        Some(msg)
+    }
 }
 
 /// Every requirement of every service in `document`, with its key; `None` when the document
