@@ -478,12 +478,8 @@ impl Check {
 /// The entries of a list of repository prefixes, as the Rego reads them: trailing `/` removed,
 /// empty entries dropped. `None` when it is not a list of strings.
 fn prefixes(value: Option<&Value>) -> Option<Vec<String>> {
-    value?
-        .as_array()?
-        .iter()
-        .map(|v| v.as_str().map(|s| s.trim_end_matches('/').to_string()))
-        .filter(|p| p.as_ref().is_none_or(|p| !p.is_empty()))
-        .collect()
+    let read = crate::policy::shipped::prefixes(value?)?;
+    Some(read.into_iter().map(str::to_owned).collect())
 }
 
 /// CEL: `repository` is one of `prefixes` or lies under one (whole path components).

@@ -59,16 +59,16 @@ impl Shipped {
         let mut out = Vec::new();
         match self {
             Shipped::AllowedRepositories => {
-                let entries = strings(parameters.get("repositories")?)?;
-                let listed = listed(&entries);
+                let list = parameters.get("repositories")?;
+                let allowed = prefixes(list)?;
                 let mut shown = None;
                 for (key, requirement) in requirements(document)? {
                     let image = requirement.image;
                     let repository = crate::image::repository(image).ok()?;
-                    if listed.allows(&repository) {
+                    if under_any(&allowed, &repository) {
                         continue;
                     }
-                    let shown = shown.get_or_insert_with(|| json_list(&entries));
+                    let shown = shown.get_or_insert_with(|| json_list(list));
                     let mut msg = requirement.opening(key)?;
                     msg.push_str(" (repository ");
                     go_quoted(&mut msg, &repository)?;
@@ -78,11 +78,10 @@ impl Shipped {
                 }
             }
             Shipped::LatestTag => {
-                let entries = match parameters.get("exemptRepositories") {
+                let exempt = match parameters.get("exemptRepositories") {
                     None => Vec::new(),
-                    Some(list) => strings(list)?,
+                    Some(list) => prefixes(list)?,
                 };
-                let exempt = listed(&entries);
                 for (key, requirement) in requirements(document)? {
                     let image = requirement.image;
                     let reference = crate::image::parse(image).ok()?;
@@ -94,7 +93,7 @@ impl Shipped {
                         Some("latest") => "uses the :latest tag",
                         Some(_) => continue,
                     };
-                    if exempt.allows(&reference.repository()) {
+                    if under_any(&exempt, &reference.repository()) {
                         continue;
                     }
                     let mut msg = requirement.opening(key)?;
@@ -176,42 +175,33 @@ fn requirements(document: &Value) -> Option<Vec<(&str, Requirement<'_>)>> {
     Some(out)
 }
 
-/// Every element of `list`, an array of strings; `None` for anything else.
-fn strings(list: &Value) -> Option<Vec<&str>> {
-    list.as_array()?.iter().map(Value::as_str).collect()
-}
-
-/// Repository prefixes on whole path components: an entry with its trailing `/`s trimmed
-/// matches itself and what lies under it; an empty one matches nothing.
-struct Listed<'p> {
-    prefixes: Vec<&'p str>,
-}
-
-fn listed<'p>(entries: &[&'p str]) -> Listed<'p> {
-    Listed {
-        prefixes: entries
-            .iter()
-            .map(|entry| entry.trim_end_matches('/'))
-            .filter(|prefix| !prefix.is_empty())
-            .collect(),
-    }
-}
-
-impl Listed<'_> {
-    fn allows(&self, repository: &str) -> bool {
-        self.prefixes.iter().any(|prefix| {
-            repository
-                .strip_prefix(prefix)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
-    }
-}
-
-/// A list of strings as Rego's `%v` writes it: each element as JSON, `, ` between.
-fn json_list(entries: &[&str]) -> String {
-    let items: Vec<String> = entries
+/// The entries of a list of repository prefixes as the shipped Rego reads them: trailing `/`s
+/// trimmed, empty entries dropped (they match nothing); `None` when it is not a list of strings.
+/// The native generator reads the parameters with it too.
+pub(crate) fn prefixes(list: &Value) -> Option<Vec<&str>> {
+    list.as_array()?
         .iter()
-        .map(|e| Value::from(*e).to_string())
+        .map(|entry| Some(entry.as_str()?.trim_end_matches('/')))
+        .filter(|prefix| prefix.is_none_or(|p| !p.is_empty()))
+        .collect()
+}
+
+/// Whether `repository` is one of `prefixes` or lies under one, on whole path components.
+fn under_any(prefixes: &[&str], repository: &str) -> bool {
+    prefixes.iter().any(|prefix| {
+        repository
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// A list as Rego's `%v` writes it: each element as JSON, `, ` between.
+fn json_list(list: &Value) -> String {
+    let items: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(Value::to_string)
         .collect();
     format!("[{}]", items.join(", "))
 }
