@@ -11,6 +11,10 @@
 # namespace label poolguard-floor=<arm>:
 #   none       no webhook (the baseline every other arm is paired with, round by round)
 #   null       bench/e2e-latency's null_webhook: same TLS/HTTP stack as poolguard, allowed: true
+#   nullpatch  the same null_webhook, whose mutating answer carries the patch poolguard writes
+#              (the pool's nodeSelector and annotation), found without any lookup: the API
+#              server's cost of applying poolguard's answer, so that poolguard/nullpatch is what
+#              poolguard's deciding adds
 #   opa        OPA (bench/run.sh's build) serving the AdmissionReview itself (bench/opa/admission.rego)
 #   poolguard  poolguard serve with the e2e config
 #   native     no webhook: the MutatingAdmissionPolicy/ValidatingAdmissionPolicy objects that
@@ -20,7 +24,7 @@
 # The webhook arms' configurations are the chart's own (rendered by integration/e2e/webhooks.sh),
 # only renamed and pointed at the arm's server, so rules, timeouts and failure policies are the
 # same. The client (create_floor) creates one pod per arm per round, arm order rotating; it checks
-# every pod (opa, poolguard and native must set the pool), kube-apiserver's call count per
+# every pod (nullpatch, opa, poolguard and native must set the pool), kube-apiserver's call count per
 # webhook, and that native's policies refuse a foreign image before and after the rounds.
 # Writes bench/results/e2e-floor.{json,md} (bench/e2e/floor_report.py), with poolguard's own time
 # per request and phase from its /metrics after the rounds, and kube-apiserver's time per admission
@@ -159,12 +163,14 @@ render() {
 }
 render poolguard >"${work}/webhooks-poolguard.yaml"
 render null >"${work}/webhooks-null.yaml"
+render nullpatch >"${work}/webhooks-nullpatch.yaml"
 render opa >"${work}/webhooks-opa.yaml"
 python3 - "${work}" "${pg_port}" "${null_port}" "${opa_port}" <<'PY'
 import sys
 work, pg, null, opa = sys.argv[1:]
 base = f"https://127.0.0.1:{pg}"
 for arm, port, paths in (("null", null, ("/mutate", "/validate")),
+                         ("nullpatch", null, ("/patch", "/validate")),
                          ("opa", opa, ("/v0/data/poolguard/admission/mutate", "/v0/data/poolguard/admission/validate"))):
     path = f"{work}/webhooks-{arm}.yaml"
     text = open(path).read()
@@ -179,7 +185,7 @@ for arm, port, paths in (("null", null, ("/mutate", "/validate")),
         text = text.replace(old, new)
     open(path, "w").write(text)
 PY
-for arm in poolguard null opa; do
+for arm in poolguard null nullpatch opa; do
     "${cp_bin}/kubectl" apply -f "${work}/webhooks-${arm}.yaml" >/dev/null
 done
 # The native arm: what `poolguard native` prints for the same config and policies, every binding
@@ -220,7 +226,7 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 # LEVELS="" measures one creator only (then poolguard's phase times are those of one creator).
 more_levels=()
 [[ -n "${levels// /}" ]] && more_levels=(--concurrency "$(tr ' ' ',' <<<"${levels}")" --rounds-per-worker "${per_creator}")
-"${work}/create_floor" --arms "none,null,opa,poolguard,native${extra}" --mutating-arms "opa,poolguard,native${extra}" \
+"${work}/create_floor" --arms "none,null,nullpatch,opa,poolguard,native${extra}" --mutating-arms "nullpatch,opa,poolguard,native${extra}" \
     --native-arms "native${extra}" --foreign-image docker.io/library/nginx:1.27 \
     --rounds "${rounds}" --warmup "${warmup}" ${more_levels[@]+"${more_levels[@]}"} \
     --json "${work}/client.json"

@@ -4,14 +4,25 @@
 //! `allowed: true` and the request's uid, and nothing else: no patch, no policy, no lookups. What
 //! kube-apiserver adds for it is the cost of calling a webhook at all.
 //!
+//! On the path `/patch` it answers a pod as poolguard's mutating webhook answers one in a
+//! namespace of pool `--pool` (the nodeSelector key `--pool-key`, the `poolguard.io/pool`
+//! annotation: each added as a whole map when the pod has none, as a key otherwise), without
+//! reading any namespace: the `nullpatch` arm of `bench/e2e-floor.sh`, which tells what the API
+//! server spends applying poolguard's patch from what poolguard spends deciding it.
+//!
 //! usage: null_webhook --addr HOST:PORT --tls-cert-file PEM --tls-key-file PEM
+//!                     [--pool-key KEY (default agentpool)] [--pool NAME (default pool1)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use axum::extract::State;
+use axum::http::Uri;
 use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -20,20 +31,54 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConfig;
 use serde_json::{json, Value};
 
-const USAGE: &str = "usage: null_webhook --addr HOST:PORT --tls-cert-file PEM --tls-key-file PEM";
+const USAGE: &str = "usage: null_webhook --addr HOST:PORT --tls-cert-file PEM --tls-key-file PEM \
+                     [--pool-key KEY] [--pool NAME]";
 
-/// `allowed: true` for the review's uid, in the version it came in.
-async fn admit(Json(review): Json<Value>) -> Json<Value> {
+/// The pool `/patch` sets: the nodeSelector key and the pool's name.
+#[derive(Clone)]
+struct Pool {
+    key: String,
+    name: String,
+}
+
+/// `allowed: true` for the review's uid, in the version it came in; on `/patch`, with the
+/// pool's patch ([`pool_patch`]).
+async fn admit(State(pool): State<Arc<Pool>>, uri: Uri, Json(review): Json<Value>) -> Json<Value> {
     let uid = review["request"]["uid"].clone();
     let api_version = review
         .get("apiVersion")
         .cloned()
         .unwrap_or_else(|| json!("admission.k8s.io/v1"));
+    let mut response = json!({"uid": uid, "allowed": true});
+    if uri.path() == "/patch" {
+        let patch = pool_patch(&review["request"]["object"], &pool);
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(STANDARD.encode(patch.to_string()));
+    }
     Json(json!({
         "apiVersion": api_version,
         "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": true},
+        "response": response,
     }))
+}
+
+/// The JSON patch poolguard writes for a pod in a namespace of `pool`, when the pod names no
+/// pool yet: the nodeSelector key and the `poolguard.io/pool` annotation, each added to its map,
+/// or as a new map when there is none.
+fn pool_patch(pod: &Value, pool: &Pool) -> Value {
+    let add = |map: &[&str], key: &str| {
+        let parent = format!("/{}", map.join("/"));
+        if pod.pointer(&parent).is_some_and(Value::is_object) {
+            let escaped = key.replace('~', "~0").replace('/', "~1");
+            json!({"op": "add", "path": format!("{parent}/{escaped}"), "value": pool.name})
+        } else {
+            json!({"op": "add", "path": parent, "value": {key: pool.name}})
+        }
+    };
+    json!([
+        add(&["spec", "nodeSelector"], &pool.key),
+        add(&["metadata", "annotations"], "poolguard.io/pool"),
+    ])
 }
 
 /// As poolguard's: TLS 1.3 preferred, 1.2 accepted, h2 and http/1.1 offered through ALPN.
@@ -54,12 +99,13 @@ fn tls_config(cert: &str, key: &str) -> Result<Arc<ServerConfig>> {
     Ok(Arc::new(config))
 }
 
-async fn serve(addr: SocketAddr, tls: Arc<ServerConfig>) -> Result<()> {
+async fn serve(addr: SocketAddr, tls: Arc<ServerConfig>, pool: Pool) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let service = TowerToHyperService::new(Router::new().fallback(admit));
+    let service =
+        TowerToHyperService::new(Router::new().fallback(admit).with_state(Arc::new(pool)));
     eprintln!("[null_webhook] listening on https://{addr}");
     loop {
         let (stream, _) = match listener.accept().await {
@@ -82,8 +128,12 @@ async fn serve(addr: SocketAddr, tls: Arc<ServerConfig>) -> Result<()> {
     }
 }
 
-fn parse() -> Result<(SocketAddr, String, String)> {
+fn parse() -> Result<(SocketAddr, String, String, Pool)> {
     let (mut addr, mut cert, mut key) = (None, None, None);
+    let mut pool = Pool {
+        key: "agentpool".into(),
+        name: "pool1".into(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -91,11 +141,13 @@ fn parse() -> Result<(SocketAddr, String, String)> {
             "--addr" => addr = Some(value()?.parse().context("--addr wants HOST:PORT")?),
             "--tls-cert-file" => cert = Some(value()?),
             "--tls-key-file" => key = Some(value()?),
+            "--pool-key" => pool.key = value()?,
+            "--pool" => pool.name = value()?,
             _ => bail!("unknown argument {flag:?}\n{USAGE}"),
         }
     }
     match (addr, cert, key) {
-        (Some(a), Some(c), Some(k)) => Ok((a, c, k)),
+        (Some(a), Some(c), Some(k)) => Ok((a, c, k, pool)),
         _ => bail!("{USAGE}"),
     }
 }
@@ -103,8 +155,8 @@ fn parse() -> Result<(SocketAddr, String, String)> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = async {
-        let (addr, cert, key) = parse()?;
-        serve(addr, tls_config(&cert, &key)?).await
+        let (addr, cert, key, pool) = parse()?;
+        serve(addr, tls_config(&cert, &key)?, pool).await
     }
     .await;
     match result {
