@@ -759,6 +759,93 @@ async fn a_busy_validating_webhook_still_guards_namespace_labels() {
     slow.await.unwrap();
 }
 
+/// Namespaces whose API server cannot be read: nothing cached, every GET fails and is counted.
+#[derive(Default)]
+struct Unreadable {
+    gets: std::sync::atomic::AtomicUsize,
+}
+
+impl poolguard::namespaces::Source for Unreadable {
+    fn cached(&self, _: &str) -> Option<poolguard_core::labels::Labels> {
+        None
+    }
+    fn fetch<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<poolguard_core::labels::Labels>, String>>
+    {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(std::future::ready(Err(format!(
+            "{name}: the API server is down"
+        ))))
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+    fn len(&self) -> usize {
+        0
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_being_created_is_decided_without_reading_the_api_server() {
+    let source = Arc::new(Unreadable::default());
+    let app = Arc::new(ServerState::new(
+        example_rules().load().unwrap(),
+        Namespaces::new(source.clone()),
+        Arc::new(Metrics::new()),
+        Duration::from_secs(2),
+        Limits::default(),
+    ));
+    let create = |groups: Value| {
+        serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview", "request": {
+            "uid": "ns", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "fresh", "namespace": "fresh", "operation": "CREATE",
+            "userInfo": {"username": "alice", "groups": groups},
+            "object": {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "fresh", "labels": {"agentpool": "gpu"}}}}}))
+        .unwrap()
+    };
+    // The namespace does not exist yet, so no cache holds it; who may set its pool is read from
+    // the request alone: no GET, and no refusal when the API server cannot be read.
+    let admin = call(
+        &app,
+        request(
+            "POST",
+            "/validate",
+            create(serde_json::json!(["system:masters"])),
+        ),
+    )
+    .await;
+    let admin = admin.json();
+    assert_eq!(admin["response"]["allowed"], true, "{admin}");
+    let editor = call(
+        &app,
+        request(
+            "POST",
+            "/validate",
+            create(serde_json::json!(["system:authenticated"])),
+        ),
+    )
+    .await;
+    let editor = editor.json();
+    assert_eq!(editor["response"]["allowed"], false, "{editor}");
+    assert_eq!(editor["response"]["status"]["code"], 403, "{editor}");
+    assert_eq!(source.gets.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // A pod's decision reads its namespace's labels: with the API server down it is refused.
+    let pod = call(
+        &app,
+        request("POST", "/validate", review("pod-create-placed.json")),
+    )
+    .await;
+    let pod = pod.json();
+    assert_eq!(pod["response"]["allowed"], false, "{pod}");
+    assert_eq!(pod["response"]["status"]["code"], 500, "{pod}");
+    assert_eq!(source.gets.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 // ---- On loopback, over TLS ----
 
 #[tokio::test]

@@ -266,6 +266,11 @@ impl<'a> Request<'a> {
             .or_else(|| self.raw["name"].as_str())
             .unwrap_or_default()
     }
+
+    /// A request for a Namespace (the main resource or a subresource).
+    pub fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.kind == "Namespace"
+    }
 }
 
 fn object_field<'a>(raw: &'a Value, field: &str) -> Result<Option<&'a Value>, BadReview> {

@@ -45,6 +45,15 @@ impl RuleSet {
         pool_authority::check(req, &self.config)
     }
 
+    /// Whether [`decide`](RuleSet::decide) reads the labels of the request's namespace
+    /// (`scope.labels`). It does not for a Namespace's own validation when no constraint is
+    /// loaded: who may set the labels poolguard trusts is read from the request alone. The
+    /// server then does not look the namespace up, so a namespace being created costs no read
+    /// of the API server and no share of its rate limit.
+    pub fn reads_namespace_labels(&self, webhook: Webhook, req: &Request) -> bool {
+        !(webhook == Webhook::Validate && req.is_namespace() && !self.policies.has_constraints())
+    }
+
     /// Decides `req` for `webhook` in `scope`, each policy evaluation within `budget`.
     pub fn decide(
         &self,
@@ -56,16 +65,104 @@ impl RuleSet {
         let limit = budget.limit(&self.config);
         match webhook {
             Webhook::Mutate => mutate::mutate(req, scope, self, limit),
-            Webhook::Validate if req.group.is_empty() && req.kind == "Namespace" => {
+            Webhook::Validate if req.is_namespace() => {
                 // Who may set the labels poolguard trusts first; then the constraints that
                 // match Namespaces (Gatekeeper's most common: required labels).
                 let authority = self.pool_authority(req);
-                if !authority.allowed() || !self.policies.has_constraints() {
+                if !authority.allowed() || !self.reads_namespace_labels(webhook, req) {
                     return authority;
                 }
                 validate::validate(req, scope, self, limit)
             }
             Webhook::Validate => validate::validate(req, scope, self, limit),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::labels::Labels;
+    use crate::policy::PolicySet;
+    use serde_json::{json, Value};
+
+    /// A Namespace CREATE by `user` of a namespace labelled `agentpool=gpu`.
+    fn namespace_create(user: &str) -> Value {
+        json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "name": "team", "namespace": "team", "operation": "CREATE",
+            "userInfo": {"username": user, "groups": [if user == "admin" { "system:masters" } else { "system:authenticated" }]},
+            "object": {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "team", "labels": {"agentpool": "gpu"}}}})
+    }
+
+    fn pod_create() -> Value {
+        json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "p", "namespace": "team", "operation": "CREATE",
+            "userInfo": {"username": "bob"},
+            "object": {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}})
+    }
+
+    fn plain_rules() -> RuleSet {
+        RuleSet::new(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            "cfg",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_namespace_is_decided_without_its_stored_labels_unless_a_constraint_may_read_them() {
+        let rules = plain_rules();
+        let stored: Labels = [("agentpool".to_string(), "pool1".to_string())].into();
+        for user in ["admin", "editor"] {
+            let raw = namespace_create(user);
+            let req = Request::from_value(&raw).unwrap();
+            assert!(!rules.reads_namespace_labels(Webhook::Validate, &req));
+            // The claim the server relies on: whatever the lookup would find, the same decision.
+            let decide = |labels: Option<&Labels>| {
+                let scope = Scope {
+                    labels,
+                    pools: None,
+                };
+                rules.decide(Webhook::Validate, &req, scope, Budget::FULL)
+            };
+            let (unlooked, looked) = (decide(None), decide(Some(&stored)));
+            assert_eq!(unlooked, looked, "{user}");
+            assert_eq!(unlooked.allowed(), user == "admin", "{user}: {unlooked:?}");
+            // The mutating webhook is never sent Namespaces, but would read them.
+            assert!(rules.reads_namespace_labels(Webhook::Mutate, &req));
+        }
+        let raw = pod_create();
+        let pod = Request::from_value(&raw).unwrap();
+        assert!(rules.reads_namespace_labels(Webhook::Validate, &pod));
+        assert!(rules.reads_namespace_labels(Webhook::Mutate, &pod));
+
+        // A constraint may match Namespaces by their labels: then they are read.
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("constraint.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
+            ),
+        ];
+        let (with_constraint, _) = crate::gatekeeper::rules(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            crate::gatekeeper::Files::of(&files),
+            "cfg.yaml",
+        )
+        .unwrap();
+        let raw = namespace_create("admin");
+        let req = Request::from_value(&raw).unwrap();
+        assert!(with_constraint.reads_namespace_labels(Webhook::Validate, &req));
     }
 }

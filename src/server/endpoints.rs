@@ -244,7 +244,8 @@ struct Work<'a> {
 /// The decision, and whether the request's namespace was found: rollout counts are kept only
 /// for namespaces that exist, so that no one can post reviews for made-up ones to move a
 /// rollout. A validating request without a slot gets `evaluation.onError` without a namespace
-/// lookup; otherwise the namespace's labels are read (once), and the request is decided on the
+/// lookup; otherwise the namespace's labels are read (once, and only when the decision reads
+/// them: [`RuleSet::reads_namespace_labels`]), and the request is decided on the
 /// blocking pool or in place ([`decide_in_time`]) when it holds a slot, right here when it runs
 /// no policy.
 async fn decide(
@@ -256,13 +257,17 @@ async fn decide(
 ) -> (Decision, bool) {
     let (rules, req) = (work.rules, work.req);
     let slot = match slot {
-        Some(Err(why)) if webhook == Webhook::Validate && !is_namespace(req) => {
+        Some(Err(why)) if webhook == Webhook::Validate && !req.is_namespace() => {
             count_no_slot(&app.metrics, webhook, &why);
             return (on_error(rules, &busy(why, app.deadline)), false);
         }
         slot => slot,
     };
-    let looked_up = lookup(app, req.namespace).await;
+    let looked_up = if rules.reads_namespace_labels(webhook, req) {
+        lookup(app, req.namespace).await
+    } else {
+        Ok(None)
+    };
     clock.lap(Phase::Lookup);
     let labels = match looked_up {
         Ok(labels) => labels.map(Arc::new),
@@ -514,9 +519,9 @@ fn unevaluated(
         // Who may change a namespace's guarded labels runs no policy: it is decided in
         // microseconds, never left to `evaluation.onError` (which may allow). Constraints that
         // match Namespaces could not run: `evaluation.onError` for them.
-        Webhook::Validate if is_namespace(req) => {
+        Webhook::Validate if req.is_namespace() => {
             let authority = rules.pool_authority(req);
-            if !authority.allowed() || !rules.policies.has_constraints() {
+            if !authority.allowed() || !rules.reads_namespace_labels(webhook, req) {
                 return authority;
             }
             on_error(rules, what)
@@ -531,12 +536,6 @@ fn unevaluated(
             rules.decide(webhook, req, scope, Budget::FULL)
         }
     }
-}
-
-/// A Namespace request (main resource or subresource): the pool authority's, which needs no
-/// evaluation slot.
-fn is_namespace(req: &Request) -> bool {
-    req.group.is_empty() && req.kind == "Namespace"
 }
 
 /// `evaluation.onError` for a request that could not be decided because of `what`.
