@@ -65,7 +65,7 @@ fn check_decided(webhook: Webhook, object: &Value) -> Result<()> {
     }
     let (kind, api_version) = kind_and_api_version(object)?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    let namespace = webhook == Webhook::Validate && group.is_empty() && kind == "Namespace";
+    let namespace = webhook == Webhook::Validate && admission::is_namespace_kind(group, kind);
     if admission::pod_spec_path(group, kind).is_none() && !namespace {
         bail!(
             "poolguard does not decide kind {kind} (apiVersion {api_version}); it decides {DECIDED_KINDS}"

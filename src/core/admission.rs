@@ -269,7 +269,7 @@ impl<'a> Request<'a> {
 
     /// A request for a Namespace (the main resource or a subresource).
     pub fn is_namespace(&self) -> bool {
-        self.group.is_empty() && self.kind == "Namespace"
+        is_namespace_kind(self.group, self.kind)
     }
 }
 
@@ -336,6 +336,11 @@ fn check_resource(raw: &Value, group: &str, kind: &str) -> Result<(), BadReview>
         )));
     }
     Ok(())
+}
+
+/// Whether this group and kind are the core Namespace.
+pub fn is_namespace_kind(group: &str, kind: &str) -> bool {
+    group.is_empty() && kind == "Namespace"
 }
 
 /// Where the pod spec sits inside an object of this group and kind, if it has one: the Pod
