@@ -1266,22 +1266,27 @@ fn padded(n: usize) -> Vec<u8> {
 async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let budget = 3 * MIB + MIB / 2;
+    // One client address (every client here is 127.0.0.1) may take the whole budget, and a
+    // body may stop arriving: what is tested is the budget all requests share.
     let limits = Limits {
         max_body_bytes: MIB,
         body_budget_bytes: budget,
+        peer_share_percent: 100,
+        body_min_bytes_per_second: 0,
         ..Limits::default()
     };
     let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
     let client = Client::new(&ca, b"http/1.1", None);
     let body = padded(MIB);
-    // Three maximal bodies, each sent in part and held open.
+    // Three maximal bodies, each sent but for its last byte and held open: a body holds the
+    // memory its bytes take as they arrive.
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut tls = client.tls(running.addr).await.unwrap();
         tls.write_all(head("/validate", MIB, true).as_bytes())
             .await
             .unwrap();
-        tls.write_all(&body[..1024]).await.unwrap();
+        tls.write_all(&body[..MIB - 1]).await.unwrap();
         tls.flush().await.unwrap();
         held.push(tls);
     }
@@ -1290,7 +1295,8 @@ async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
         &format!("poolguard_request_body_bytes_reserved {}\n", 3 * MIB),
     )
     .await;
-    // A fourth does not fit: 503, a one-line reason, Retry-After; counted.
+    // A fourth does not fit: 503, a one-line reason, Retry-After; counted. Its buffer grows by
+    // doubling: its last step, from half a MiB to one, is what does not fit.
     let mut h2 = Client::new(&ca, b"h2", None).http2(running.addr).await;
     let response = h2
         .send_request(post("/validate", body.clone()))
@@ -1299,7 +1305,7 @@ async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
     assert_eq!(response.headers()["retry-after"], "1");
     let (status, text) = read(response).await;
     assert_eq!(status, 503);
-    assert_eq!(text, format!("overloaded: {MIB} more body bytes do not fit the {budget}-byte budget ({} held by requests in flight); retry\n", 3 * MIB));
+    assert_eq!(text, format!("overloaded: {} more body bytes do not fit the {budget}-byte budget ({} held by requests in flight); retry\n", MIB / 2, 3 * MIB + MIB / 2));
     // The same over HTTP/1.1 (where the body is read and dropped before the answer).
     let (mut h1, _) = client.http1(running.addr).await;
     assert_eq!(send1(&mut h1, "/validate", body.clone()).await.0, 503);
@@ -1313,7 +1319,7 @@ async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
     assert_eq!(status, 200);
     // One held request completes; its bytes are given back and a maximal body fits again.
     let mut first = held.remove(0);
-    first.write_all(&body[1024..]).await.unwrap();
+    first.write_all(&body[MIB - 1..]).await.unwrap();
     first.flush().await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), first.read_to_end(&mut answer))
@@ -1336,6 +1342,98 @@ async fn the_body_budget_bounds_the_bytes_held_by_requests_in_flight() {
     running.wait().await.unwrap();
 }
 
+/// A client that reaches the Service cannot starve admission. Bodies declared large and never
+/// sent hold no budget and are cut at the minimum rate, long before the body timeout; one
+/// client address holds at most its share of the budget, and the requests of another address
+/// (the API server's) are served all along.
+#[tokio::test]
+async fn a_client_that_declares_large_bodies_starves_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, ca) = start_limited(dir.path(), example_rules(), Limits::default()).await;
+    let client = Client::new(&ca, b"http/1.1", None);
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    // Two connections declare 24 MiB and 8 MiB on /validate and send nothing.
+    let mut silent = Vec::new();
+    for length in [24 * MIB, 8 * MIB] {
+        let mut tls = client.0.connect_from(attacker, running.addr).await.unwrap();
+        tls.write_all(head("/validate", length, true).as_bytes())
+            .await
+            .unwrap();
+        tls.flush().await.unwrap();
+        silent.push(tls);
+    }
+    // Meanwhile the API server's address is served, eight of eight, and nothing is reserved.
+    let started = Instant::now();
+    let mut h2 = Client::new(&ca, b"h2", None).http2(running.addr).await;
+    for _ in 0..8 {
+        let response = h2
+            .send_request(post("/mutate", review("pod-create-mapped.json")))
+            .await
+            .unwrap();
+        let (status, text) = read(response).await;
+        assert_eq!(status, 200, "{text}");
+        assert!(metrics(&running)
+            .await
+            .contains("poolguard_request_body_bytes_reserved 0\n"));
+        tokio::time::sleep(Duration::from_millis(125)).await;
+    }
+    // The silent bodies are cut at the first check of their rate: 408, not after 10 s.
+    for mut tls in silent {
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.contains("request body arriving too slowly"),
+            "{answer}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    // An address that sends a maximal body (all but its last byte) holds it; a second body from
+    // it is refused at its share (429), while the API server's address is still served.
+    let mut big = client.0.connect_from(attacker, running.addr).await.unwrap();
+    big.write_all(head("/validate", 24 * MIB, true).as_bytes())
+        .await
+        .unwrap();
+    big.write_all(&vec![b' '; 24 * MIB - 1]).await.unwrap();
+    big.flush().await.unwrap();
+    wait_for_metric(
+        &running,
+        &format!("poolguard_request_body_bytes_reserved {}\n", 24 * MIB),
+    )
+    .await;
+    let mut second = client.0.connect_from(attacker, running.addr).await.unwrap();
+    second
+        .write_all(head("/validate", 64 * 1024, true).as_bytes())
+        .await
+        .unwrap();
+    second.write_all(&padded(64 * 1024)).await.unwrap();
+    second.flush().await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), second.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(
+        answer.contains(&format!(
+            "share of the body budget ({} held by its requests in flight)",
+            24 * MIB
+        )),
+        "{answer}"
+    );
+    let response = h2
+        .send_request(post("/mutate", review("pod-create-mapped.json")))
+        .await
+        .unwrap();
+    assert_eq!(read(response).await.0, 200);
+    drop(big);
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
 type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// An HTTP/2 connection whose requests can stream their bodies.
@@ -1351,8 +1449,10 @@ async fn http2_streaming(ca: &str, addr: SocketAddr) -> http2::SendRequest<BoxBo
 #[tokio::test]
 async fn trickled_bodies_are_cut_off_at_the_body_timeout() {
     let dir = tempfile::tempdir().unwrap();
+    // No minimum rate: what is tested is the body timeout.
     let limits = Limits {
         body_timeout: Duration::from_secs(1),
+        body_min_bytes_per_second: 0,
         ..Limits::default()
     };
     let (running, ca) = start_limited(dir.path(), example_rules(), limits).await;
@@ -2051,7 +2151,11 @@ async fn parsed_reviews_share_one_budget_held_until_answered() {
     let mut in_flight = app.gates.nothing_reserved();
     let far = tokio::time::Instant::now() + Duration::from_secs(30);
     let held = budget - estimate / 2;
-    assert!(app.gates.reserve_parse(&mut in_flight, held, far).await);
+    assert!(app
+        .gates
+        .reserve_parse(&mut in_flight, held, far)
+        .await
+        .is_ok());
     let started = Instant::now();
     let refused = call(&app, request("POST", "/mutate", body.clone())).await;
     assert!(started.elapsed() >= Duration::from_millis(250));

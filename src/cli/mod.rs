@@ -563,6 +563,15 @@ struct LimitArgs {
     /// gets 503 with Retry-After; at least 48 MiB (the most one review may take) [default: 64 MiB]
     #[arg(long, value_name = "BYTES")]
     parse_budget_bytes: Option<usize>,
+    /// Share of the body and parse budgets the requests of one client address may hold at
+    /// once, in percent, never less than one largest request; past it 429 with Retry-After
+    /// [default: 50]
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..=100))]
+    peer_share_percent: Option<u8>,
+    /// Slowest a request body may arrive, in bytes per second: after two seconds, every second
+    /// must bring this many bytes or the body's end, else 408; 0 sets no minimum [default: 65536]
+    #[arg(long, value_name = "BYTES")]
+    body_min_bytes_per_second: Option<usize>,
     /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
     #[arg(long, value_name = "SECONDS")]
     body_timeout_seconds: Option<u64>,
@@ -596,6 +605,12 @@ impl LimitArgs {
         let limits = serve::Limits {
             max_body_bytes: self.max_body_bytes.unwrap_or(d.max_body_bytes),
             body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            peer_share_percent: self
+                .peer_share_percent
+                .map_or(d.peer_share_percent, usize::from),
+            body_min_bytes_per_second: self
+                .body_min_bytes_per_second
+                .unwrap_or(d.body_min_bytes_per_second),
             parse_budget_bytes: self.parse_budget_bytes.unwrap_or(d.parse_budget_bytes),
             body_timeout: self.body_timeout_seconds.map_or(d.body_timeout, secs),
             max_evaluations: self.max_evaluations.unwrap_or(d.max_evaluations),

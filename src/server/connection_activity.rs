@@ -38,6 +38,11 @@ pub struct Activity {
     receiving_since: Mutex<Option<Instant>>,
 }
 
+/// The client address a request came from: a request extension, set for every request of a
+/// connection, by which the budgets count what each address holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub IpAddr);
+
 /// One request in flight; ends when dropped (its answer is ready).
 pub struct Busy<'a>(&'a Activity);
 

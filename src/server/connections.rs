@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::connection_activity::Activity;
+use super::connection_activity::{Activity, Peer};
 use super::idle_eviction::{Evictable, Table};
 use super::limits::Limits;
 
@@ -132,7 +132,8 @@ pub async fn serve_tls(
                 let activity = activity.clone();
                 async move {
                     let _busy = activity.begin();
-                    let request = request.map(|body| activity.track_body(body));
+                    let mut request = request.map(|body| activity.track_body(body));
+                    request.extensions_mut().insert(Peer(activity.peer()));
                     let http1 = request.version() < Version::HTTP_2;
                     let mut response = next.run(request).await;
                     if http1 && activity.draining() {

@@ -22,7 +22,8 @@ use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 
 use super::body::{self, Received, Refusal};
-use super::limits::{NoSlot, Reservation};
+use super::connection_activity::Peer;
+use super::limits::{NoSlot, Reservation, Short};
 use super::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
@@ -168,7 +169,8 @@ async fn answer(
 async fn receive(app: &ServerState, request: HttpRequest) -> Result<Received, Refused> {
     let version = request.version();
     let (parts, body) = request.into_parts();
-    body::receive(&app.gates, &parts.headers, body)
+    let peer = parts.extensions.get::<Peer>().map(|peer| peer.0);
+    body::receive(&app.gates, &parts.headers, body, peer)
         .await
         .map_err(|(refusal, unread)| Refused::Body {
             refusal,
@@ -207,16 +209,24 @@ async fn parse(
         mut reservation,
     } = received;
     let estimate = admission::Estimate::of(&bytes).map_err(Refused::Malformed)?;
-    if !app
+    let reserved = app
         .gates
         .reserve_parse(&mut reservation, estimate.bytes(), deadline)
-        .await
-    {
-        let refusal = Refusal::ParseOverBudget {
-            bytes: bytes.len() as u64,
-            estimate: estimate.bytes(),
-            reserved: app.gates.parse_bytes_reserved(),
-            budget: app.gates.limits().parse_budget_bytes,
+        .await;
+    if let Err(short) = reserved {
+        let refusal = match short {
+            Short::Budget => Refusal::ParseOverBudget {
+                bytes: bytes.len() as u64,
+                estimate: estimate.bytes(),
+                reserved: app.gates.parse_bytes_reserved(),
+                budget: app.gates.limits().parse_budget_bytes,
+            },
+            Short::Share { held, share } => Refusal::OverShare {
+                budget: "parse",
+                bytes: estimate.bytes() as u64,
+                held,
+                share,
+            },
         };
         return Err(Refused::Body {
             refusal,
@@ -382,7 +392,11 @@ async fn refuse_body(
         Refusal::TooLarge { .. } | Refusal::OverBudget { .. } => refusal
             .bytes()
             .is_some_and(|bytes| bytes <= 2 * limits.max_body_bytes as u64),
-        Refusal::TimedOut { .. } | Refusal::ParseOverBudget { .. } | Refusal::Broken(_) => false,
+        Refusal::TimedOut { .. }
+        | Refusal::TooSlow { .. }
+        | Refusal::ParseOverBudget { .. }
+        | Refusal::OverShare { .. }
+        | Refusal::Broken(_) => false,
     };
     if version < Version::HTTP_2 && moderate {
         if let Some(rest) = unread {
@@ -391,7 +405,10 @@ async fn refuse_body(
         }
     }
     let mut response = body::answer(refusal.status(), format!("{refusal}\n"), version, unread);
-    if let Refusal::OverBudget { .. } | Refusal::ParseOverBudget { .. } = refusal {
+    if let Refusal::OverBudget { .. }
+    | Refusal::ParseOverBudget { .. }
+    | Refusal::OverShare { .. } = refusal
+    {
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

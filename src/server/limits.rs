@@ -1,8 +1,10 @@
 //! The bounds on what clients can make poolguard hold: body sizes and the bytes of all bodies in
 //! flight, policy evaluations running and waiting, connections, and the time each may take.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -19,10 +21,21 @@ pub struct Limits {
     /// carries the object and the old object: measured through kube-apiserver v1.37, a 1.1 MB
     /// Deployment of `<` makes a 13.7 MB UPDATE review, so one at the limit makes about 19 MB.
     pub max_body_bytes: usize,
-    /// Bytes of request bodies all requests together may hold at once: a request reserves its
-    /// `Content-Length` (or, without one, each chunk as it arrives) before reading, and keeps the
-    /// reservation until it is answered; past the budget the answer is 503 with `Retry-After`.
+    /// Bytes of request bodies all requests together may hold at once: a request reserves the
+    /// memory of its body as the bytes arrive (a declared `Content-Length` reserves nothing
+    /// before the bytes come), and keeps the reservation until it is answered; past the budget
+    /// the answer is 503 with `Retry-After`.
     pub body_budget_bytes: usize,
+    /// Share of the body budget and of the parse budget that the requests of one client address
+    /// may hold at once, in percent; never less than one largest request (`max_body_bytes`, and
+    /// `admission::MAX_PARSED_BYTES` of the parse budget). Past it the answer is 429 with
+    /// `Retry-After`: a client that reaches the Service cannot take the budget the API server's
+    /// requests need.
+    pub peer_share_percent: usize,
+    /// Slowest a body may arrive, in bytes per second: after a grace of two seconds, every
+    /// second must bring this many bytes (or the body's end), else 408; 0 sets no minimum. A
+    /// body that stops arriving cannot hold its connection and reservation until `body_timeout`.
+    pub body_min_bytes_per_second: usize,
     /// Bytes that all requests' parsed reviews together may take, as
     /// `poolguard_core::admission::Estimate` estimates them (a review takes up to about 30
     /// times its size once parsed). A request reserves its estimate before parsing, waiting at
@@ -104,6 +117,8 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 24 * MIB,
             body_budget_bytes: 32 * MIB,
+            peer_share_percent: 50,
+            body_min_bytes_per_second: 64 * 1024,
             parse_budget_bytes: 64 * MIB,
             body_timeout: Duration::from_secs(10),
             max_evaluations: slots,
@@ -128,6 +143,72 @@ pub struct Gates {
     in_place_capacity: usize,
     waiting: Arc<AtomicUsize>,
     connections: Arc<Semaphore>,
+    /// What each client address holds of the body and parse budgets.
+    peers: Arc<PeerTable>,
+}
+
+/// Bytes of the body and parse budgets held by the requests of each client address.
+#[derive(Default)]
+struct PeerTable(Mutex<HashMap<IpAddr, Held>>);
+
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+struct Held {
+    body: usize,
+    parse: usize,
+}
+
+impl PeerTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Held>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds to what `peer` holds if that stays within `share`; what it holds otherwise.
+    fn take(&self, peer: IpAddr, body: usize, parse: usize, share: Held) -> Result<(), Held> {
+        let mut table = self.lock();
+        let held = table.entry(peer).or_default();
+        let after = Held {
+            body: held.body.saturating_add(body),
+            parse: held.parse.saturating_add(parse),
+        };
+        if (body > 0 && after.body > share.body) || (parse > 0 && after.parse > share.parse) {
+            let now = *held;
+            if now == Held::default() {
+                table.remove(&peer);
+            }
+            return Err(now);
+        }
+        *held = after;
+        Ok(())
+    }
+
+    fn give_back(&self, peer: IpAddr, body: usize, parse: usize) {
+        let mut table = self.lock();
+        if let Some(held) = table.get_mut(&peer) {
+            held.body = held.body.saturating_sub(body);
+            held.parse = held.parse.saturating_sub(parse);
+            if *held == Held::default() {
+                table.remove(&peer);
+            }
+        }
+    }
+}
+
+/// Gives parse bytes back to an address's count when dropped.
+struct GiveBack<'a>(&'a PeerTable, IpAddr, usize);
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        self.0.give_back(self.1, 0, self.2);
+    }
+}
+
+/// Why a reservation could not grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// The budget, shared by every client, has not the bytes now.
+    Budget,
+    /// The client's address would hold more than its share of the budget (`held` now).
+    Share { held: usize, share: usize },
 }
 
 /// Why a validating request got no evaluation slot.
@@ -144,24 +225,49 @@ pub enum NoSlot {
 pub struct Reservation {
     permit: Option<OwnedSemaphorePermit>,
     parse: Option<OwnedSemaphorePermit>,
+    /// The client address the bytes are counted against, with [`Gates`]' table of them.
+    peer: Option<(IpAddr, Arc<PeerTable>)>,
 }
 
 impl Reservation {
-    /// Adds `bytes` to the reservation if the budget has them now.
-    pub fn grow(&mut self, gates: &Gates, bytes: usize) -> bool {
-        let Some(more) = gates.try_reserve(bytes) else {
-            return false;
-        };
-        match (&mut self.permit, more.permit) {
+    /// Adds `bytes` to the reservation if the budget has them now and the client's address
+    /// stays within its share.
+    pub fn grow(&mut self, gates: &Gates, bytes: usize) -> Result<(), Short> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let more = gates.body_permit(bytes).ok_or(Short::Budget)?;
+        if let Some((peer, table)) = &self.peer {
+            let share = gates.peer_share();
+            table
+                .take(*peer, bytes, 0, share)
+                .map_err(|held| Short::Share {
+                    held: held.body,
+                    share: share.body,
+                })?;
+        }
+        match (&mut self.permit, more) {
             (Some(held), Some(more)) => held.merge(more),
             (held @ None, more) => *held = more,
             (Some(_), None) => {}
         }
-        true
+        Ok(())
     }
 
     pub fn bytes(&self) -> usize {
         self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+
+    fn parse_bytes(&self) -> usize {
+        self.parse.as_ref().map_or(0, |p| p.num_permits())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some((peer, table)) = &self.peer {
+            table.give_back(*peer, self.bytes(), self.parse_bytes());
+        }
     }
 }
 
@@ -177,8 +283,38 @@ impl Gates {
             in_place_capacity,
             waiting: Arc::new(AtomicUsize::new(0)),
             connections: permits(limits.max_connections),
+            peers: Arc::default(),
             limits,
         }
+    }
+
+    /// What one client address may hold of the body and parse budgets
+    /// ([`Limits::peer_share_percent`]).
+    fn peer_share(&self) -> Held {
+        let l = &self.limits;
+        let percent = |budget: usize| {
+            let share = budget as u128 * l.peer_share_percent.min(100) as u128 / 100;
+            share as usize
+        };
+        Held {
+            body: percent(l.body_budget_bytes).max(l.max_body_bytes),
+            parse: percent(l.parse_budget_bytes).max(poolguard_core::admission::MAX_PARSED_BYTES),
+        }
+    }
+
+    /// An empty reservation counted against `peer`'s share, to [`Reservation::grow`] as chunks
+    /// arrive; `None` counts against no address.
+    pub fn reservation_for(&self, peer: Option<IpAddr>) -> Reservation {
+        Reservation {
+            permit: None,
+            parse: None,
+            peer: peer.map(|ip| (ip, self.peers.clone())),
+        }
+    }
+
+    /// Body bytes held by the requests of `peer` now.
+    pub fn body_bytes_held_by(&self, peer: IpAddr) -> usize {
+        self.peers.lock().get(&peer).map_or(0, |held| held.body)
     }
 
     pub fn limits(&self) -> &Limits {
@@ -187,55 +323,71 @@ impl Gates {
 
     /// An empty reservation, to [`Reservation::grow`] as chunks arrive.
     pub fn nothing_reserved(&self) -> Reservation {
-        Reservation {
-            permit: None,
-            parse: None,
-        }
+        self.reservation_for(None)
     }
 
     /// `bytes` of the body budget, if they are free now (no waiting: a request over budget is
     /// answered at once, and its client retries).
     pub fn try_reserve(&self, bytes: usize) -> Option<Reservation> {
-        if bytes == 0 {
-            return Some(self.nothing_reserved());
-        }
-        let n = u32::try_from(bytes).ok()?;
-        let permit = self.body_budget.clone().try_acquire_many_owned(n).ok()?;
         Some(Reservation {
-            permit: Some(permit),
+            permit: self.body_permit(bytes)?,
             parse: None,
+            peer: None,
         })
     }
 
+    /// `bytes` of the body budget if they are free now (`Some(None)` for none).
+    fn body_permit(&self, bytes: usize) -> Option<Option<OwnedSemaphorePermit>> {
+        if bytes == 0 {
+            return Some(None);
+        }
+        let n = u32::try_from(bytes).ok()?;
+        let permit = self.body_budget.clone().try_acquire_many_owned(n).ok()?;
+        Some(Some(permit))
+    }
+
     /// Adds `bytes` of the parse budget to `reservation`, waiting for them until `deadline` at
-    /// most (first come, first served). False when they did not come free in time, or are more
-    /// than the whole budget.
+    /// most (first come, first served). [`Short::Budget`] when they did not come free in time,
+    /// or are more than the whole budget; [`Short::Share`] at once when the client's address
+    /// would hold more than its share.
     pub async fn reserve_parse(
         &self,
         reservation: &mut Reservation,
         bytes: usize,
         deadline: Instant,
-    ) -> bool {
+    ) -> Result<(), Short> {
         if bytes == 0 {
-            return true;
+            return Ok(());
         }
         let Ok(n) = u32::try_from(bytes) else {
-            return false;
+            return Err(Short::Budget);
         };
         if bytes > self.limits.parse_budget_bytes {
-            return false;
+            return Err(Short::Budget);
+        }
+        // The address's count is taken before waiting and given back unless the bytes come,
+        // also when the waiting request is abandoned.
+        let mut taken = None;
+        if let Some((peer, table)) = &reservation.peer {
+            let share = self.peer_share();
+            table
+                .take(*peer, 0, bytes, share)
+                .map_err(|held| Short::Share {
+                    held: held.parse,
+                    share: share.parse,
+                })?;
+            taken = Some(GiveBack(table, *peer, bytes));
         }
         let wanted = self.parse_budget.clone().acquire_many_owned(n);
-        match tokio::time::timeout_at(deadline, wanted).await {
-            Ok(Ok(permit)) => {
-                match &mut reservation.parse {
-                    Some(held) => held.merge(permit),
-                    held @ None => *held = Some(permit),
-                }
-                true
-            }
-            _ => false,
+        let Ok(Ok(permit)) = tokio::time::timeout_at(deadline, wanted).await else {
+            return Err(Short::Budget);
+        };
+        std::mem::forget(taken);
+        match &mut reservation.parse {
+            Some(held) => held.merge(permit),
+            held @ None => *held = Some(permit),
         }
+        Ok(())
     }
 
     /// Parse-budget bytes held by requests in flight.
@@ -358,12 +510,12 @@ mod tests {
         assert!(gates.try_reserve(41).is_none());
         let mut b = gates.try_reserve(40).unwrap();
         assert_eq!(gates.body_bytes_reserved(), 100);
-        assert!(!b.grow(&gates, 1));
+        assert_eq!(b.grow(&gates, 1), Err(Short::Budget));
         drop(a);
-        assert!(b.grow(&gates, 10));
+        assert!(b.grow(&gates, 10).is_ok());
         assert_eq!(b.bytes(), 50);
         let mut c = gates.nothing_reserved();
-        assert!(c.grow(&gates, 50));
+        assert!(c.grow(&gates, 50).is_ok());
         assert_eq!(gates.body_bytes_reserved(), 100);
         drop((b, c));
         assert_eq!(gates.body_bytes_reserved(), 0);
@@ -378,24 +530,93 @@ mod tests {
         });
         let soon = || Instant::now() + Duration::from_millis(50);
         let mut a = gates.nothing_reserved();
-        assert!(gates.reserve_parse(&mut a, 70, soon()).await);
+        assert!(gates.reserve_parse(&mut a, 70, soon()).await.is_ok());
         assert_eq!(gates.parse_bytes_reserved(), 70);
         // Another request's estimate does not fit beside it: refused at its deadline.
         let mut b = gates.nothing_reserved();
-        assert!(!gates.reserve_parse(&mut b, 40, soon()).await);
+        assert_eq!(
+            gates.reserve_parse(&mut b, 40, soon()).await,
+            Err(Short::Budget)
+        );
         assert_eq!(gates.parse_bytes_reserved(), 70);
         // More than the whole budget is refused at once, not waited for.
         let far = Instant::now() + Duration::from_secs(30);
-        assert!(!gates.reserve_parse(&mut b, 101, far).await);
+        assert_eq!(
+            gates.reserve_parse(&mut b, 101, far).await,
+            Err(Short::Budget)
+        );
         // Waiting, it gets the bytes as soon as the first request is answered.
         let (got, ()) = tokio::join!(gates.reserve_parse(&mut b, 40, far), async {
             tokio::task::yield_now().await;
             drop(a);
         });
-        assert!(got);
+        assert!(got.is_ok());
         assert_eq!(gates.parse_bytes_reserved(), 40);
         drop(b);
         assert_eq!(gates.parse_bytes_reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_address_holds_at_most_its_share_of_the_parse_budget() {
+        let max = poolguard_core::admission::MAX_PARSED_BYTES;
+        let gates = Gates::new(Limits {
+            parse_budget_bytes: 4 * max,
+            peer_share_percent: 50,
+            ..small()
+        });
+        let far = || Instant::now() + Duration::from_secs(30);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.7".parse().unwrap(), "10.0.0.8".parse().unwrap());
+        let mut first = gates.reservation_for(Some(a));
+        assert!(gates
+            .reserve_parse(&mut first, 2 * max, far())
+            .await
+            .is_ok());
+        // Past its share, refused at once (not waited for), and the count stays as it was.
+        let mut second = gates.reservation_for(Some(a));
+        assert_eq!(
+            gates.reserve_parse(&mut second, 1, far()).await,
+            Err(Short::Share {
+                held: 2 * max,
+                share: 2 * max
+            })
+        );
+        // Another address has the rest; an abandoned wait gives its count back.
+        let mut other = gates.reservation_for(Some(b));
+        assert!(gates
+            .reserve_parse(&mut other, 2 * max, far())
+            .await
+            .is_ok());
+        let mut waiting = gates.reservation_for(Some(b));
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(
+            gates.reserve_parse(&mut waiting, 1, soon).await,
+            Err(Short::Share {
+                held: 2 * max,
+                share: 2 * max
+            })
+        );
+        drop(other);
+        let c: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut third = gates.reservation_for(Some(c));
+        assert!(gates
+            .reserve_parse(&mut third, 2 * max, far())
+            .await
+            .is_ok());
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(20),
+            gates.reserve_parse(&mut waiting, 2 * max, far()),
+        )
+        .await;
+        assert!(abandoned.is_err(), "the budget is full");
+        assert!(!gates.peers.lock().contains_key(&b));
+        drop((first, third));
+        assert!(gates
+            .reserve_parse(&mut waiting, 2 * max, far())
+            .await
+            .is_ok());
+        drop(waiting);
+        assert_eq!(gates.parse_bytes_reserved(), 0);
+        assert!(gates.peers.lock().is_empty());
     }
 
     #[tokio::test]

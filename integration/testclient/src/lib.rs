@@ -106,7 +106,25 @@ impl TlsClient {
     /// TCP (with TCP_NODELAY) and the TLS handshake. The error is the handshake's, e.g. the
     /// server refusing a client without a certificate.
     pub async fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<TlsStream<TcpStream>> {
-        let tcp = TcpStream::connect(addr).await?;
+        self.handshake(TcpStream::connect(addr).await?).await
+    }
+
+    /// [`TlsClient::connect`] from the local address `from` (on loopback, any of 127.0.0.0/8:
+    /// a second client address for servers that count what each address holds).
+    pub async fn connect_from(
+        &self,
+        from: std::net::IpAddr,
+        addr: std::net::SocketAddr,
+    ) -> io::Result<TlsStream<TcpStream>> {
+        let socket = match from {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(std::net::SocketAddr::new(from, 0))?;
+        self.handshake(socket.connect(addr).await?).await
+    }
+
+    async fn handshake(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
         tcp.set_nodelay(true)?;
         tokio_rustls::TlsConnector::from(self.config.clone())
             .connect(self.server_name.clone(), tcp)
