@@ -1276,3 +1276,47 @@ fn serve_and_audit_share_the_report_flags() {
     assert!(help.contains("--report-api") && help.contains("--max-results-per-report"));
     assert!(!help.contains("--audit-report-api"), "{help}");
 }
+
+/// Rego's `print()` never reaches poolguard's log stream (standard error): a printed value with
+/// a newline could otherwise make a line that reads as poolguard's own log record.
+#[test]
+fn rego_print_output_is_not_written_to_the_log_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("printer.rego"),
+        "package printer\ninfringement[{\"msg\": \"never\"}] { print(\"FORGED\\n{\\\"level\\\":\\\"INFO\\\",\\\"fields\\\":{\\\"message\\\":\\\"FORGED\\\"}}\", input.review.uid); input.never }\n",
+    )
+    .unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "policies:\n  printer:\n    parameters: {}\n").unwrap();
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--policies-dir",
+            policies.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--webhook",
+            "validate",
+            "testdata/reviews/pod-create-placed.json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let review: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(review["response"]["allowed"], true);
+    assert!(
+        !text(&out.stderr).contains("FORGED"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stdout).contains("FORGED"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -8,7 +8,7 @@ use regorus::{Engine, Value as RegoValue};
 use serde_json::Value;
 
 use super::{bodies, lint};
-use crate::policy::engine::{add_source, new_engine};
+use crate::policy::engine::{add_source, new_engine, prepare};
 
 /// The entry rule of every template: a set of `{"msg": ..., "details": ...}`.
 pub(crate) const RULE: &str = "violation";
@@ -165,8 +165,7 @@ pub fn compile(template: ConstraintTemplate) -> Result<CompiledTemplate> {
         map.insert(RegoValue::from("parameters"), RegoValue::new_object());
     }
     engine.set_input(input);
-    engine
-        .eval_rule(rule.clone())
+    prepare(&mut engine, &rule)
         .map_err(|e| anyhow::anyhow!("{origin} does not compile: {}", one_line(&e)))?;
     let source = std::iter::once(&template.rego)
         .chain(&template.libs)

@@ -1,13 +1,31 @@
 //! Functions poolguard adds to Rego: OPA's deprecated `any()` and `all()`, which regorus does not
 //! provide and StackL-era templates call, `poolguard.image_repository(ref)` and
-//! `poolguard.image_reference(ref)`.
+//! `poolguard.image_reference(ref)`; and `numbers.range` and `numbers.range_step` in place of
+//! regorus's, bounded to [`MAX_RANGE`] elements.
 
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
-/// Adds `any(collection)`, `all(collection)`, `poolguard.image_repository(ref)` and
-/// `poolguard.image_reference(ref)` to `engine`.
+/// The most elements `numbers.range` and `numbers.range_step` make. regorus allocates a range's
+/// whole array before filling it, so `numbers.range(1, 1e11)` asks for terabytes at once and the
+/// process aborts; no evaluation timer can stop an allocation. A million numbers take about 40
+/// MB; poolguard's policies and Gatekeeper's library use ranges of tens.
+pub const MAX_RANGE: u64 = 1_000_000;
+
+/// Adds `any(collection)`, `all(collection)`, `poolguard.image_repository(ref)`,
+/// `poolguard.image_reference(ref)` and the bounded `numbers.range` and `numbers.range_step` to
+/// `engine` (an extension is looked up before regorus's own functions).
 pub fn register(engine: &mut Engine) -> Result<()> {
+    engine.add_extension(
+        "numbers.range".to_string(),
+        2,
+        Box::new(|args: Vec<Value>| range("numbers.range", args)),
+    )?;
+    engine.add_extension(
+        "numbers.range_step".to_string(),
+        3,
+        Box::new(|args: Vec<Value>| range("numbers.range_step", args)),
+    )?;
     engine.add_extension(
         "poolguard.image_repository".to_string(),
         1,
@@ -29,6 +47,44 @@ pub fn register(engine: &mut Engine) -> Result<()> {
         Box::new(|args: Vec<Value>| quantify("all", args)),
     )?;
     Ok(())
+}
+
+/// `numbers.range(a, b)` and `numbers.range_step(a, b, step)` as OPA defines them: the integers
+/// from `a` to `b` included, by 1 (or -1 when `b < a`) or by a positive `step` (ending at or
+/// before `b`); refused past [`MAX_RANGE`] elements, naming the count.
+fn range(name: &str, args: Vec<Value>) -> Result<Value> {
+    let integer = |v: &Value, what: &str| -> Result<i64> {
+        match v {
+            Value::Number(n) if n.is_integer() => n
+                .as_i64()
+                .ok_or_else(|| anyhow::anyhow!("{name}: {what} {v} is out of range")),
+            Value::Number(_) => bail!("{name}: {what} must be an integer, got {v}"),
+            other => bail!("{name}: {what} must be a number, got {other}"),
+        }
+    };
+    let (from, to, step) = match args.as_slice() {
+        [a, b] => (integer(a, "operand 1")?, integer(b, "operand 2")?, 1),
+        [a, b, s] => {
+            let step = integer(s, "step")?;
+            if step <= 0 {
+                bail!("{name}: step must be a positive integer");
+            }
+            (integer(a, "operand 1")?, integer(b, "operand 2")?, step)
+        }
+        _ => bail!("{name}: wrong number of arguments"),
+    };
+    let span =
+        u64::try_from((i128::from(to) - i128::from(from)).unsigned_abs()).unwrap_or(u64::MAX);
+    let count = (span / step.unsigned_abs()).saturating_add(1);
+    if count > MAX_RANGE {
+        bail!("{name}: {count} elements, more than the {MAX_RANGE} poolguard allows");
+    }
+    let down = to < from;
+    let values = (0..count as i64).map(|i| {
+        let offset = i * step;
+        Value::from(if down { from - offset } else { from + offset })
+    });
+    Ok(Value::from(values.collect::<Vec<_>>()))
 }
 
 /// `any`: some element is `true`. `all`: every element is `true` (vacuously true when empty).
@@ -120,6 +176,52 @@ mod tests {
         );
         for (expr, want) in cases {
             assert_eq!(eval(expr).unwrap(), Value::from(want), "{expr}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_opas_and_bounded() {
+        let ints = |v: &[i64]| Value::from(v.iter().map(|&i| Value::from(i)).collect::<Vec<_>>());
+        let cases = [
+            ("numbers.range(1, 4)", ints(&[1, 2, 3, 4])),
+            ("numbers.range(2, -1)", ints(&[2, 1, 0, -1])),
+            ("numbers.range(3, 3)", ints(&[3])),
+            ("numbers.range_step(0, 10, 4)", ints(&[0, 4, 8])),
+            ("numbers.range_step(10, 1, 4)", ints(&[10, 6, 2])),
+        ];
+        for (expr, want) in cases {
+            assert_eq!(eval(expr).unwrap(), want, "{expr}");
+        }
+        // At the bound, then past it: an error naming the count, no allocation (regorus's own
+        // aborted the process on `numbers.range(1, 1e11)`).
+        let last = eval("count(numbers.range(1, 1000000))").unwrap();
+        assert_eq!(last, Value::from(1_000_000i64));
+        for (expr, count) in [
+            ("numbers.range(1, 1e11)", "100000000000"),
+            ("numbers.range(0, -1000000)", "1000001"),
+            (
+                "numbers.range_step(1, 9223372036854775807, 1)",
+                "9223372036854775807",
+            ),
+        ] {
+            let error = eval(expr).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!(
+                    "{count} elements, more than the 1000000 poolguard allows"
+                )),
+                "{expr}: {error}"
+            );
+        }
+        for (expr, why) in [
+            ("numbers.range(1.5, 3)", "must be an integer"),
+            ("numbers.range(\"1\", 3)", "must be a number"),
+            (
+                "numbers.range_step(1, 3, 0)",
+                "step must be a positive integer",
+            ),
+        ] {
+            let error = eval(expr).unwrap_err().to_string();
+            assert!(error.contains(why), "{expr}: {error}");
         }
     }
 

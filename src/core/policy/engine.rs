@@ -74,6 +74,10 @@ fn audited_by_default() -> bool {
 pub(crate) fn new_engine() -> Result<Engine> {
     let mut engine = Engine::new();
     engine.set_rego_v0(true);
+    // regorus writes `print()` output raw to standard error, which is poolguard's log stream: a
+    // value with a newline in it (a pod annotation) would make a line that reads as a log record
+    // of poolguard's own. Gathered instead, and dropped with the evaluation's engine.
+    engine.set_gather_prints(true);
     builtins::register(&mut engine)?;
     Ok(engine)
 }
@@ -184,6 +188,35 @@ pub fn kind_of(template: &Template) -> Result<TemplateKind> {
     }
 }
 
+/// How long a template's first evaluation, at load, may run: it prepares the engine and runs
+/// the template's Rego on an empty input, so a template that loops at load would otherwise keep
+/// poolguard from starting (and every later reload waiting).
+pub(crate) const LOAD_LIMIT: Duration = Duration::from_secs(2);
+
+/// Evaluates `rule` once on the engine's input, stopped past [`LOAD_LIMIT`], so that every clone
+/// of `engine` starts prepared (analysis, rule gathering); unknown functions and similar
+/// mistakes also surface only here. Prints made meanwhile are dropped, not kept in every clone.
+pub(crate) fn prepare(engine: &mut Engine, rule: &str) -> Result<Value, String> {
+    engine.set_execution_timer_config(ExecutionTimerConfig {
+        limit: LOAD_LIMIT,
+        check_interval: NonZeroU32::new(TIMER_CHECK_INTERVAL).expect("non-zero constant"),
+    });
+    let first = engine.eval_rule(rule.to_string()).map_err(|e| {
+        let e = format!("{e:#}");
+        if e.contains("time limit") {
+            format!(
+                "its first evaluation (on an empty input) ran past {} s: {e}",
+                LOAD_LIMIT.as_secs()
+            )
+        } else {
+            e
+        }
+    });
+    engine.clear_execution_timer_config();
+    let _ = engine.take_prints();
+    first
+}
+
 /// Evaluates `rule` on `input` in a clone of the prepared `engine`, stopped past `limit`; an
 /// error as one string. Shared by SIT and placement policies.
 pub(crate) fn eval_within(
@@ -245,11 +278,8 @@ pub(crate) fn compile(template: &Template, kind: TemplateKind) -> Result<Compile
         bail!("{path}: {what} `{name}` declares no `{entry}` rule{hint}");
     }
     let rule = format!("data.{name}.{entry}");
-    // Evaluating once prepares the engine (analysis, rule gathering), so that every clone
-    // starts prepared; unknown functions and similar mistakes also surface only here.
     engine.set_input(Value::new_object());
-    let first = engine
-        .eval_rule(rule.clone())
+    let first = prepare(&mut engine, &rule)
         .map_err(|e| anyhow::anyhow!("{path}: policy `{name}` does not compile: {e}"))?;
     let reads_review = reads_review(&template.rego);
     Ok(Compiled {

@@ -488,6 +488,63 @@ mod tests {
         );
     }
 
+    /// Loading evaluates a template once: that evaluation is bounded in time, and a huge range
+    /// is an error, not an allocation that aborts the process. Each is refused with its reason.
+    #[test]
+    fn a_template_cannot_stall_or_abort_its_load() {
+        let stalls = "package stalls\ninfringement[{\"msg\": \"x\"}] { some i, j; numbers.range(1, 1000000)[i]; numbers.range(1, 1000000)[j]; i * j < 0 }\n";
+        let err = Policy::compile(&template("stalls", stalls))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("policy `stalls` does not compile: its first evaluation (on an empty input) ran past 2 s"),
+            "{err}"
+        );
+        let huge =
+            "package huge\ninfringement[{\"msg\": \"x\"}] { count(numbers.range(1, 1e11)) > 0 }\n";
+        let err = Policy::compile(&template("huge", huge))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains(
+                "numbers.range: 100000000000 elements, more than the 1000000 poolguard allows"
+            ),
+            "{err}"
+        );
+        // Sized by the input at admission: the evaluation fails (onError decides), the process
+        // lives on.
+        let sized = "package sized\ninfringement[{\"msg\": \"x\"}] { count(numbers.range(1, input.n)) > 0 }\n";
+        let p = Policy::compile(&template("sized", sized)).unwrap();
+        let err = p
+            .infringements(Value::from(json!({"n": 1e11})), Duration::from_secs(1))
+            .unwrap_err();
+        assert!(
+            err.contains("more than the 1000000 poolguard allows"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn print_output_does_not_reach_standard_error() {
+        // Gathered, not written: the engine's buffer holds it (and is dropped with the clone
+        // that evaluated), so nothing reaches poolguard's log stream.
+        let mut engine = crate::policy::engine::new_engine().unwrap();
+        engine
+            .add_policy(
+                "p.rego".into(),
+                "package p\nx { print(\"line\\n{\\\"level\\\":\\\"INFO\\\"}\") }\n".into(),
+            )
+            .unwrap();
+        assert_eq!(
+            engine.eval_rule("data.p.x".into()).unwrap(),
+            Value::from(true)
+        );
+        let prints = engine.take_prints().unwrap();
+        assert_eq!(prints.len(), 1, "{prints:?}");
+    }
+
     #[test]
     fn reads_review_table() {
         let cases = [
