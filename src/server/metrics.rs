@@ -163,6 +163,9 @@ pub struct Metrics {
     pub body_bytes_reserved: Gauge,
     pub connections: Gauge,
     pub connections_evicted: Counter,
+    /// Webhooks found in poolguard's webhook configurations that poolguard did not write, removed
+    /// by the registration.
+    pub foreign_webhooks_removed: Counter,
     pub audit_results: Family<AuditResultLabels, Gauge>,
     pub audit_objects: Family<KindLabels, Gauge>,
     /// Remembered results since the rules were last loaded (a reload starts empty memos).
@@ -295,6 +298,12 @@ impl Metrics {
             "Idle connections closed at the connection cap to make room for a new one",
             connections_evicted.clone(),
         );
+        let foreign_webhooks_removed = Counter::default();
+        registry.register(
+            "foreign_webhooks_removed",
+            "Webhooks found in poolguard's webhook configurations that poolguard did not write, removed by its registration",
+            foreign_webhooks_removed.clone(),
+        );
         let audit_results = Family::<AuditResultLabels, Gauge>::default();
         registry.register(
             "audit_results",
@@ -410,6 +419,7 @@ impl Metrics {
             body_bytes_reserved,
             connections,
             connections_evicted,
+            foreign_webhooks_removed,
         }
     }
 

@@ -220,7 +220,8 @@ pub async fn start(mut opts: Options) -> Result<Running> {
                 })
             }
         };
-        let registrar = Registrar::new(client, file.clone(), bundle, fallback);
+        let removed = metrics.foreign_webhooks_removed.clone();
+        let registrar = Registrar::new(client, file.clone(), bundle, fallback, removed);
         tokio::spawn(registrar.run(shutdown.clone()));
     }
     let ops_router = ops::router(app.clone());
