@@ -1320,3 +1320,28 @@ fn rego_print_output_is_not_written_to_the_log_stream() {
         text(&out.stdout)
     );
 }
+
+/// A client CA alone would accept every client it signs (on kubeadm, every kubelet): `serve`
+/// refuses it without the API server's client name, in one line.
+#[test]
+fn a_client_ca_without_a_client_name_is_refused() {
+    let out = poolguard(
+        &[
+            "serve",
+            "--tls-cert-file",
+            "missing.crt",
+            "--tls-key-file",
+            "missing.key",
+            "--client-ca-file",
+            "missing-ca.crt",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let error = text(&out.stderr);
+    assert!(
+        error.contains("--client-ca-file needs --client-name"),
+        "{error}"
+    );
+    assert_eq!(error.trim().lines().count(), 1, "{error}");
+}

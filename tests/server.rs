@@ -125,6 +125,7 @@ fn files_in(dir: &Path) -> TlsFiles {
         cert: dir.join("tls.crt"),
         key: dir.join("tls.key"),
         client_ca: None,
+        client_names: Vec::new(),
     }
 }
 
@@ -1073,13 +1074,14 @@ async fn bad_dependency_push_keeps_the_last_good_rules() {
 }
 
 #[tokio::test]
-async fn mtls_requires_a_client_certificate_from_the_ca() {
+async fn mtls_requires_the_api_servers_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let ca = write_bundle(dir.path());
     let client_ca = Authority::generate("clients", 1).unwrap();
     std::fs::write(dir.path().join("client-ca.crt"), client_ca.cert_pem()).unwrap();
     let files = TlsFiles {
         client_ca: Some(dir.path().join("client-ca.crt")),
+        client_names: vec!["kube-apiserver-webhook-client".into()],
         ..files_in(dir.path())
     };
     let running = serve::start(options(files, example_rules())).await.unwrap();
@@ -1104,17 +1106,50 @@ async fn mtls_requires_a_client_certificate_from_the_ca() {
     };
     assert!(refused, "a client without a certificate was served");
 
-    let issued = client_ca
-        .issue("apiserver", &[], &[], Usage::Client, 1)
+    // Signed by the CA but not the API server (on kubeadm the cluster CA signs every kubelet's
+    // client certificate): refused at the handshake.
+    let kubelet = client_ca
+        .issue(
+            "system:node:worker-7",
+            &["worker-7".into()],
+            &[],
+            Usage::Client,
+            1,
+        )
         .unwrap();
-    let trusted = Client::new(&ca, b"http/1.1", Some((issued.cert_pem, issued.key_pem)));
-    let (mut sender, _) = trusted.http1(running.addr).await;
-    assert_eq!(
-        send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
-            .await
-            .0,
-        200
+    let node = Client::new(&ca, b"http/1.1", Some((kubelet.cert_pem, kubelet.key_pem)));
+    let refused = match node.0.http1(running.addr).await {
+        Err(_) => true,
+        Ok((mut sender, _)) => {
+            sender.ready().await.is_err()
+                || sender
+                    .send_request(post("/mutate", review("pod-create-mapped.json")))
+                    .await
+                    .is_err()
+        }
+    };
+    assert!(
+        refused,
+        "a certificate of the CA naming another client was served"
     );
+    // The API server's, by its subject's common name or by a DNS name.
+    for (cn, dns) in [
+        ("kube-apiserver-webhook-client", vec![]),
+        (
+            "apiserver",
+            vec!["kube-apiserver-webhook-client".to_string()],
+        ),
+    ] {
+        let issued = client_ca.issue(cn, &dns, &[], Usage::Client, 1).unwrap();
+        let trusted = Client::new(&ca, b"http/1.1", Some((issued.cert_pem, issued.key_pem)));
+        let (mut sender, _) = trusted.http1(running.addr).await;
+        assert_eq!(
+            send1(&mut sender, "/mutate", review("pod-create-mapped.json"))
+                .await
+                .0,
+            200
+        );
+    }
     running.shutdown.cancel();
     running.wait().await.unwrap();
 }

@@ -47,7 +47,7 @@ start)
         --policies-dir "${PG_POLICIES_DIR}" \
         --metrics-addr "${PG_METRICS_ADDR}" \
         --audit-interval 0 \
-        ${PG_CLIENT_CA:+--client-ca-file "${PG_CLIENT_CA}"} \
+        ${PG_CLIENT_CA:+--client-ca-file "${PG_CLIENT_CA}" --client-name kube-apiserver-webhook-client} \
         </dev/null >>"${log_file}" 2>&1 &
     pid=$!
     printf '%s\n' "${pid}" > "${pid_file}"

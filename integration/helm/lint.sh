@@ -67,7 +67,7 @@ cases=(
     # The webhooks rendered by the chart instead of registered by poolguard: the same webhooks.
     "chart-registration|--set webhook.registration=chart"
     # mTLS: only the API server's client certificate (signed by clientCA) is answered.
-    "mtls|--set-file clientCA=${out}/ca.pem"
+    "mtls|--set-file clientCA=${out}/ca.pem --set clientNames={kube-apiserver-webhook-client}"
     "certmanager|--set certificates.mode=certManager"
     "provided|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-string certificates.caBundle=$(printf '%s' "$ca_pem" | base64 -w0)"
     "provided-pem|--set certificates.mode=provided --set certificates.secretName=poolguard-serving-cert --set-file certificates.caBundle=${out}/ca.pem"
@@ -180,6 +180,7 @@ refuse "skipUnchangedUpdates not a boolean" "/webhook/skipUnchangedUpdates" --se
 refuse "webhook.url without https" "/webhook/url" --set webhook.url=http://127.0.0.1:8443
 refuse "webhook.url with a query" "/webhook/url" --set webhook.url=https://127.0.0.1:8443/?x=1
 refuse "clientCA not a PEM certificate" "/clientCA" --set clientCA=not-a-certificate
+refuse "clientCA without clientNames" "clientCA needs clientNames" --set-file clientCA="${out}/ca.pem"
 refuse "shadowing extra policy" "already ships" --set-string extraPolicies.allowedrepositories\\.yaml=x
 refuse "placement without a way to choose" "/config/placement" --set config.placement.preference={a}
 refuse "bad chooseValue" "/config/placement/chooseValue" --set config.placement.chooseValue=-auto
@@ -558,6 +559,8 @@ for name in names:
         if name == "mtls":
             check(args[args.index("--client-ca-file") + 1:][:1] == ["/client-ca/ca.crt"]
                   if "--client-ca-file" in args else False, "--client-ca-file /client-ca/ca.crt")
+            check(args[args.index("--client-name") + 1:][:1] == ["kube-apiserver-webhook-client"]
+                  if "--client-name" in args else False, "--client-name kube-apiserver-webhook-client")
             check(client_ca and client_ca[0]["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
                   and mounts.get("client-ca", {}).get("mountPath") == "/client-ca" and mounts["client-ca"].get("readOnly"),
                   "the client CA ConfigMap mounted read-only at /client-ca")

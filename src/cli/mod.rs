@@ -300,9 +300,15 @@ struct ServeArgs {
     /// Private key of the serving certificate (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     tls_key_file: Option<PathBuf>,
-    /// Require client certificates signed by this CA (mTLS).
+    /// Require client certificates signed by this CA (mTLS) that name one of --client-name.
     #[arg(long, value_name = "FILE")]
     client_ca_file: Option<PathBuf>,
+    /// With --client-ca-file: a name the API server's client certificate carries, as its
+    /// subject's common name or a DNS subject alternative name (repeat for several). Required
+    /// with --client-ca-file: a cluster's CA may sign other clients (on kubeadm, every
+    /// kubelet's client certificate)
+    #[arg(long = "client-name", value_name = "NAME", requires = "client_ca_file")]
+    client_names: Vec<String>,
     #[command(flatten)]
     rules: RuleArgs,
     /// Namespace objects to take labels from instead of the cluster.
@@ -781,9 +787,15 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             cert,
             key,
             client_ca: args.client_ca_file.clone(),
+            client_names: args.client_names.clone(),
         }),
         _ => None,
     };
+    if args.client_ca_file.is_some() && args.client_names.is_empty() {
+        anyhow::bail!(
+            "--client-ca-file needs --client-name: the name (subject common name or DNS name) of the API server's client certificate; the CA may sign other clients too (on kubeadm, every kubelet's)"
+        );
+    }
     let manage_certs = if args.manage_certs {
         let secret = args.cert_secret.unwrap_or_default();
         let Some((namespace, name)) = secret
@@ -810,6 +822,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             settings,
             check_interval: args.cert_check_interval,
             client_ca: args.client_ca_file.clone(),
+            client_names: args.client_names.clone(),
         })
     } else {
         None

@@ -89,6 +89,8 @@ pub struct ManagedCerts {
     pub check_interval: Duration,
     /// Client CA (mTLS), read once.
     pub client_ca: Option<PathBuf>,
+    /// The names one of which the client certificate must carry ([`TlsFiles::client_names`]).
+    pub client_names: Vec<String>,
 }
 
 /// A started server.
@@ -366,9 +368,13 @@ async fn managed_tls(
         managed.settings.clone(),
     );
     let client_ca = match &managed.client_ca {
-        Some(path) => Some(tls::Pem {
-            bytes: std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
-            origin: path.display().to_string(),
+        Some(path) => Some(tls::ClientCa {
+            pem: tls::Pem {
+                bytes: std::fs::read(path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+                origin: path.display().to_string(),
+            },
+            names: managed.client_names.clone(),
         }),
         None => None,
     };
@@ -426,6 +432,7 @@ fn dev_certificates(dir: &Path) -> Result<TlsFiles> {
         cert: dir.join("tls.crt"),
         key: dir.join("tls.key"),
         client_ca: None,
+        client_names: Vec::new(),
     };
     if !(files.cert.exists() && files.key.exists()) {
         certs::serving_bundle(

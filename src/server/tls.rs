@@ -4,18 +4,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
 
 /// The files a TLS configuration is read from.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// When set, clients must present a certificate signed by this CA.
+    /// When set, clients must present a certificate signed by this CA that names one of
+    /// `client_names`.
     pub client_ca: Option<PathBuf>,
+    /// The names (subject common name or DNS subject alternative name) a client certificate
+    /// must carry one of: the API server's. A cluster's CA may sign other clients too (on
+    /// kubeadm it signs every kubelet's client certificate).
+    pub client_names: Vec<String>,
 }
 
 impl TlsFiles {
@@ -35,9 +44,12 @@ impl TlsFiles {
     pub fn load(&self) -> Result<(Arc<ServerConfig>, i64)> {
         let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
         let client_ca = match &self.client_ca {
-            Some(path) => Some(Pem {
-                bytes: read(path)?,
-                origin: path.display().to_string(),
+            Some(path) => Some(ClientCa {
+                pem: Pem {
+                    bytes: read(path)?,
+                    origin: path.display().to_string(),
+                },
+                names: self.client_names.clone(),
             }),
             None => None,
         };
@@ -63,9 +75,20 @@ pub struct Pem {
     pub origin: String,
 }
 
+/// The CA that signs the API server's client certificate, and the names that certificate
+/// carries (one of them is enough).
+pub struct ClientCa {
+    pub pem: Pem,
+    pub names: Vec<String>,
+}
+
 /// TLS 1.3 preferred, 1.2 accepted; HTTP/2 and HTTP/1.1 offered through ALPN. With `client_ca`,
-/// clients must present a certificate it signed.
-pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<Arc<ServerConfig>> {
+/// clients must present a certificate it signed that names one of its names.
+pub fn server_config(
+    cert: &Pem,
+    key: &Pem,
+    client_ca: Option<&ClientCa>,
+) -> Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = read_certs(cert)?;
     let private_key = PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|e| match e {
@@ -77,7 +100,13 @@ pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<A
         .context("choosing TLS versions")?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
+        Some(ClientCa { pem: ca, names }) => {
+            if names.is_empty() {
+                bail!(
+                    "{}: a client CA needs the names of the client certificate to accept (--client-name)",
+                    ca.origin
+                );
+            }
             let mut roots = RootCertStore::empty();
             for c in read_certs(ca)? {
                 roots
@@ -87,7 +116,10 @@ pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<A
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .with_context(|| format!("{}: building the client verifier", ca.origin))?;
-            builder.with_client_cert_verifier(verifier)
+            builder.with_client_cert_verifier(Arc::new(NamedClients {
+                chain: verifier,
+                names: names.clone(),
+            }))
         }
     };
     let mut config = builder
@@ -100,6 +132,93 @@ pub fn server_config(cert: &Pem, key: &Pem, client_ca: Option<&Pem>) -> Result<A
         })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A client certificate verifier that accepts a certificate the CA signed only when it names one
+/// of `names` (its subject common name or a DNS subject alternative name).
+#[derive(Debug)]
+struct NamedClients {
+    chain: Arc<dyn ClientCertVerifier>,
+    names: Vec<String>,
+}
+
+impl ClientCertVerifier for NamedClients {
+    fn offer_client_auth(&self) -> bool {
+        self.chain.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.chain.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.chain.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        self.chain
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let named = certificate_names(end_entity);
+        if named.iter().any(|name| self.names.contains(name)) {
+            return Ok(ClientCertVerified::assertion());
+        }
+        let why = format!(
+            "the client certificate names {named:?}, none of the accepted client names {:?}",
+            self.names
+        );
+        Err(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::Other(rustls::OtherError(Arc::new(std::io::Error::other(
+                why,
+            )))),
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.chain.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.chain.supported_verify_schemes()
+    }
+}
+
+/// A certificate's subject common names and DNS subject alternative names.
+fn certificate_names(der: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_string());
+            }
+        }
+    }
+    names
 }
 
 /// When the first (serving) certificate of a PEM chain expires: its notAfter, Unix time.
@@ -135,6 +254,7 @@ mod tests {
             cert: dir.path().join(cert),
             key: dir.path().join(key),
             client_ca: ca.map(|c| dir.path().join(c)),
+            client_names: vec!["kube-apiserver".into()],
         };
         let config = files("tls.crt", "tls.key", Some("ca.crt"))
             .server_config()
@@ -150,6 +270,13 @@ mod tests {
             (
                 files("ca.crt", "tls.key", None),
                 "do not make a usable certificate",
+            ),
+            (
+                TlsFiles {
+                    client_names: Vec::new(),
+                    ..files("tls.crt", "tls.key", Some("ca.crt"))
+                },
+                "a client CA needs the names of the client certificate to accept",
             ),
         ] {
             let err = format!("{:#}", f.server_config().err().unwrap());
@@ -173,6 +300,7 @@ mod tests {
             cert: dir.path().join("tls.crt"),
             key: dir.path().join("tls.key"),
             client_ca: None,
+            client_names: Vec::new(),
         };
         let (_, not_after) = files.load().unwrap();
         let three_days = 3 * 86_400;
