@@ -16,7 +16,8 @@
 #  4. with that poolguard stopped (the webhook configurations still in place), a pod in a pool's
 #     namespace gets its pool's nodeSelector and annotation, a foreign image and another pool are
 #     refused;
-#  5. everything it wrote is removed again (by its label).
+#  5. with the validating webhook configuration that owns them deleted (as helm uninstall does),
+#     the garbage collector deletes every object it wrote.
 #
 #   integration/e2e/native-leader.sh POOLGUARD_BIN WORK_DIR CERT_DIR
 #       KUBECONFIG set; kubectl in PATH or KUBECTL; CERT_DIR holds ca.crt, tls.crt and tls.key of
@@ -110,7 +111,7 @@ pod_webhooks_out() {
     --tls-key-file "${certs}/tls.key" --config "${work}/config/config.yaml" \
     --policies-dir "${work}/policies" --audit-interval 1h --lease-name pg-e2e-native-leader \
     --lease-namespace default --rollout-configmap pg-e2e-native-leader-rollouts \
-    --native-apply --native-exclude-namespace kube-system \
+    --native-apply --native-exclude-namespace kube-system --native-owner "${registered}-validating" \
     --register-webhooks "${work}/webhooks.yaml" --native-fallback >"${work}/serve.log" 2>&1 &
 pid=$!
 
@@ -211,4 +212,14 @@ if out="$(k -n "${ns}" run override --image=registry.example.com/app:1 \
 fi
 [[ "${out}" == *"poolguard-placement"* ]] || die "another pool was refused, but not by poolguard-placement: ${out}"
 log "another pool is refused (${out:0:120}...)"
+
+# 5. Uninstalled: the validating webhook configuration that owns the objects (ownerReferences,
+# --native-owner) is deleted, as helm uninstall does, and the garbage collector deletes them all.
+written="$(k get "${kinds}" -l "${managed}" -o json)"
+total="$(jq '.items | length' <<<"${written}")"
+owned="$(jq --arg owner "${registered}-validating" '[.items[] | select(.metadata.ownerReferences[0].name == $owner)] | length' <<<"${written}")"
+((total > 0)) && [[ "${owned}" == "${total}" ]] || die "${owned} of the ${total} objects are owned by ${registered}-validating"
+k delete validatingwebhookconfiguration "${registered}-validating" >/dev/null
+none_left() { [[ -z "$(k get "${kinds}" -l "${managed}" -o name)" ]]; }
+await "the garbage collector deleted the ${total} native objects with their owner" none_left
 log "ok"

@@ -233,8 +233,9 @@ for name in names:
     if name == "native-apply":
         excluded = sorted(args[i + 1] for i, a in enumerate(args) if a == "--native-exclude-namespace")
         matched = [args[i + 1] for i, a in enumerate(args) if a == "--native-namespace-match-label"]
+        owner = args[args.index("--native-owner") + 1:][:1] if "--native-owner" in args else []
         if "--native-apply" not in args or "--native-require-namespace-label" not in args \
-                or "--native-fallback" not in args \
+                or "--native-fallback" not in args or owner != ["poolguard-validating"] \
                 or excluded != ["kube-system", "monitoring", "poolguard-system"] or matched != ["poolguard=on"]:
             errors.append(f"{name}: args {args}")
         if len(writes) != 1 or sorted(writes[0]["resources"]) != [

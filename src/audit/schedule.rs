@@ -39,6 +39,8 @@ pub struct Settings {
     /// `Some`: the leader also writes the native admission objects these options generate
     /// (`serve --native-apply`).
     pub native: Option<poolguard_core::native::Options>,
+    /// `--native-owner`: the ValidatingWebhookConfiguration that owns the native objects.
+    pub native_owner: Option<String>,
     /// `--native-fallback`: the leader registers the webhooks and leaves the pod and workload
     /// webhooks out while the native objects decide alone.
     pub native_fallback: bool,
@@ -184,7 +186,10 @@ async fn lead_while_held(
     shutdown: &CancellationToken,
     leading: &mut watch::Receiver<bool>,
 ) {
-    let mut native = settings.native.clone().map(native_objects::Writer::new);
+    let mut native = settings
+        .native
+        .clone()
+        .map(|options| native_objects::Writer::new(options, settings.native_owner.clone()));
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,

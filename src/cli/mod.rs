@@ -493,6 +493,12 @@ struct ServeAuditArgs {
     /// (pool-authority) webhooks always stay.
     #[arg(long, requires_all = ["native_apply", "register_webhooks"])]
     native_fallback: bool,
+    /// With --native-apply: the ValidatingWebhookConfiguration that owns the native objects
+    /// (ownerReferences): the garbage collector deletes them with it, so uninstalling the
+    /// release (the chart passes its own) leaves none. It must exist: nothing is written while
+    /// it does not
+    #[arg(long, value_name = "NAME", requires = "native_apply")]
+    native_owner: Option<String>,
 }
 
 impl ServeAuditArgs {
@@ -522,6 +528,7 @@ impl ServeAuditArgs {
                 name: self.rollout_configmap,
             },
             native_fallback: self.native_fallback,
+            native_owner: self.native_owner,
             native: self
                 .native_apply
                 .then_some(poolguard_core::native::Options {

@@ -2,12 +2,15 @@
 //! apply with field manager `poolguard`, then deletes the objects poolguard labelled as its own
 //! that it no longer generates. A cluster that does not serve the v1 MutatingAdmissionPolicy and
 //! ValidatingAdmissionPolicy APIs (before Kubernetes 1.36) is refused with one line, before
-//! anything is written.
+//! anything is written. With an owner (`serve --native-owner`, the chart's validating webhook
+//! configuration), every object is written with an ownerReference to it, so the garbage
+//! collector deletes them with it: `helm uninstall` leaves nothing poolguard wrote.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Client;
 use poolguard_core::native::sync_plan::{self, Due, Existing};
@@ -75,13 +78,53 @@ pub async fn check_served(client: &Client) -> Result<()> {
 /// ([`sync_plan::deletions`]: only objects with poolguard's label).
 pub async fn sync(client: &Client, native: &Native) -> Result<Synced> {
     check_served(client).await?;
-    write(client, native).await
+    write(client, native, None).await
 }
 
-/// [`sync`] on a cluster known to serve the v1 APIs.
-async fn write(client: &Client, native: &Native) -> Result<Synced> {
+/// An ownerReference to the ValidatingWebhookConfiguration `name`, read now for its uid. A
+/// missing owner is an error: the garbage collector deletes an object whose owners are all gone,
+/// so objects written with one would be deleted at once.
+async fn owner_reference(client: &Client, name: &str) -> Result<serde_json::Value> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let owner = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading ValidatingWebhookConfiguration {name} (--native-owner)"))?
+        .with_context(|| {
+            format!(
+                "ValidatingWebhookConfiguration {name} (--native-owner) does not exist: nothing written, since the garbage collector deletes objects whose owner is gone"
+            )
+        })?;
+    let uid = owner
+        .metadata
+        .uid
+        .with_context(|| format!("ValidatingWebhookConfiguration {name} has no uid"))?;
+    Ok(serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingWebhookConfiguration",
+        "name": name,
+        "uid": uid,
+    }))
+}
+
+/// [`sync`] on a cluster known to serve the v1 APIs; with `owner`, each object is owned by that
+/// ValidatingWebhookConfiguration ([`owner_reference`]).
+async fn write(client: &Client, native: &Native, owner: Option<&str>) -> Result<Synced> {
     let mut synced = Synced::default();
+    let reference = match owner {
+        Some(name) => Some(owner_reference(client, name).await?),
+        None => None,
+    };
     for object in &native.objects {
+        let mut owned;
+        let object = match &reference {
+            Some(reference) => {
+                owned = object.clone();
+                owned["metadata"]["ownerReferences"] = serde_json::json!([reference]);
+                &owned
+            }
+            None => object,
+        };
         let kind = object["kind"].as_str().unwrap_or_default();
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let Some((_, plural)) = KINDS.iter().find(|(k, _)| *k == kind) else {
@@ -154,14 +197,17 @@ pub const RESYNC_EVERY: Duration = Duration::from_secs(600);
 /// in one line, and asked again every [`RESYNC_EVERY`]; the webhook path is unchanged there.
 pub struct Writer {
     options: Options,
+    /// The ValidatingWebhookConfiguration that owns the objects (`--native-owner`).
+    owner: Option<String>,
     last: Option<(Native, Instant)>,
     refused_at: Option<Instant>,
 }
 
 impl Writer {
-    pub fn new(options: Options) -> Writer {
+    pub fn new(options: Options, owner: Option<String>) -> Writer {
         Writer {
             options,
+            owner,
             last: None,
             refused_at: None,
         }
@@ -196,7 +242,7 @@ impl Writer {
             return;
         }
         self.refused_at = None;
-        match write(client, &wanted).await {
+        match write(client, &wanted, self.owner.as_deref()).await {
             Ok(synced) => {
                 if due == Due::Changed || !synced.deleted.is_empty() {
                     tracing::info!(
@@ -302,7 +348,7 @@ mod tests {
             );
         }
         let client = api.client();
-        let mut writer = Writer::new(Options::default());
+        let mut writer = Writer::new(Options::default(), None);
         let mut current = rules(false);
         writer.tick(&client, &current).await;
         let first = stored(&api);
@@ -366,6 +412,50 @@ mod tests {
             .iter()
             .filter(|r| r.method == Method::DELETE)
             .all(|r| !r.path.ends_with("/team-rules")));
+    }
+
+    /// With an owner, every object is written with an ownerReference to the release's validating
+    /// webhook configuration (by its uid), so the garbage collector deletes them with it; with
+    /// the owner missing nothing is written (the collector would delete it at once).
+    #[tokio::test]
+    async fn objects_are_owned_by_the_release_s_validating_configuration() {
+        let api = FakeApi::default();
+        served(&api);
+        let client = api.client();
+        let mut writer = Writer::new(Options::default(), Some("pg-validating".into()));
+        writer.tick(&client, &rules(false)).await;
+        assert!(
+            !stored(&api).iter().any(|k| k.contains("poolguard-")),
+            "written without its owner: {:?}",
+            stored(&api)
+        );
+        api.state().put(
+            crate::cluster::fake_api::VALIDATING,
+            json!({"metadata": {"name": "pg-validating", "uid": "0f3c-owner"}}),
+        );
+        writer.tick(&client, &rules(false)).await;
+        let state = api.state();
+        let written: Vec<&serde_json::Value> = state
+            .objects
+            .iter()
+            .filter(|(path, _)| !path.starts_with(crate::cluster::fake_api::VALIDATING))
+            .filter(|(_, o)| o["metadata"]["labels"][MANAGED_LABEL] == json!(MANAGED_VALUE))
+            .map(|(_, o)| o)
+            .collect();
+        assert_eq!(
+            written.len(),
+            native::generate(&rules(false), &Options::default())
+                .objects
+                .len()
+        );
+        for object in written {
+            assert_eq!(
+                object["metadata"]["ownerReferences"],
+                json!([{"apiVersion": API_VERSION, "kind": "ValidatingWebhookConfiguration",
+                        "name": "pg-validating", "uid": "0f3c-owner"}]),
+                "{object}"
+            );
+        }
     }
 
     #[tokio::test]
