@@ -69,11 +69,7 @@ impl Sources {
     pub fn missing_defaults(&self, rules: &RuleSet) -> Vec<String> {
         let mut warnings = Vec::new();
         if self.policies_dir.is_none() && self.policies_dir().is_none() {
-            let here = std::env::current_dir()
-                .map_or_else(|_| ".".to_string(), |d| d.display().to_string());
-            warnings.push(format!(
-                "no policies loaded: the default policies directory ./{DEFAULT_POLICIES_DIR} does not exist in {here}; give --policies-dir DIR"
-            ));
+            warnings.push(format!("no policies loaded: {}", missing_policies_dir()));
         }
         if self.placement_dir.is_none()
             && self.placement_dir().is_none()
@@ -118,6 +114,22 @@ impl Sources {
             Some(path) => load_config(path)?,
             None => Config::default(),
         };
+        if self.policies_dir.is_none() && self.policies_dir().is_none() {
+            let mut named: Vec<&String> = config.policies.keys().collect();
+            for pool in config.pools.values() {
+                named.extend(pool.policies.keys());
+            }
+            named.sort();
+            named.dedup();
+            if !named.is_empty() {
+                let names: Vec<&str> = named.iter().map(|n| n.as_str()).collect();
+                bail!(
+                    "the config names policies ({}), but {}",
+                    names.join(", "),
+                    missing_policies_dir()
+                );
+            }
+        }
         let policies = match self.policies_dir() {
             Some(dir) => load_policies(&dir)?,
             None => PolicySet::default(),
@@ -152,6 +164,16 @@ impl Sources {
         };
         gatekeeper::rules(config, policies, placement, files, &origin)
     }
+}
+
+/// Why no policies are loaded when the default directory is not there (it is relative to the
+/// working directory).
+fn missing_policies_dir() -> String {
+    let here =
+        std::env::current_dir().map_or_else(|_| ".".to_string(), |d| d.display().to_string());
+    format!(
+        "the default policies directory ./{DEFAULT_POLICIES_DIR} does not exist in {here}; give --policies-dir DIR"
+    )
 }
 
 /// Every `*.yaml`, `*.yml` and `*.json` file directly in `dir`, in name order, with its text.

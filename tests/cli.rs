@@ -1345,3 +1345,88 @@ fn a_client_ca_without_a_client_name_is_refused() {
     );
     assert_eq!(error.trim().lines().count(), 1, "{error}");
 }
+
+/// A config that cannot lie: a policy listed without parameters (which would never run), a
+/// misspelt parameter (which would change nothing), an unknown policy: `config check` reports
+/// every one, a line each naming where, and exits 2; `eval` refuses the same config.
+#[test]
+fn config_check_reports_every_mistake_of_a_config_that_would_not_mean_what_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "policies:\n  allowedrepositories: {enforcement: deny}\n  latesttag:\n    parameters:\n      exemptRepository: [registry.example.com/]\n  requirelimits:\n    parameters: {}\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = poolguard(&["config", "check", "--config", config], None);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let error = text(&out.stderr);
+    let lines: Vec<&str> = error.lines().collect();
+    assert_eq!(lines.len(), 3, "{error}");
+    assert!(lines[0].starts_with("poolguard: error: "), "{error}");
+    assert!(lines[0].contains("at `policies.allowedrepositories`: no `parameters` here or at any other level, so the policy would never run"), "{error}");
+    assert!(lines[1].contains("at `policies.latesttag.parameters.exemptRepository`: the policy takes no parameter `exemptRepository` (did you mean `exemptRepositories`?"), "{error}");
+    assert!(
+        lines[2].contains("at `policies.requirelimits`: no policy named `requirelimits` is loaded"),
+        "{error}"
+    );
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--config",
+            config,
+            "--webhook",
+            "validate",
+            "testdata/reviews/pod-create-placed.json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("exemptRepository"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Run from another directory, the default `./policies` is not there: said, naming the
+/// directory, by `config check` (a warning) and by every command whose config names policies
+/// (an error), never "config ok: 0 policies" alone or "no policy named … (loaded: )".
+#[test]
+fn a_missing_default_policies_directory_is_named() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = poolguard_in(elsewhere.path(), &["config", "check"], None);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("the default policies directory ./policies does not exist in"),
+        "{}",
+        text(&out.stderr)
+    );
+    let config = repo_file("testdata/config/example.yaml");
+    for args in [
+        vec!["config", "check", "--config", &config],
+        vec![
+            "eval",
+            "--namespaces-file",
+            "/dev/null",
+            "--config",
+            &config,
+            "--webhook",
+            "validate",
+            "-",
+        ],
+    ] {
+        let out = poolguard_in(elsewhere.path(), &args, Some("{}"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let error = text(&out.stderr);
+        assert!(
+            error.contains("the config names policies (allowedrepositories")
+                && error.contains("the default policies directory ./policies does not exist in")
+                && error.contains("give --policies-dir DIR"),
+            "{args:?}: {error}"
+        );
+    }
+}

@@ -1072,8 +1072,9 @@ fn run(command: Command) -> Result<ExitCode> {
             ))
         }
         Command::Config(ConfigCommand::Check(rules)) => {
-            let (loaded, lints) = rules.sources().load_with_lints()?;
-            for lint in lints {
+            let sources = rules.sources();
+            let (loaded, lints) = sources.load_with_lints()?;
+            for lint in lints.iter().chain(&sources.missing_defaults(&loaded)) {
                 eprintln!("poolguard: warning: {lint}");
             }
             println!(

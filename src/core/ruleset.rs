@@ -61,7 +61,15 @@ impl RuleSet {
         mut placement: PlacementSet,
         origin: &str,
     ) -> Result<RuleSet> {
-        let named = |e: anyhow::Error| anyhow::anyhow!("{origin}: {e}");
+        // Each mistake on a line of its own, each naming the file.
+        let named = |e: anyhow::Error| {
+            let lines: Vec<String> = e
+                .to_string()
+                .lines()
+                .map(|line| format!("{origin}: {line}"))
+                .collect();
+            anyhow::anyhow!("{}", lines.join("\n"))
+        };
         config
             .check_against_policies(&policies.declared_inputs())
             .map_err(named)?;

@@ -514,13 +514,16 @@ impl Config {
         self.policies.get(policy)?.rollout.as_ref()
     }
 
-    /// Checks that every policy the config names exists and gets the inputs it declares.
-    /// `declared` maps each loaded policy name to its declared inputs.
+    /// Checks that every policy the config names exists, runs somewhere (some level gives it
+    /// parameters), gets the inputs it declares and no parameter it does not read, and that its
+    /// repository lists are readable. `declared` maps each loaded policy name to what it says of
+    /// its parameters. Every mistake is reported, one line each.
     pub(crate) fn check_against_policies(
         &self,
-        declared: &BTreeMap<String, Vec<String>>,
+        declared: &BTreeMap<String, Declared>,
     ) -> Result<()> {
         let known = || declared.keys().cloned().collect::<Vec<_>>().join(", ");
+        let mut errors: Vec<String> = Vec::new();
         let mut layers: Vec<(String, &BTreeMap<String, PolicySettings>)> =
             vec![("policies".to_string(), &self.policies)];
         for (pool, settings) in &self.pools {
@@ -531,47 +534,53 @@ impl Config {
                 let at = format!("policies.{name}.dependencies[{k}].policy");
                 let loaded = declared.contains_key(&dependency.policy);
                 if dependency.policy == PLACEMENT && loaded {
-                    bail!(
+                    errors.push(format!(
                         "at `{at}`: `{PLACEMENT}` names the built-in pool placement check, so the loaded policy of that name cannot be depended on; rename it"
-                    );
+                    ));
                 }
                 if dependency.policy != PLACEMENT && !loaded {
-                    bail!(
+                    errors.push(format!(
                         "at `{at}`: no policy named `{}` is loaded, and it is not `{PLACEMENT}` (loaded: {})",
                         dependency.policy,
                         known()
-                    );
+                    ));
                 }
             }
         }
-        for (prefix, policies) in layers {
-            for (name, settings) in policies {
-                let Some(inputs) = declared.get(name) else {
-                    bail!(
+        for (prefix, policies) in &layers {
+            for (name, settings) in *policies {
+                let Some(declared) = declared.get(name) else {
+                    errors.push(format!(
                         "at `{prefix}.{name}`: no policy named `{name}` is loaded (loaded: {})",
                         known()
-                    );
+                    ));
+                    continue;
                 };
-                if let Some(params) = &settings.parameters {
-                    for input in inputs {
-                        if !params.contains_key(input) {
-                            bail!(
-                                "at `{prefix}.{name}.parameters`: missing `{input}`, an input the policy declares"
-                            );
-                        }
-                    }
-                    for key in ["repositories", "exemptRepositories"] {
-                        if let Some(entries) = params.get(key) {
-                            check_repositories(
-                                entries,
-                                &format!("{prefix}.{name}.parameters.{key}"),
-                            )?;
-                        }
-                    }
+                let at = format!("{prefix}.{name}");
+                match &settings.parameters {
+                    Some(params) => declared.check(params, &at, &mut errors),
+                    None if !self.gives_parameters(name) => errors.push(format!(
+                        "at `{at}`: no `parameters` here or at any other level, so the policy would never run; give its parameters (`parameters: {{}}` for a policy that takes none)"
+                    )),
+                    None => {}
                 }
             }
         }
-        Ok(())
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", errors.join("\n"))
+        }
+    }
+
+    /// Whether some level (cluster-wide or a pool's) gives `policy` parameters.
+    fn gives_parameters(&self, policy: &str) -> bool {
+        let given = |policies: &BTreeMap<String, PolicySettings>| {
+            policies
+                .get(policy)
+                .is_some_and(|settings| settings.parameters.is_some())
+        };
+        given(&self.policies) || self.pools.values().any(|pool| given(&pool.policies))
     }
 
     /// The settings of `policy` for `pool`: the pool's own settings win over the cluster-wide ones.
@@ -634,6 +643,91 @@ pub(crate) fn is_label_key(key: &str) -> bool {
             })
     };
     prefix.is_none_or(subdomain) && is_label_value(name)
+}
+
+/// What a loaded policy says of its parameters (`input.parameters`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Declared {
+    /// The names it needs (a StackL template's `inputs`).
+    pub inputs: Vec<String>,
+    /// Every name it may read, `inputs` included; `None` when that is not known (its Rego reads
+    /// `input.parameters` as a whole, or it is a Gatekeeper constraint), and then any name goes.
+    pub names: Option<Vec<String>>,
+}
+
+impl Declared {
+    /// Pushes one error for each declared input `params` leaves out, each name it gives that
+    /// the policy does not read (with the likeliest name meant), and each unreadable
+    /// repository list.
+    fn check(&self, params: &Parameters, at: &str, errors: &mut Vec<String>) {
+        for input in &self.inputs {
+            if !params.contains_key(input) {
+                errors.push(format!(
+                    "at `{at}.parameters`: missing `{input}`, an input the policy declares"
+                ));
+            }
+        }
+        if let Some(names) = &self.names {
+            for given in params.keys().filter(|k| !names.contains(k)) {
+                let hint = closest(given, names)
+                    .map(|name| format!("did you mean `{name}`? "))
+                    .unwrap_or_default();
+                let reads = if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                };
+                errors.push(format!(
+                    "at `{at}.parameters.{given}`: the policy takes no parameter `{given}` ({hint}it reads: {reads})"
+                ));
+            }
+        }
+        for key in ["repositories", "exemptRepositories"] {
+            if let Some(entries) = params.get(key) {
+                if let Err(e) = check_repositories(entries, &format!("{at}.parameters.{key}")) {
+                    errors.push(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+impl From<Vec<String>> for Declared {
+    /// Declared inputs, any other name allowed.
+    fn from(inputs: Vec<String>) -> Declared {
+        Declared {
+            inputs,
+            names: None,
+        }
+    }
+}
+
+/// The name of `names` closest to `given` (edit distance at most a third of its length, at
+/// least 1, ignoring case), if any.
+fn closest<'a>(given: &str, names: &'a [String]) -> Option<&'a str> {
+    let given = given.to_lowercase();
+    names
+        .iter()
+        .map(|name| (edit_distance(&given, &name.to_lowercase()), name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name.as_str())
+}
+
+/// Levenshtein distance between two strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// A `repositories` parameter (StackL's and Gatekeeper's name for an allow-list of image
@@ -996,8 +1090,11 @@ policies:
 
     #[test]
     fn dependencies_must_name_loaded_policies_or_placement() {
-        let declared = |names: &[&str]| -> BTreeMap<String, Vec<String>> {
-            names.iter().map(|n| (n.to_string(), Vec::new())).collect()
+        let declared = |names: &[&str]| -> BTreeMap<String, Declared> {
+            names
+                .iter()
+                .map(|n| (n.to_string(), Declared::default()))
+                .collect()
         };
         let c = Config::parse(DEPENDENCIES, "t").unwrap();
         c.check_against_policies(&declared(&["allowedrepositories", "latesttag"]))
@@ -1005,7 +1102,7 @@ policies:
         // Depending on a loaded policy the config does not mention is allowed (it never
         // applies, so the dependent is Pending everywhere).
         let quiet = Config::parse(
-            "policies:\n  latesttag:\n    dependencies: [{policy: other}]\n",
+            "policies:\n  latesttag:\n    dependencies: [{policy: other}]\n    parameters: {}\n",
             "t",
         )
         .unwrap();
@@ -1016,9 +1113,10 @@ policies:
             .check_against_policies(&declared(&["latesttag", "repos"]))
             .unwrap_err()
             .to_string();
+        // Every mistake, a line each: the dependency and the policy itself.
         assert_eq!(
             err,
-            "at `policies.latesttag.dependencies[0].policy`: no policy named `allowedrepositories` is loaded, and it is not `placement` (loaded: latesttag, repos)"
+            "at `policies.latesttag.dependencies[0].policy`: no policy named `allowedrepositories` is loaded, and it is not `placement` (loaded: latesttag, repos)\nat `policies.allowedrepositories`: no policy named `allowedrepositories` is loaded (loaded: latesttag, repos)"
         );
         let err = c
             .check_against_policies(&declared(&[
@@ -1205,11 +1303,77 @@ policies:
         }
     }
 
+    /// What the user wrote is enforced or refused: a policy listed without parameters at any
+    /// level would never run, a parameter the policy does not read would change nothing (a
+    /// misspelt optional one silently changes decisions); each is an error, all reported.
+    #[test]
+    fn a_policy_that_would_not_run_and_parameters_it_does_not_read_are_errors() {
+        let names = |n: &[&str]| Some(n.iter().map(|s| s.to_string()).collect());
+        let declared: BTreeMap<String, Declared> = [
+            (
+                "allowedrepositories".to_string(),
+                Declared {
+                    inputs: vec!["repositories".into()],
+                    names: names(&["repositories"]),
+                },
+            ),
+            (
+                "latesttag".to_string(),
+                Declared {
+                    inputs: vec![],
+                    names: names(&["exemptRepositories"]),
+                },
+            ),
+            ("custom".to_string(), Declared::default()),
+        ]
+        .into();
+        let check = |text: &str| {
+            Config::parse(text, "t")
+                .unwrap()
+                .check_against_policies(&declared)
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            check("policies:\n  latesttag:\n    enforcement: warn\n").as_deref(),
+            Some("at `policies.latesttag`: no `parameters` here or at any other level, so the policy would never run; give its parameters (`parameters: {}` for a policy that takes none)")
+        );
+        // Parameters at another level are enough: the pool's, or the cluster-wide ones.
+        assert_eq!(
+            check("policies:\n  latesttag: {enforcement: warn}\npools:\n  gpu:\n    policies:\n      latesttag: {parameters: {}}\n"),
+            None
+        );
+        assert_eq!(
+            check("policies:\n  latesttag: {parameters: {}}\npools:\n  gpu:\n    policies:\n      latesttag: {enforcement: dryrun}\n"),
+            None
+        );
+        assert_eq!(
+            check("policies:\n  latesttag:\n    parameters:\n      exemptRepository: [registry.example.com/]\n").as_deref(),
+            Some("at `policies.latesttag.parameters.exemptRepository`: the policy takes no parameter `exemptRepository` (did you mean `exemptRepositories`? it reads: exemptRepositories)")
+        );
+        // A policy whose Rego reads its parameters as a whole takes any name.
+        assert_eq!(
+            check("policies:\n  custom:\n    parameters: {anything: 1}\n"),
+            None
+        );
+        // Several mistakes: every one, a line each.
+        let all = check("policies:\n  allowedrepositories:\n    parameters: {repos: [a.io/]}\n  latesttag: {}\n  nope: {parameters: {}}\n").unwrap();
+        assert_eq!(
+            all.lines().collect::<Vec<_>>(),
+            [
+                "at `policies.allowedrepositories.parameters`: missing `repositories`, an input the policy declares",
+                "at `policies.allowedrepositories.parameters.repos`: the policy takes no parameter `repos` (it reads: repositories)",
+                "at `policies.latesttag`: no `parameters` here or at any other level, so the policy would never run; give its parameters (`parameters: {}` for a policy that takes none)",
+                "at `policies.nope`: no policy named `nope` is loaded (loaded: allowedrepositories, custom, latesttag)",
+            ]
+        );
+    }
+
     #[test]
     fn check_against_policies_rejects_unknown_names_and_missing_inputs() {
-        let declared: BTreeMap<String, Vec<String>> = [(
+        let declared: BTreeMap<String, Declared> = [(
             "allowedrepositories".to_string(),
-            vec!["repositories".to_string()],
+            Declared::from(vec!["repositories".to_string()]),
         )]
         .into();
         let ok = Config::parse(FULL, "t").unwrap();

@@ -25,6 +25,8 @@ const TIMER_CHECK_INTERVAL: u32 = 16;
 pub struct Policy {
     pub name: String,
     pub inputs: Vec<String>,
+    /// Every parameter name it may read ([`Template::parameter_names`]); `None` when unknown.
+    pub parameter_names: Option<Vec<String>>,
     pub path: PathBuf,
     pub(super) engine: Engine,
     pub(super) rule: String,
@@ -315,6 +317,7 @@ impl Policy {
         Ok(Policy {
             name: template.name.clone(),
             inputs: template.inputs.clone(),
+            parameter_names: template.parameter_names(),
             path: template.path.clone(),
             rule: compiled.rule,
             engine: compiled.engine,
@@ -342,6 +345,7 @@ impl Policy {
         Policy {
             name,
             inputs: Vec::new(),
+            parameter_names: None,
             path,
             engine,
             rule,

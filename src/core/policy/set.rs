@@ -166,11 +166,17 @@ impl PolicySet {
         self.policies.is_empty()
     }
 
-    /// Each policy's declared inputs, for checking the config against.
-    pub(crate) fn declared_inputs(&self) -> BTreeMap<String, Vec<String>> {
+    /// What each policy says of its parameters, for checking the config against.
+    pub(crate) fn declared_inputs(&self) -> BTreeMap<String, crate::config::Declared> {
         self.policies
             .iter()
-            .map(|p| (p.name.clone(), p.inputs.clone()))
+            .map(|p| {
+                let declared = crate::config::Declared {
+                    inputs: p.inputs.clone(),
+                    names: p.parameter_names.clone(),
+                };
+                (p.name.clone(), declared)
+            })
             .collect()
     }
 
@@ -936,19 +942,19 @@ pools:
             .map(|e| e.to_string())
         };
         assert_eq!(
-            load("policies:\n  a: {dependencies: [{policy: c}]}\n").as_deref(),
+            load("policies:\n  a: {dependencies: [{policy: c}], parameters: {}}\n").as_deref(),
             Some("cfg.yaml: at `policies.a.dependencies[0].policy`: no policy named `c` is loaded, and it is not `placement` (loaded: a, b)")
         );
         assert_eq!(
-            load("policies:\n  a: {dependencies: [{policy: b}]}\n  b: {dependencies: [{policy: a}]}\n").as_deref(),
+            load("policies:\n  a: {dependencies: [{policy: b}], parameters: {}}\n  b: {dependencies: [{policy: a}], parameters: {}}\n").as_deref(),
             Some("cfg.yaml: at `policies.a.dependencies`: dependency cycle a -> b -> a")
         );
         assert_eq!(
-            load("policies:\n  b: {dependencies: [{policy: b}]}\n").as_deref(),
+            load("policies:\n  b: {dependencies: [{policy: b}], parameters: {}}\n").as_deref(),
             Some("cfg.yaml: at `policies.b.dependencies`: policy `b` depends on itself")
         );
         assert_eq!(
-            load("policies:\n  b: {dependencies: [{policy: a}]}\n"),
+            load("policies:\n  b: {dependencies: [{policy: a}], parameters: {}}\n"),
             None
         );
     }

@@ -12,6 +12,9 @@ pub struct Template {
     pub description: String,
     /// Parameter names the template declares it needs.
     pub inputs: Vec<String>,
+    /// Parameter names it declares it may take besides (`optionalInputs`, poolguard's
+    /// extension of StackL's format); `None` when it does not say.
+    pub optional_inputs: Option<Vec<String>>,
     /// Rego source, padded with blank lines so that line numbers match the file's.
     pub rego: String,
     pub path: PathBuf,
@@ -37,6 +40,8 @@ struct TemplateDoc {
     category: Option<String>,
     #[serde(default)]
     inputs: Vec<String>,
+    #[serde(default, rename = "optionalInputs")]
+    optional_inputs: Option<Vec<String>>,
     policy: String,
 }
 
@@ -48,6 +53,7 @@ pub fn from_rego(stem: &str, rego: String, path: PathBuf) -> Template {
         name: stem.to_string(),
         description: String::new(),
         inputs: Vec::new(),
+        optional_inputs: None,
         rego,
         path,
     }
@@ -70,9 +76,71 @@ pub fn from_yaml(text: &str, path: PathBuf) -> Result<Template> {
         name: doc.name,
         description: doc.description,
         inputs: doc.inputs,
+        optional_inputs: doc.optional_inputs,
         rego: padding + &doc.policy,
         path,
     })
+}
+
+impl Template {
+    /// Every parameter name the policy may read: its `inputs` and `optionalInputs` when it
+    /// declares the latter; otherwise its `inputs` and the names its Rego reads
+    /// (`input.parameters.NAME`, `input.parameters["NAME"]`,
+    /// `object.get(input.parameters, "NAME", …)`). `None` when its Rego reads
+    /// `input.parameters` any other way (as a whole), so that any name may matter.
+    pub fn parameter_names(&self) -> Option<Vec<String>> {
+        let mut names = self.inputs.clone();
+        match &self.optional_inputs {
+            Some(optional) => names.extend(optional.iter().cloned()),
+            None => names.extend(names_read(&self.rego)?),
+        }
+        names.sort();
+        names.dedup();
+        Some(names)
+    }
+}
+
+/// The parameter names `rego` reads in the forms [`Template::parameter_names`] lists; `None`
+/// when it reads `input.parameters` otherwise.
+fn names_read(rego: &str) -> Option<Vec<String>> {
+    const WHOLE: &str = "input.parameters";
+    let identifier = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let quoted = |text: &str| -> Option<String> {
+        let rest = text.strip_prefix('"')?;
+        let name = &rest[..rest.find('"')?];
+        (!name.is_empty() && !name.contains('\\')).then(|| name.to_string())
+    };
+    let mut names = Vec::new();
+    for (at, _) in rego.match_indices(WHOLE) {
+        let before = &rego[..at];
+        let after = &rego[at + WHOLE.len()..];
+        if before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            continue; // part of a longer name (`my_input.parameters`)
+        }
+        let name = if let Some(rest) = after.strip_prefix('.') {
+            Some(identifier(rest)).filter(|n| !n.is_empty())
+        } else if let Some(rest) = after.strip_prefix('[') {
+            quoted(rest.trim_start()).filter(|_| {
+                rest.trim_start()
+                    .splitn(3, '"')
+                    .nth(2)
+                    .is_some_and(|tail| tail.trim_start().starts_with(']'))
+            })
+        } else if before.trim_end().ends_with("object.get(") {
+            after
+                .trim_start()
+                .strip_prefix(',')
+                .and_then(|rest| quoted(rest.trim_start()))
+        } else {
+            None
+        };
+        names.push(name?);
+    }
+    Some(names)
 }
 
 /// Zero-based line on which the `policy: |` block's content starts, so Rego line N is file
@@ -88,6 +156,42 @@ fn policy_first_line(text: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_parameter_names_a_policy_reads() {
+        let rego = |body: &str| super::from_rego("p", body.to_string(), "p.rego".into());
+        let cases = [
+            (
+                "x := input.parameters.repositories[_]",
+                Some(vec!["repositories"]),
+            ),
+            ("x := input.parameters[\"max\"]", Some(vec!["max"])),
+            (
+                "x := object.get(input.parameters, \"exemptRepositories\", [])",
+                Some(vec!["exemptRepositories"]),
+            ),
+            (
+                "x := input.parameters.a\ny := input.parameters.b.c",
+                Some(vec!["a", "b"]),
+            ),
+            ("x := 1", Some(vec![])),
+            ("x := my_input.parameters.z", Some(vec![])),
+            ("x := input.parameters", None),
+            ("x := input.parameters[k]", None),
+            ("x := object.keys(input.parameters)", None),
+        ];
+        for (body, want) in cases {
+            let want = want.map(|w| w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            assert_eq!(rego(body).parameter_names(), want, "{body}");
+        }
+        // Declared inputs count; `optionalInputs`, when given, replaces what the Rego reads.
+        let t = super::from_yaml(
+            "name: p\ninputs: [a]\noptionalInputs: [b]\npolicy: |\n  package p\n  x := input.parameters.c\n",
+            "p.yaml".into(),
+        )
+        .unwrap();
+        assert_eq!(t.parameter_names(), Some(vec!["a".into(), "b".into()]));
+    }
+
     use super::*;
 
     #[test]

@@ -81,6 +81,8 @@ impl StoredVersion {
             name: name.to_string(),
             description: String::new(),
             inputs: self.inputs.clone(),
+            // The names its Rego reads stand for what it may take.
+            optional_inputs: None,
             rego: self.rego.clone(),
             path: PathBuf::from(format!("rollout:{name}@{}", self.version)),
         };
