@@ -1430,3 +1430,36 @@ fn a_missing_default_policies_directory_is_named() {
         );
     }
 }
+
+/// Logs written to a file or a pipe carry no terminal colour codes.
+#[test]
+fn logs_to_a_pipe_are_plain_text() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_poolguard"))
+        .args([
+            "serve",
+            "--dev",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--namespaces-file",
+            &repo_file(NS),
+        ])
+        .current_dir(dir.path())
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref().take(3) {
+        seen.push(line.unwrap());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.iter().any(|l| l.contains("INFO")), "{seen:?}");
+    assert!(!seen.iter().any(|l| l.contains('\u{1b}')), "{seen:?}");
+}
