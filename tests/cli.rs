@@ -1463,3 +1463,81 @@ fn logs_to_a_pipe_are_plain_text() {
     assert!(seen.iter().any(|l| l.contains("INFO")), "{seen:?}");
     assert!(!seen.iter().any(|l| l.contains('\u{1b}')), "{seen:?}");
 }
+
+/// `eval` decides what admission and audit decide: a `kind: List` item by item; with
+/// Gatekeeper constraints loaded, any kind they may match (a Service); and mutate's output,
+/// patched or not, is what `eval --webhook validate -` reads next.
+#[test]
+fn eval_reads_lists_constrained_kinds_and_its_own_mutate_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.yaml");
+    std::fs::write(
+        &list,
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a, namespace: unmapped}\n  spec: {containers: [{name: c, image: registry.example.com/app:1}]}\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: b, namespace: unmapped}\n  spec: {containers: [{name: c, image: docker.io/evil/miner:1}]}\n",
+    )
+    .unwrap();
+    let config = "testdata/config/example.yaml";
+    let eval = |webhook: &str, file: &str, stdin: Option<&str>| {
+        poolguard(
+            &[
+                "eval",
+                "--namespaces-file",
+                NS,
+                "--config",
+                config,
+                "--webhook",
+                webhook,
+                file,
+            ],
+            stdin,
+        )
+    };
+    let out = eval("validate", list.to_str().unwrap(), None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let verdicts = text(&out.stdout);
+    assert!(
+        verdicts.contains("# Pod a in namespace unmapped (no pool): ALLOWED"),
+        "{verdicts}"
+    );
+    assert!(
+        verdicts.contains("# Pod b in namespace unmapped (no pool): DENIED (403)"),
+        "{verdicts}"
+    );
+    // Mutate patches nothing in an unlabelled namespace: the object still comes out, and
+    // validate decides it.
+    let mutated = eval("mutate", list.to_str().unwrap(), None);
+    assert_eq!(mutated.status.code(), Some(0), "{}", text(&mutated.stderr));
+    let piped = eval("validate", "-", Some(&text(&mutated.stdout)));
+    assert_eq!(piped.status.code(), Some(1), "{}", text(&piped.stderr));
+    assert_eq!(text(&piped.stdout), verdicts);
+    // A Service under a Gatekeeper constraint: decided, as an AdmissionReview would be.
+    let gatekeeper = dir.path().join("gatekeeper");
+    std::fs::create_dir(&gatekeeper).unwrap();
+    for file in ["template.yaml", "other-kinds.yaml"] {
+        std::fs::copy(
+            format!("testdata/gatekeeper/requiredowner/{file}"),
+            gatekeeper.join(file),
+        )
+        .unwrap();
+    }
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: unmapped}\nspec: {ports: [{port: 80}]}\n";
+    let out = poolguard(
+        &[
+            "eval",
+            "--namespaces-file",
+            NS,
+            "--gatekeeper-dir",
+            gatekeeper.to_str().unwrap(),
+            "--webhook",
+            "validate",
+            "-",
+        ],
+        Some(service),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("# Service web in namespace unmapped (no pool): DENIED"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -57,7 +57,7 @@ pub fn manifests(inputs: &Inputs, rules: &RuleSet) -> Result<Vec<AuditResult>> {
             match doc {
                 Ok(Value::Null) => {}
                 Ok(doc) => {
-                    for (object, at) in objects(doc, &at) {
+                    for (object, at) in poolguard_core::documents::objects(doc, &at) {
                         results.extend(audit_one(object, &at, inputs, rules));
                     }
                 }
@@ -219,23 +219,6 @@ fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     paths.sort();
     Ok(paths)
-}
-
-/// The objects of a document: a List's (or `PodList`'s, …) items, or the document itself.
-fn objects(doc: Value, at: &str) -> Vec<(Value, String)> {
-    let is_list =
-        doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) && doc["items"].is_array();
-    if !is_list {
-        return vec![(doc, at.to_string())];
-    }
-    let Value::Array(items) = doc["items"].clone() else {
-        return Vec::new();
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(j, item)| (item, format!("{at}: items[{j}]")))
-        .collect()
 }
 
 fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<AuditResult> {

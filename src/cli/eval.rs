@@ -40,16 +40,21 @@ pub fn run(
         };
         return review_mode(webhook, review, origin, namespaces, rules, out);
     }
-    for (i, doc) in docs.iter().enumerate() {
-        check_decided(webhook, doc)
-            .map_err(|e| anyhow::anyhow!("{origin}: document {}: {e}", i + 1))?;
+    // A List's items are decided one by one, as audit reads them.
+    let objects: Vec<(Value, String)> = docs
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, doc)| documents::objects(doc, &format!("{origin}: document {}", i + 1)))
+        .collect();
+    for (object, at) in &objects {
+        check_decided(webhook, object, rules).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
     }
     let mut all_allowed = true;
-    for (i, doc) in docs.iter().enumerate() {
+    for (i, (object, _)) in objects.iter().enumerate() {
         if i > 0 {
             writeln!(out, "---")?;
         }
-        all_allowed &= manifest_mode(webhook, doc, i, namespace, namespaces, rules, out)?;
+        all_allowed &= manifest_mode(webhook, object, i, namespace, namespaces, rules, out)?;
     }
     Ok(all_allowed)
 }
@@ -58,15 +63,18 @@ pub fn run(
 const DECIDED_KINDS: &str = "v1 Pod and ReplicationController; apps/v1 Deployment, ReplicaSet, StatefulSet and DaemonSet; batch/v1 Job and CronJob; and, with --webhook validate, v1 Namespace";
 
 /// A manifest of a kind the webhook does not decide is an error: the cluster would not even
-/// send it to poolguard, so "allowed" would say nothing.
-fn check_decided(webhook: Webhook, object: &Value) -> Result<()> {
+/// send it to poolguard, so "allowed" would say nothing. With Gatekeeper constraints loaded, the
+/// validating webhook decides any kind (those no constraint matches are allowed), as admission
+/// and audit do.
+fn check_decided(webhook: Webhook, object: &Value, rules: &RuleSet) -> Result<()> {
     if !object.is_object() {
         bail!("expected a manifest (an object with apiVersion and kind)");
     }
     let (kind, api_version) = kind_and_api_version(object)?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let namespace = webhook == Webhook::Validate && admission::is_namespace_kind(group, kind);
-    if admission::pod_spec_path(group, kind).is_none() && !namespace {
+    let constrained = webhook == Webhook::Validate && rules.policies.has_constraints();
+    if admission::pod_spec_path(group, kind).is_none() && !namespace && !constrained {
         bail!(
             "poolguard does not decide kind {kind} (apiVersion {api_version}); it decides {DECIDED_KINDS}"
         );
@@ -157,11 +165,15 @@ fn manifest_mode(
             writeln!(out, "# pending: {} (not evaluated): {why}", result.policy)?;
         }
     }
+    // Mutating, the object comes out as admission would store it (patched or not), so that
+    // `eval --webhook mutate … | eval --webhook validate -` decides what the API server would.
     if let Some(patch) = decision.patch() {
         writeln!(out, "# patch: {}", serde_json::to_string(patch)?)?;
         let mut patched = object.clone();
         json_patch::patch(&mut patched, patch).context("applying the patch")?;
         write!(out, "{}", documents::to_yaml(&patched)?)?;
+    } else if webhook == Webhook::Mutate && decision.allowed() {
+        write!(out, "{}", documents::to_yaml(object)?)?;
     }
     Ok(decision.allowed())
 }

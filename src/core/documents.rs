@@ -51,6 +51,24 @@ pub fn parse(text: &str, origin: &str) -> Result<Vec<Value>> {
     Ok(out)
 }
 
+/// The objects of a document: a List's (or `PodList`'s, …) items, each named `at: items[j]`,
+/// or the document itself, named `at`.
+pub fn objects(doc: Value, at: &str) -> Vec<(Value, String)> {
+    let is_list =
+        doc["kind"].as_str().is_some_and(|k| k.ends_with("List")) && doc["items"].is_array();
+    if !is_list {
+        return vec![(doc, at.to_string())];
+    }
+    let Value::Array(items) = doc["items"].clone() else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(j, item)| (item, format!("{at}: items[{j}]")))
+        .collect()
+}
+
 /// `value` as YAML text.
 pub fn to_yaml(value: &Value) -> Result<String> {
     let mut text = serde_saphyr::to_string(value).map_err(|e| anyhow!("writing YAML: {e}"))?;
