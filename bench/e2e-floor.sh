@@ -52,7 +52,7 @@
 #     and one arm that is not generated:
 #       handwritten  bench/e2e/handwritten-native.yaml, the least a person would write by hand
 #                  (one MutatingAdmissionPolicy evaluated once, one ValidatingAdmissionPolicy,
-#                  pods only, no image parsing): issue 30's hand-written pair, the reference
+#                  pods only, no image parsing): a hand-written MAP+VAP pair, the reference
 #                  "what is generated costs nothing extra" is measured against
 set -euo pipefail
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# poolguard's own image on a real node (issue 12): the chart installed with helm, its pods run by
+# poolguard's own image on a real node: the chart installed with helm, its pods run by
 # kubelet + containerd + runc from the image built here, the API server calling the webhooks
 # through the Service (kube-proxy), then the e2e suites and operations under load against those
 # pods.

@@ -1,4 +1,4 @@
-//! Operations on poolguard's Deployment while pods are being created (issue 12): a steady stream
+//! Operations on poolguard's Deployment while pods are being created: a steady stream
 //! of pod CREATEs in a namespace of a pool goes through both webhooks while an operator restarts
 //! the rollout, deletes one replica's pod, or drains the node of a replica. Counts what was
 //! attempted, refused or failed, and whether any admitted pod was lost or left without its pool;
