@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite (30-60 minutes cold on 2 cores, root, about 25 GB of disk; what it needs is
+# The whole test suite (up to 75 minutes cold on 2 cores, root, about 25 GB of disk; what it needs is
 # checked first by integration/preflight.sh, and `.ci/run` installs it):
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
 #      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
