@@ -250,3 +250,25 @@ fn config_check_loads_constraints_and_prints_the_lint() {
         "{stderr}"
     );
 }
+
+/// The `poolguard verify` commands docs/gatekeeper.md prints pass, as printed.
+#[test]
+fn the_documented_verify_commands_pass() {
+    let doc = std::fs::read_to_string("docs/gatekeeper.md").unwrap();
+    let commands: Vec<Vec<&str>> = doc
+        .lines()
+        .filter_map(|line| line.strip_prefix("poolguard verify "))
+        .map(|rest| {
+            let command = rest.split('#').next().unwrap_or("");
+            std::iter::once("verify")
+                .chain(command.split_whitespace())
+                .collect()
+        })
+        .collect();
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    for args in commands {
+        let out = poolguard(&args);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
+    }
+}
