@@ -1541,3 +1541,39 @@ fn eval_reads_lists_constrained_kinds_and_its_own_mutate_output() {
         text(&out.stdout)
     );
 }
+
+/// Sizes accept the forms the help prints (`24 MiB`, `24MiB`, bytes); a unit it does not know
+/// is refused, naming the ones it does.
+#[test]
+fn sizes_accept_the_forms_the_help_prints() {
+    let help = text(&poolguard(&["serve", "--help"], None).stdout);
+    assert!(help.contains("24 MiB"), "{help}");
+    for (max, budget) in [
+        ("24MiB", "1 MiB"),
+        ("25165824", "1048576"),
+        ("24 MiB", "1MiB"),
+    ] {
+        let out = poolguard(
+            &[
+                "serve",
+                "--max-body-bytes",
+                max,
+                "--body-budget-bytes",
+                budget,
+            ],
+            None,
+        );
+        let error = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{error}");
+        assert!(
+            error.contains(
+                "--body-budget-bytes (1048576) must be at least --max-body-bytes (25165824)"
+            ),
+            "{max} {budget}: {error}"
+        );
+    }
+    let out = poolguard(&["serve", "--max-body-bytes", "24XB"], None);
+    let error = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{error}");
+    assert!(error.contains("write B, KiB, MiB or GiB"), "{error}");
+}

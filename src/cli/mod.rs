@@ -356,14 +356,14 @@ struct ServeArgs {
     cert_ips: Vec<IpAddr>,
     /// With --manage-certs: CA lifetime (renewed with a third left, which must cover
     /// --ca-publish-grace plus twice --cert-check-interval; at most 100 years).
-    #[arg(long, default_value = "5y", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5y", value_name = "DURATION", value_parser = humantime::parse_duration)]
     ca_validity: std::time::Duration,
     /// With --manage-certs: serving certificate lifetime (renewed with a third left, as for
     /// --ca-validity; at most the CA's).
-    #[arg(long, default_value = "90days", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "90days", value_name = "DURATION", value_parser = humantime::parse_duration)]
     cert_validity: std::time::Duration,
     /// With --manage-certs: how often the Secret and webhook configurations are checked.
-    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1m", value_name = "DURATION", value_parser = humantime::parse_duration)]
     cert_check_interval: std::time::Duration,
     /// Fill these webhook configurations (a YAML file of MutatingWebhookConfiguration and
     /// ValidatingWebhookConfiguration objects, as the chart renders them) with their webhooks
@@ -375,7 +375,7 @@ struct ServeArgs {
     register_webhooks: Option<PathBuf>,
     /// With --manage-certs: how long a new CA bundle is published before certificates from the
     /// new CA are served (time for every API server to see it).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     ca_publish_grace: std::time::Duration,
     /// Kubeconfig file of the cluster to read namespaces from (and keep --manage-certs
     /// certificates in). Default: in-cluster config, else KUBECONFIG or ~/.kube/config — except
@@ -565,16 +565,16 @@ impl From<ReportApiArg> for ReportApi {
 struct LimitArgs {
     /// Largest AdmissionReview accepted, in bytes; larger ones get 413 (counted and logged)
     /// [default: 24 MiB: the UPDATE review of any object the API server can store fits]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = size)]
     max_body_bytes: Option<usize>,
     /// Bytes of request bodies all requests may hold at once; past it 503 with Retry-After
     /// [default: 32 MiB]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = size)]
     body_budget_bytes: Option<usize>,
     /// Bytes all requests' parsed reviews may take at once (estimated before parsing, up to
     /// about 30 times a body's size); a request waits for its share until its deadline, then
     /// gets 503 with Retry-After; at least 48 MiB (the most one review may take) [default: 64 MiB]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = size)]
     parse_budget_bytes: Option<usize>,
     /// Share of the body and parse budgets the requests of one client address may hold at
     /// once, in percent, never less than one largest request; past it 429 with Retry-After
@@ -583,7 +583,7 @@ struct LimitArgs {
     peer_share_percent: Option<u8>,
     /// Slowest a request body may arrive, in bytes per second: after two seconds, every second
     /// must bring this many bytes or the body's end, else 408; 0 sets no minimum [default: 65536]
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = size)]
     body_min_bytes_per_second: Option<usize>,
     /// Seconds a request body gets to arrive in full; after it 408 [default: 10]
     #[arg(long, value_name = "SECONDS")]
@@ -1119,6 +1119,36 @@ fn run(command: Command) -> Result<ExitCode> {
 }
 
 /// A `KEY=VALUE` label requirement of the command line.
+/// A size in bytes as the help writes them: `25165824`, `24MiB` or `24 MiB` (B, KiB, MiB,
+/// GiB; KB, MB and GB are powers of 1000).
+fn size(text: &str) -> std::result::Result<usize, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("expected a size such as 24MiB or 25165824, got {text:?}"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: write B, KiB, MiB or GiB (or KB, MB, GB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
 fn key_value(text: &str) -> std::result::Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
