@@ -1577,3 +1577,53 @@ fn sizes_accept_the_forms_the_help_prints() {
     assert_eq!(out.status.code(), Some(2), "{error}");
     assert!(error.contains("write B, KiB, MiB or GiB"), "{error}");
 }
+
+/// Errors speak the user's words, not a library's: a duplicate key names the mapping it is in
+/// (not `?`) and no library option; a config left in the policies directory and a config given
+/// to `verify` are named for what they are not.
+#[test]
+fn errors_name_what_the_user_wrote_without_library_internals() {
+    let dir = tempfile::tempdir().unwrap();
+    let dup = dir.path().join("dup.yaml");
+    std::fs::write(
+        &dup,
+        "policies:\n  latesttag: {parameters: {}}\n  latesttag: {parameters: {}}\n",
+    )
+    .unwrap();
+    let out = poolguard(
+        &["config", "check", "--config", dup.to_str().unwrap()],
+        None,
+    );
+    let error = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{error}");
+    assert!(
+        error.contains("at `policies`: a key given twice in the same mapping: latesttag"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("DuplicateKeyPolicy") && !error.contains('?'),
+        "{error}"
+    );
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::copy("testdata/config/example.yaml", policies.join("config.yaml")).unwrap();
+    let out = poolguard(
+        &[
+            "config",
+            "check",
+            "--policies-dir",
+            policies.to_str().unwrap(),
+        ],
+        None,
+    );
+    let error = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{error}");
+    assert!(error.contains("config.yaml: not a policy template (it looks like a poolguard config: give it with --config)"), "{error}");
+    let out = poolguard(&["verify", "testdata/config/example.yaml"], None);
+    let error = text(&out.stderr);
+    assert!(
+        error.contains("not a test suite: a gator test suite has `kind: Suite` and `tests`"),
+        "{error}"
+    );
+    assert!(!error.contains("unknown field"), "{error}");
+}

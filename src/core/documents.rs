@@ -21,9 +21,10 @@ pub fn parse_one<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
         })
     })
     .map_err(|e| {
-        let reason = e.to_string();
-        let reason = reason.lines().next().unwrap_or_default();
-        if path.is_empty() || path == "." {
+        let reason = in_users_words(e.to_string().lines().next().unwrap_or_default());
+        // The path as far as it is known (a key the parser could not read shows as `?`).
+        let path = path.trim_end_matches('?').trim_end_matches('.');
+        if path.is_empty() {
             anyhow!("{origin}: {reason}")
         } else {
             anyhow!("{origin}: at `{path}`: {reason}")
@@ -31,11 +32,25 @@ pub fn parse_one<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
     })
 }
 
+/// A YAML library's error in the user's words: what it tells its own callers (options to set)
+/// left out, its names for YAML's constructs replaced by the user's.
+fn in_users_words(reason: &str) -> String {
+    let reason = reason.replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+    let reason = reason.replace(
+        "duplicate mapping key: ",
+        "a key given twice in the same mapping: ",
+    );
+    reason.replace(
+        "comment intercepting the multiline text",
+        "a comment inside a multi-line text (a `|` or `>` block, or a quoted or plain scalar over several lines): indent it as the text, or move it out",
+    )
+}
+
 /// Each document of a stream, in order (an empty document is `None` for `Option<T>`).
 pub fn each<T: DeserializeOwned>(text: &str) -> Vec<Result<T, String>> {
     let mut reader = text.as_bytes();
     serde_saphyr::read_with_options::<_, T>(&mut reader, options())
-        .map(|d| d.map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string()))
+        .map(|d| d.map_err(|e| in_users_words(e.to_string().lines().next().unwrap_or_default())))
         .collect()
 }
 

@@ -191,6 +191,16 @@ pub fn run(
     read: &dyn Fn(&Path) -> Result<String>,
 ) -> Result<SuiteReport> {
     let name = origin.display().to_string();
+    let shape: Value = crate::documents::parse_one(text, &name)?;
+    match shape.get("kind").and_then(Value::as_str) {
+        Some(kind) if kind != "Suite" => bail!(
+            "{name}: not a test suite: `kind: {kind}`, where a gator test suite has `kind: Suite` (with `tests`)"
+        ),
+        None if shape.get("tests").is_none() => bail!(
+            "{name}: not a test suite: a gator test suite has `kind: Suite` and `tests`"
+        ),
+        _ => {}
+    }
     let suite: SuiteDoc = crate::documents::parse_one(text, &name)?;
     if suite.kind != "Suite" {
         bail!("{name}: at `kind`: expected `Suite`, got `{}`", suite.kind);
@@ -410,7 +420,8 @@ mod tests {
     fn bad_suites_are_one_line_errors() {
         let none = |_: &Path| -> Result<String> { bail!("no files") };
         for (text, want) in [
-            ("kind: Suit\n", "s.yaml: at `kind`: expected `Suite`, got `Suit`"),
+            ("kind: Suit\n", "s.yaml: not a test suite: `kind: Suit`, where a gator test suite has `kind: Suite` (with `tests`)"),
+            ("namespaceLabel: agentpool\n", "s.yaml: not a test suite: a gator test suite has `kind: Suite` and `tests`"),
             ("kind: Suite\ntests: [{template: t.yaml}]\n", "s.yaml: at `tests[0]`: missing field `constraint`"),
             ("kind: Suite\ntests: [{template: t, constraint: c, cases: [{object: o, assert: []}]}]\n", "unknown field `assert`"),
         ] {

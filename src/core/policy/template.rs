@@ -61,7 +61,23 @@ pub fn from_rego(stem: &str, rego: String, path: PathBuf) -> Template {
 
 /// A StackL policy template.
 pub fn from_yaml(text: &str, path: PathBuf) -> Result<Template> {
-    let doc: TemplateDoc = crate::documents::parse_one(text, &path.display().to_string())?;
+    let origin = path.display().to_string();
+    // A YAML file with no `policy` is something else (a config, a manifest) left among the
+    // templates: said so, rather than its first unknown key.
+    let shape: serde_json::Value = crate::documents::parse_one(text, &origin)?;
+    if shape.get("policy").is_none() {
+        let looks_like = match (shape.get("kind"), shape.get("policies")) {
+            (Some(kind), _) => format!(" (it is a `kind: {}`)", kind.as_str().unwrap_or("?")),
+            (None, Some(_)) => {
+                " (it looks like a poolguard config: give it with --config)".to_string()
+            }
+            _ => String::new(),
+        };
+        bail!(
+            "{origin}: not a policy template{looks_like}: a template has `name`, `inputs` and `policy` (Rego); the policies directory holds only templates (*.yaml), Rego files and their *_test.rego tests"
+        );
+    }
+    let doc: TemplateDoc = crate::documents::parse_one(text, &origin)?;
     if let Some(kind) = doc.kind.as_deref() {
         if kind != TEMPLATE_TYPE {
             bail!(
