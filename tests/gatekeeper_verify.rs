@@ -73,7 +73,7 @@ fn bad_input_is_a_one_line_error() {
     let suite = dir.path().join("suite.yaml");
     for (suite_text, want) in [
         ("kind: Suite\ntests: [{template: t.yaml}]\n", "at `tests[0]`: missing field `constraint`"),
-        ("kind: List\n", "at `kind`: expected `Suite`, got `List`"),
+        ("kind: List\n", "not a test suite: `kind: List`, where a gator test suite has `kind: Suite`"),
         ("kind: Suite\ntests: [{template: t, constraint: c, cases: [{object: o, assertions: [{violations: maybe}]}]}]\n", "reading"),
     ] {
         std::fs::write(&suite, suite_text).unwrap();
