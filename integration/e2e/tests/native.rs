@@ -581,6 +581,48 @@ async fn gated_pod(env: &Env, ns: &str, name: &str) -> Result<Value> {
 async fn stored_workload(env: &Env, ns: &str, kind: &str) -> Result<Value> {
     let name = format!("stored-{}", kind.to_lowercase());
     let spec = json!({"containers": [{"name": "c", "image": "registry.example.com/app:1"}]});
+    store(env, ns, kind, &name, spec).await
+}
+
+/// Objects as a cluster that had no admission for them holds them (stored before any native
+/// object or webhook is in force): `(name, pod spec as stored, the edit an UPDATE makes)`. An
+/// old object excuses a finding only where the webhook judged it the same: the old object
+/// readable, and the check run on it (its dependency met there too).
+fn legacy_objects() -> Vec<(&'static str, Value, Edit)> {
+    let image_id = format!("sha256:{}", "0123abcd".repeat(8));
+    vec![
+        (
+            // latesttag was Pending on `b` (allowedrepositories NonCompliant on `a`): fixing `a`
+            // makes latesttag run, and `b`'s :latest is a new finding.
+            "legacy-pending",
+            json!({"containers": [
+                {"name": "a", "image": "evil.example.com/x:1"},
+                {"name": "b", "image": "registry.example.com/app:latest"}]}),
+            (
+                "fix a, keep b",
+                Box::new(|t: &mut Value| {
+                    t["spec"]["containers"][0]["image"] = json!("registry.example.com/x:1")
+                }),
+            ),
+        ),
+        (
+            // An old object with an image ID is not readable: it excuses nothing.
+            "legacy-unreadable",
+            json!({"initContainers": [{"name": "init", "image": image_id}],
+                   "containers": [{"name": "c", "image": "evil.example.com/x:1"}]}),
+            (
+                "replace the image ID, keep c",
+                Box::new(|t: &mut Value| {
+                    t["spec"]["initContainers"][0]["image"] = json!("registry.example.com/init:1")
+                }),
+            ),
+        ),
+    ]
+}
+
+/// Stores a workload of `kind` named `name` with pod spec `spec` (no replicas where the kind
+/// has them), and returns it as the API server does.
+async fn store(env: &Env, ns: &str, kind: &str, name: &str, spec: Value) -> Result<Value> {
     let mut object = workload_of(kind, json!({"name": name}), spec);
     if !matches!(kind, "DaemonSet" | "CronJob") {
         object["spec"]["replicas"] = json!(0);
@@ -856,6 +898,16 @@ async fn native_objects_decide_as_the_webhooks_do() {
     run_for("native", limit, |env: Arc<Env>| async move {
         let rounds = rounds();
         let mut disagreements = Vec::new();
+        // Stored while nothing decides Deployments: as a legacy cluster holds them.
+        let legacy_ns = env
+            .namespace_labelled("native-legacy", Some("pool1"), &[])
+            .await?;
+        let mut legacy = Vec::new();
+        for (name, spec, _) in legacy_objects() {
+            legacy.push(store(&env, &legacy_ns, "Deployment", name, spec).await?);
+        }
+        let legacy_labels: Labels = [("agentpool".to_string(), "pool1".to_string())].into();
+        let legacy = (legacy_ns.as_str(), &legacy_labels, legacy.as_slice());
         for (i, round) in rounds.iter().enumerate() {
             let mut rules = rules(&round.config)?;
             if round.rollout {
@@ -863,7 +915,14 @@ async fn native_objects_decide_as_the_webhooks_do() {
             }
             let generated = native::generate(&rules, &Options::default());
             apply(&env, &generated).await?;
-            let result = compare(&env, &rules, round, i, count.div_ceil(rounds.len())).await;
+            let result = compare(
+                &env,
+                &rules,
+                round,
+                (i, count.div_ceil(rounds.len())),
+                legacy,
+            )
+            .await;
             remove(&env, &generated).await?;
             disagreements.extend(result?);
         }
@@ -963,8 +1022,8 @@ async fn compare(
     env: &Arc<Env>,
     rules: &RuleSet,
     round: &Round,
-    seed: usize,
-    count: usize,
+    (seed, count): (usize, usize),
+    (legacy_ns, legacy_labels, legacy): (&str, &Labels, &[Value]),
 ) -> Result<Vec<String>> {
     let mut namespaces = Vec::new();
     for (purpose, pool, extra) in round.namespaces {
@@ -1100,6 +1159,24 @@ async fn compare(
                     .await?;
             }
         }
+    }
+    // UPDATEs of objects stored before any admission decided them.
+    for (stored, (name, _, (what, edit))) in legacy.iter().zip(legacy_objects()) {
+        let mut new = stored.clone();
+        new["metadata"]
+            .as_object_mut()
+            .map(|m| m.remove("resourceVersion"));
+        edit(template_of(&mut new));
+        let what = format!("legacy {name} UPDATE ({what})");
+        updates
+            .compare(
+                legacy_ns,
+                legacy_labels,
+                (stored, &new, ""),
+                &what,
+                &mut changed,
+            )
+            .await?;
     }
     env.say(format!(
         "{}: CREATE {created}; gated-pod UPDATE {updated}; ephemeral containers and workload template UPDATE {changed}; {} disagreements",

@@ -295,6 +295,9 @@ struct CellCheck<'r> {
     /// CEL that must hold for the check to run (its dependency met), reading `refs` and the
     /// dependency's `passes_<name>` variable.
     condition: Option<String>,
+    /// The same of the old object (on UPDATE), reading `oldRefs` and `oldPasses_<name>`: an old
+    /// finding excuses a new one only where the check ran on the old object too.
+    old_condition: Option<String>,
     /// The dependency's name and fast path (`Check::passes`), for its `passes_<name>` variable.
     dependency_passes: Option<(String, String)>,
 }
@@ -306,33 +309,41 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
     for cell in cells {
         let mut check =
             Check::of(name, cell.parameters).ok_or("its parameters are not lists of strings")?;
-        let (condition, dependency_passes) = match cell.dependency {
-            None => (None, None),
+        let (condition, old_condition, dependency_passes) = match cell.dependency {
+            None => (None, None, None),
             Some((dep, compliance, parameters)) => {
                 let dep_check = Check::of(dep, parameters)
                     .ok_or("the parameters of its dependency are not lists of strings")?;
-                let infringed = format!(
-                    "(!variables.{} && variables.refs.exists(i, {}))",
-                    passes_variable(dep),
-                    dep_check.infringes
-                );
+                let met = |refs: &str, passes: String| {
+                    let infringed = format!(
+                        "(!variables.{passes} && variables.{refs}.exists(i, {}))",
+                        dep_check.infringes
+                    );
+                    match compliance {
+                        Compliance::Compliant => format!("!{infringed}"),
+                        Compliance::NonCompliant => infringed,
+                    }
+                };
+                let condition = met("refs", passes_variable(dep));
+                let old_condition = met("oldRefs", old_passes_variable(dep));
                 // The condition reads the dependency's fields from the same `refs`.
                 for field in dep_check.fields {
                     if !check.fields.iter().any(|(name, _)| *name == field.0) {
                         check.fields.push(field);
                     }
                 }
-                let condition = match compliance {
-                    Compliance::Compliant => format!("!{infringed}"),
-                    Compliance::NonCompliant => infringed,
-                };
-                (Some(condition), Some((dep.to_owned(), dep_check.passes)))
+                (
+                    Some(condition),
+                    Some(old_condition),
+                    Some((dep.to_owned(), dep_check.passes)),
+                )
             }
         };
         out.push(CellCheck {
             cell,
             check,
             condition,
+            old_condition,
             dependency_passes,
         });
     }
@@ -499,11 +510,17 @@ fn passes_variable(policy: &str) -> String {
     format!("passes_{policy}")
 }
 
-/// CEL: every image readable and at most the limit (else the images policy refuses the object
-/// and no SIT policy runs, as in the webhook).
-fn readable(config: &Config) -> String {
+/// The same of the old object's images (on UPDATE).
+fn old_passes_variable(policy: &str) -> String {
+    format!("oldPasses_{policy}")
+}
+
+/// CEL: every image of the texts in variable `texts` readable and at most the limit (else the
+/// images policy refuses the object and no SIT policy runs, as in the webhook; an old object
+/// that is not readable excuses nothing).
+fn readable(config: &Config, texts: &str) -> String {
     format!(
-        "size(variables.texts) <= {} && variables.texts.all(t, {} && !{})",
+        "size(variables.{texts}) <= {} && variables.{texts}.all(t, {} && !{})",
         config.limits.max_images_per_pod,
         image_cel::is_valid("t"),
         image_cel::is_image_id("t")
@@ -526,20 +543,27 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
             }
         }
     }
-    let refs = format!(
-        "variables.images.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
-        fields
-            .iter()
-            .map(|(name, cel)| format!(", '{name}': {cel}"))
-            .collect::<String>()
-    );
+    let refs = |images: &str| {
+        format!(
+            "variables.{images}.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
+            fields
+                .iter()
+                .map(|(name, cel)| format!(", '{name}': {cel}"))
+                .collect::<String>()
+        )
+    };
+    // The old object's (on UPDATE only: a variable is evaluated when first read).
+    let old_spec = workloads::spec("oldObject");
     let mut variables = vec![
         json!({"name": "spec", "expression": workloads::spec("object")}),
         json!({"name": "images", "expression": workloads::images("variables.spec")}),
         json!({"name": "texts", "expression": workloads::image_texts("variables.spec")}),
-        json!({"name": "oldImages", "expression": workloads::images(&workloads::spec("oldObject"))}),
-        json!({"name": "readable", "expression": readable(config)}),
-        json!({"name": "refs", "expression": refs}),
+        json!({"name": "oldImages", "expression": workloads::images(&old_spec)}),
+        json!({"name": "oldTexts", "expression": workloads::image_texts(&old_spec)}),
+        json!({"name": "readable", "expression": readable(config, "texts")}),
+        json!({"name": "oldReadable", "expression": readable(config, "oldTexts")}),
+        json!({"name": "refs", "expression": refs("images")}),
+        json!({"name": "oldRefs", "expression": refs("oldImages")}),
     ];
     let guard = match &first.in_group {
         Some(in_group) => {
@@ -568,23 +592,39 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
     variables.extend(passes.iter().map(|(name, cel)| {
         json!({"name": passes_variable(name), "expression": format!("variables.texts.all(t, {cel})")})
     }));
+    // The old object's, for the dependencies a condition reads of it.
+    let mut old_passes: Vec<(&str, &str)> = Vec::new();
+    for c in group {
+        if let Some((name, cel)) = &c.dependency_passes {
+            if !old_passes.iter().any(|(known, _)| known == name) {
+                old_passes.push((name, cel));
+            }
+        }
+    }
+    variables.extend(old_passes.iter().map(|(name, cel)| {
+        json!({"name": old_passes_variable(name), "expression": format!("variables.oldTexts.all(t, {cel})")})
+    }));
     let mut validations = Vec::new();
     for c in group {
         let policy = &c.check.policy;
-        let (met, infringing, found) = (
+        let (met, old_met, infringing, found) = (
             format!("dependencyMet_{policy}"),
+            format!("oldDependencyMet_{policy}"),
             format!("infringing_{policy}"),
             format!("found_{policy}"),
         );
-        // A denial only for an infringement the old object did not have (same image, same
-        // container); warnings and dry-run findings for every one, as the webhook reports them.
+        // A denial only for an infringement the old object had not (same image, same
+        // container), as the webhook judges it: the old object readable and the check run on it
+        // (its dependency met there too); warnings and dry-run findings for every one, as the
+        // webhook reports them.
         let found_expression = if deny {
-            format!("request.operation == 'UPDATE' ? variables.{infringing}.filter(i, !variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image)) : variables.{infringing}")
+            format!("request.operation == 'UPDATE' ? variables.{infringing}.filter(i, !(variables.oldReadable && variables.{old_met} && variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image))) : variables.{infringing}")
         } else {
             format!("variables.{infringing}")
         };
         variables.extend([
             json!({"name": met, "expression": c.condition.clone().unwrap_or_else(|| "true".into())}),
+            json!({"name": old_met, "expression": c.old_condition.clone().unwrap_or_else(|| "true".into())}),
             json!({"name": infringing, "expression": format!("variables.{} ? [] : variables.refs.filter(i, variables.{met} && {})", passes_variable(policy), c.check.infringes)}),
             json!({"name": found, "expression": found_expression}),
         ]);
