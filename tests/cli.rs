@@ -1627,3 +1627,47 @@ fn errors_name_what_the_user_wrote_without_library_internals() {
     );
     assert!(!error.contains("unknown field"), "{error}");
 }
+
+/// One vocabulary across subcommands: `-n` names the namespace in `eval` as in `rollout`, the
+/// rollout ConfigMap is `--rollout-configmap` as in `serve` (the old `--configmap` still
+/// works), every argument is described, and no default contradicts its description.
+#[test]
+fn subcommands_share_one_vocabulary() {
+    let help = |args: &[&str]| text(&poolguard(args, None).stdout);
+    let approve = help(&["rollout", "approve", "--help"]);
+    assert!(approve.contains("--rollout-configmap <NAME>"), "{approve}");
+    assert!(
+        approve.contains("<POLICY>  The policy under a rollout"),
+        "{approve}"
+    );
+    assert!(
+        approve.contains("<GROUP>   The group of the policy's rollout"),
+        "{approve}"
+    );
+    let audit = help(&["audit", "--help"]);
+    assert!(!audit.contains("[default: \"\"]"), "{audit}");
+    let policy_test = help(&["policy", "test", "--help"]);
+    assert!(
+        !policy_test.contains("[default: policies]"),
+        "{policy_test}"
+    );
+    let eval = help(&["eval", "--help"]);
+    assert!(eval.contains("-n, --namespace"), "{eval}");
+    // The old spelling is kept: refused only for want of a cluster, not as an unknown flag.
+    let out = poolguard(
+        &[
+            "rollout",
+            "status",
+            "--configmap",
+            "x",
+            "--kubeconfig",
+            "/nonexistent",
+        ],
+        None,
+    );
+    assert!(
+        !text(&out.stderr).contains("unexpected argument"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -61,7 +61,7 @@ fn templates_that_do_not_load_are_one_line_errors_naming_them() {
     );
     assert!(
         stdout.ends_with(
-            "1 suites; templates: 0 loaded, 3 not; cases: 0 agree, 3 disagree, 0 skipped\n"
+            "1 suite; templates: 0 loaded, 3 not; cases: 0 agree, 3 disagree, 0 skipped\n"
         ),
         "{stdout}"
     );

@@ -184,7 +184,7 @@ struct EvalArgs {
     #[arg(long, value_enum)]
     webhook: WebhookArg,
     /// For manifests: the namespace to create them in (default: metadata.namespace, else "default").
-    #[arg(long)]
+    #[arg(long, short = 'n')]
     namespace: Option<String>,
     /// AdmissionReview or manifest file; `-` reads standard input. Default: standard input,
     /// unless it is a terminal.
@@ -216,6 +216,7 @@ struct AuditArgs {
         long,
         value_name = "SELECTOR",
         default_value = "",
+        hide_default_value = true,
         conflicts_with = "manifests"
     )]
     namespace_selector: String,
@@ -254,9 +255,10 @@ struct RolloutArgs {
     /// context's namespace.
     #[arg(long, short = 'n', global = true, value_name = "NAMESPACE")]
     namespace: Option<String>,
-    /// The rollout ConfigMap (serve's --rollout-configmap).
+    /// The rollout ConfigMap (serve's --rollout-configmap; --configmap is the same).
     #[arg(
-        long,
+        long = "rollout-configmap",
+        alias = "configmap",
         global = true,
         default_value = "poolguard-rollouts",
         value_name = "NAME"
@@ -273,11 +275,22 @@ enum RolloutAction {
         json: bool,
     },
     /// Let a group that needs approval start when its turn comes.
-    Approve { policy: String, group: String },
+    Approve {
+        /// The policy under a rollout (its name in the config).
+        policy: String,
+        /// The group of the policy's rollout that needs approval.
+        group: String,
+    },
     /// Freeze a policy's rollout (no group moves; deadlines stop counting).
-    Pause { policy: String },
+    Pause {
+        /// The policy under a rollout (its name in the config).
+        policy: String,
+    },
     /// Unfreeze it; groups the safety valve dropped back to warn try again.
-    Resume { policy: String },
+    Resume {
+        /// The policy under a rollout (its name in the config).
+        policy: String,
+    },
 }
 
 /// The report API, as the command line names it.
@@ -703,8 +716,8 @@ enum LogFormat {
 enum PolicyCommand {
     /// Run every `test_*` rule in the `*_test.rego` files; exits non-zero on any failure.
     Test {
-        /// Directory of policies and their tests.
-        #[arg(long, value_name = "DIR", default_value = DEFAULT_POLICIES_DIR)]
+        /// Directory of policies and their tests. Default: ./policies.
+        #[arg(long, value_name = "DIR", default_value = DEFAULT_POLICIES_DIR, hide_default_value = true)]
         policies_dir: PathBuf,
     },
 }

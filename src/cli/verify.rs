@@ -67,8 +67,9 @@ pub fn run(paths: &[PathBuf], verbose: bool, out: &mut impl Write) -> Result<Exi
     }
     writeln!(
         out,
-        "{} suites; templates: {} loaded, {} not; cases: {agree} agree, {disagree} disagree, {skipped} skipped",
+        "{} suite{}; templates: {} loaded, {} not; cases: {agree} agree, {disagree} disagree, {skipped} skipped",
         suites.len(),
+        if suites.len() == 1 { "" } else { "s" },
         loaded.len(),
         failed.len()
     )?;

@@ -274,10 +274,10 @@ async fn a_policy_reaches_deny_group_by_group_on_evidence() {
         env.pods(&namespaces[1]).delete("foreign", &now).await?;
         await_statuses(&env, &setup.configmap, "canary=Succeeded standard=Succeeded critical=ToApply", long).await?;
         // The last group waits for its approval, given with the CLI.
-        let status = cli(&["rollout", "status", "-n", NAMESPACE, "--configmap", &setup.configmap]).await?;
+        let status = cli(&["rollout", "status", "-n", NAMESPACE, "--rollout-configmap", &setup.configmap]).await?;
         env.say(format!("poolguard rollout status:\n{status}"));
         ensure!(status.contains("awaiting approval"), "status does not show the approval wait:\n{status}");
-        cli(&["rollout", "approve", POLICY, "critical", "-n", NAMESPACE, "--configmap", &setup.configmap]).await?;
+        cli(&["rollout", "approve", POLICY, "critical", "-n", NAMESPACE, "--rollout-configmap", &setup.configmap]).await?;
         await_statuses(&env, &setup.configmap, "canary=Succeeded standard=Succeeded critical=Succeeded", long).await?;
         await_answers(&env, &running, &ca, &namespaces, "deny deny deny").await?;
         // Every transition is an Event on the ConfigMap.
