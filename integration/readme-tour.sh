@@ -5,7 +5,7 @@
 # of them: exit statuses and key outputs. Fails when a command fails, when an expectation below
 # no longer matches a tour command, or when the tour lost a command this script expects.
 #
-# Needs cargo, curl and python3; builds with `cargo run --release` as the tour does. The dev server is
+# Needs cargo, curl and awk; builds with `cargo run --release` as the tour does. The dev server is
 # stopped on exit, whatever happens. Ports 8443 and 9090 on 127.0.0.1 must be free.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,30 +29,30 @@ fail() {
 }
 
 # The tour's commands, one per line (continuation lines joined, comments and blank lines dropped).
-python3 - "$readme" >"$work/commands" <<'EOF'
-import re, sys
-text = open(sys.argv[1]).read()
-start, end = "<!-- tour:start -->", "<!-- tour:end -->"
-if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-    sys.exit("README.md: expected one <!-- tour:start --> before one <!-- tour:end -->")
-tour = text[text.index(start):text.index(end)]
-blocks = re.findall(r"^```sh\n(.*?)^```$", tour, flags=re.S | re.M)
-if not blocks:
-    sys.exit("README.md: no ```sh block in the tour")
-for block in blocks:
-    command = ""
-    for line in block.splitlines():
-        if not command and (not line.strip() or line.lstrip().startswith("#")):
-            continue
-        if line.endswith("\\"):
-            command += line[:-1]
-            continue
-        command += line
-        print(command)
+[[ "$(grep -c -- '<!-- tour:start -->' "$readme")" == 1 && "$(grep -c -- '<!-- tour:end -->' "$readme")" == 1 ]] \
+    || fail "$readme: expected one <!-- tour:start --> before one <!-- tour:end -->"
+status=0
+awk '
+    /<!-- tour:start -->/ { tour = 1; next }
+    /<!-- tour:end -->/ { if (!tour) exit 3; tour = 0; next }
+    !tour { next }
+    !block && /^```sh$/ { block = 1; blocks++; next }
+    block && /^```$/ { if (command != "") exit 4; block = 0; next }
+    block {
+        if (command == "" && ($0 ~ /^[[:space:]]*$/ || $0 ~ /^[[:space:]]*#/)) next
+        if ($0 ~ /\\$/) { command = command substr($0, 1, length($0) - 1); next }
+        print command $0
         command = ""
-    if command:
-        sys.exit("README.md: a tour command ends with a backslash")
-EOF
+    }
+    END { if (!blocks) exit 5 }
+' "$readme" >"$work/commands" || status=$?
+case $status in
+    0) ;;
+    3) fail "$readme: expected one <!-- tour:start --> before one <!-- tour:end -->" ;;
+    4) fail "$readme: a tour command ends with a backslash" ;;
+    5) fail "$readme: no \`\`\`sh block in the tour" ;;
+    *) fail "reading the tour's commands from $readme failed (awk exit ${status})" ;;
+esac
 [[ -s $work/commands ]] || fail "no commands found in the README's tour"
 
 # What the README says of each command: a fixed string the command must contain (its key), the
