@@ -87,14 +87,10 @@ pick_port metrics
 # webhook.registration=poolguard, and poolguard fills them in.
 integration/e2e/webhooks.sh "https://127.0.0.1:${port}" "${certs}/ca.crt" agentpool \
     --set fullnameOverride="${registered}" >"${work}/webhooks.yaml"
-k create --dry-run=client -o json -f "${work}/webhooks.yaml" | python3 -c '
-import json, sys
-text, decoder, at, items = sys.stdin.read(), json.JSONDecoder(), 0, []
-while text[at:].strip():
-    item, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
-    item["webhooks"] = []
-    items.append(item)
-print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' | k create -f - >/dev/null
+k create --dry-run=client -o json -f "${work}/webhooks.yaml" |
+    jq -s '{apiVersion: "v1", kind: "List",
+            items: [.[] | if .kind == "List" then .items[] else . end | .webhooks = []]}' |
+    k create -f - >/dev/null
 webhook_names() { k get "$1webhookconfiguration" "${registered}-$1" -o jsonpath='{.webhooks[*].name}'; }
 # The pod and workload webhooks are registered (mutating and validating), or left out with only the
 # namespace webhook in place.
@@ -127,13 +123,10 @@ has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepo
     die "poolguard-images is not written by field manager poolguard"
 
 # 2. Pool gpu's own settings removed from the config: its objects go, the others stay.
-python3 - "${work}/config/config.yaml" <<'PY'
-import sys
-p = sys.argv[1]
-s = open(p).read()
-i, j = s.index("\npools:\n"), s.index("\nevaluation:")
-open(p + ".new", "w").write(s[:i] + s[j:])
-PY
+grep -q '^pools:$' "${work}/config/config.yaml" && grep -q '^evaluation:' "${work}/config/config.yaml" ||
+    die "the config has no pools: section before evaluation: to remove"
+awk '/^pools:$/ { skip = 1 } /^evaluation:/ { skip = 0 } !skip' "${work}/config/config.yaml" \
+    >"${work}/config/config.yaml.new"
 mv "${work}/config/config.yaml.new" "${work}/config/config.yaml"
 await "pool gpu's objects deleted after the config change" lacks pool-gpu
 has validatingadmissionpolicy.admissionregistration.k8s.io/poolguard-allowedrepositories-and-latesttag ||
