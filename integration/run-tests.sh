@@ -10,8 +10,8 @@
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
 #      (a real helm, built from its Go module when none is installed); the alerting rules
 #      (`promtool test rules`, promtool built from the Prometheus Go module) and `promtool check
-#      metrics` over a real /metrics scrape, and the Grafana dashboard's metrics
-#      (integration/monitoring/test.sh);
+#      metrics` over a real /metrics scrape (integration/monitoring/test.sh; that the rules and the
+#      Grafana dashboard read only metrics poolguard exports is tests/referenced_metrics.rs, step 1);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
 #   5. poolguard's own image on a kind cluster (1 control plane + 3 workers, podman, a node image
 #      built here), installed with the chart's defaults by helm: replicas on two workers, the
@@ -47,7 +47,7 @@ if [[ -n ${CI:-} ]]; then rm -rf target/fuzz-build; fi
 step "helm chart"
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
-step "alerts and dashboard (integration/monitoring/test.sh)"
+step "alerts and the metrics scrape (integration/monitoring/test.sh)"
 bash integration/monitoring/test.sh
 step "end to end"
 bash integration/e2e.sh
