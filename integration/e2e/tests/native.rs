@@ -644,6 +644,17 @@ async fn store(env: &Env, ns: &str, kind: &str, name: &str, spec: Value) -> Resu
     Ok(res.body)
 }
 
+/// A stored workload with `edit` applied to its pod template, as an unconditional update
+/// (controllers write the status meanwhile, so no resourceVersion).
+fn template_edited(stored: &Value, edit: &dyn Fn(&mut Value)) -> Value {
+    let mut new = stored.clone();
+    new["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    edit(template_of(&mut new));
+    new
+}
+
 /// The API of one generated object's kind.
 fn api_of(env: &Env, kind: &str) -> Api<DynamicObject> {
     let resource = ApiResource {
@@ -1147,12 +1158,7 @@ async fn compare(
             // A pod template is a pod's metadata and spec: the gated pods' edits, and none at all.
             let unchanged: Edit = ("nothing (template as stored)", Box::new(|_: &mut Value| {}));
             for (what, edit) in std::iter::once(unchanged).chain(edits(round.key)) {
-                let mut new = stored.clone();
-                // Controllers write the status meanwhile: an unconditional update.
-                new["metadata"]
-                    .as_object_mut()
-                    .map(|m| m.remove("resourceVersion"));
-                edit(template_of(&mut new));
+                let new = template_edited(&stored, &edit);
                 let what = format!("{kind} UPDATE ({what})");
                 updates
                     .compare(ns, labels, (&stored, &new, ""), &what, &mut changed)
@@ -1162,11 +1168,7 @@ async fn compare(
     }
     // UPDATEs of objects stored before any admission decided them.
     for (stored, (name, _, (what, edit))) in legacy.iter().zip(legacy_objects()) {
-        let mut new = stored.clone();
-        new["metadata"]
-            .as_object_mut()
-            .map(|m| m.remove("resourceVersion"));
-        edit(template_of(&mut new));
+        let new = template_edited(stored, &edit);
         let what = format!("legacy {name} UPDATE ({what})");
         updates
             .compare(
