@@ -1209,6 +1209,12 @@ fn no_cluster_hints_name_the_commands_own_flags() {
             "{args:?}: {stderr}"
         );
         assert!(!stderr.contains("--dev"), "{args:?}: {stderr}");
+        // The causes once, not repeated as a chain.
+        assert_eq!(
+            stderr.matches("No such file or directory").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
         if args[0] == "rollout" {
             assert!(!stderr.contains("--namespaces-file"), "{stderr}");
         }

@@ -155,13 +155,55 @@ async fn delete_cluster_report(
     Ok(())
 }
 
-/// A 404 for the resource itself (not for one object): its CRD is not installed.
+/// A 404 for the resource itself (not for one object): its CRD is not installed. The API
+/// server answers a path it does not serve with a Status ("the server could not find the
+/// requested resource") or, for a group it does not serve at all, with plain text
+/// ("404 page not found", which the client reports as a Status it failed to parse).
 fn is_missing_resource(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == 404
-        && status.message.contains("the server could not find the requested resource"))
+        && (status.message.contains("the server could not find the requested resource")
+            || status.message.trim() == "404 page not found"))
 }
 
-fn missing_crd(e: kube::Error, resource: &ApiResource) -> anyhow::Error {
+/// The missing CRD, named: what the API server said adds nothing to it.
+fn missing_crd(_: kube::Error, resource: &ApiResource) -> anyhow::Error {
     let crd = format!("{}.{}", resource.plural, resource.group);
-    anyhow::anyhow!("the CustomResourceDefinition {crd} is not installed (the chart installs it unless audit.crd.install is false): {e}")
+    anyhow::anyhow!("the CustomResourceDefinition {crd} is not installed (the chart installs it unless audit.crd.install is false)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    /// Both ways the API server says it does not serve the report kind name the CRD; a 404
+    /// for one object does not.
+    #[test]
+    fn a_missing_crd_is_named_however_the_api_server_says_it() {
+        let api = |message: &str, reason: &str, code: u16| {
+            kube::Error::Api(Status::failure(message, reason).with_code(code).boxed())
+        };
+        let resource = api_resource(ReportApi::PolicyReport, ReportApi::PolicyReport.kind());
+        for missing in [
+            api(
+                "the server could not find the requested resource",
+                "NotFound",
+                404,
+            ),
+            api("404 page not found", "Failed to parse error data", 404),
+        ] {
+            assert!(is_missing_resource(&missing), "{missing}");
+            assert_eq!(
+                missing_crd(missing, &resource).to_string(),
+                "the CustomResourceDefinition policyreports.wgpolicyk8s.io is not installed (the chart installs it unless audit.crd.install is false)"
+            );
+        }
+        let object = api(
+            "policyreports.wgpolicyk8s.io \"x\" not found",
+            "NotFound",
+            404,
+        );
+        assert!(!is_missing_resource(&object));
+        assert!(!is_missing_resource(&api("404 page not found", "x", 500)));
+    }
 }

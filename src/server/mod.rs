@@ -508,8 +508,10 @@ pub async fn kube_client(kubeconfig: Option<&Path>, hint: &str) -> Result<kube::
                 .await
                 .with_context(|| format!("kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer().await.with_context(|| {
-            format!("no cluster configured (no in-cluster config, KUBECONFIG or ~/.kube/config); {hint}")
+        // The inference error's text already holds its causes (in-cluster, then kubeconfig):
+        // once, not again as a chain.
+        None => kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!("no cluster configured (no in-cluster config, KUBECONFIG or ~/.kube/config: {e}); {hint}")
         })?,
     };
     kube::Client::try_from(config).context("creating the Kubernetes client")
