@@ -1677,3 +1677,50 @@ fn subcommands_share_one_vocabulary() {
         text(&out.stderr)
     );
 }
+
+/// `--webhook admission`: what the API server does, in one step: the mutating webhook, then the
+/// validating webhook on the object as mutated.
+#[test]
+fn eval_admission_mutates_then_validates_the_mutated_object() {
+    let eval = |file: &str| {
+        poolguard(
+            &[
+                "eval",
+                "--namespaces-file",
+                NS,
+                "--config",
+                "testdata/config/example.yaml",
+                "--webhook",
+                "admission",
+                file,
+            ],
+            None,
+        )
+    };
+    let out = eval("testdata/manifests/pod.yaml");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let (mutating, validating) = said
+        .split_once("# --- validating the objects as mutated\n")
+        .expect("both webhooks");
+    assert!(mutating.contains("ALLOWED, patched"), "{said}");
+    // Validated as mutated: with its pool's nodeSelector, so placement passes.
+    assert!(
+        validating.starts_with("# Pod sleep in namespace mapped (pool pool1): ALLOWED\n"),
+        "{said}"
+    );
+    let out = eval("testdata/manifests/deployment-bad-image.yaml");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("DENIED (403)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = eval("testdata/reviews/pod-create-mapped.json");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--webhook admission reads manifests"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -59,6 +59,51 @@ pub fn run(
     Ok(all_allowed)
 }
 
+/// What admission decides for the manifests in `text`: the mutating webhook's verdicts, then
+/// the validating webhook's on the objects as mutated (patched or not), as the API server calls
+/// them. True when all were allowed by both. An AdmissionReview names its one webhook, so it is
+/// refused here.
+pub fn admission(
+    text: &str,
+    origin: &str,
+    namespace: Option<&str>,
+    namespaces: Cluster,
+    rules: &RuleSet,
+    out: &mut impl Write,
+) -> Result<bool> {
+    if documents::parse(text, origin)?
+        .iter()
+        .any(|d| d["kind"] == admission::KIND)
+    {
+        bail!("{origin}: --webhook admission reads manifests; an AdmissionReview is for one webhook (--webhook mutate or validate)");
+    }
+    let mut mutated = Vec::new();
+    let allowed = run(
+        Webhook::Mutate,
+        text,
+        origin,
+        namespace,
+        namespaces,
+        rules,
+        &mut mutated,
+    )?;
+    out.write_all(&mutated)?;
+    if !allowed {
+        return Ok(false);
+    }
+    writeln!(out, "# --- validating the objects as mutated")?;
+    let mutated = String::from_utf8(mutated).context("the mutated objects are not UTF-8")?;
+    run(
+        Webhook::Validate,
+        &mutated,
+        origin,
+        namespace,
+        namespaces,
+        rules,
+        out,
+    )
+}
+
 /// The kinds a manifest may have, as an error lists them.
 const DECIDED_KINDS: &str = "v1 Pod and ReplicationController; apps/v1 Deployment, ReplicaSet, StatefulSet and DaemonSet; batch/v1 Job and CronJob; and, with --webhook validate, v1 Namespace";
 

@@ -180,7 +180,7 @@ struct EvalArgs {
     nodes_file: Option<PathBuf>,
     #[command(flatten)]
     rules: RuleArgs,
-    /// Which webhook decides.
+    /// Which webhook decides, or `admission` for both in turn, as the API server calls them.
     #[arg(long, value_enum)]
     webhook: WebhookArg,
     /// For manifests: the namespace to create them in (default: metadata.namespace, else "default").
@@ -693,17 +693,12 @@ impl LimitArgs {
 /// The webhook to decide with, as the command line names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum WebhookArg {
+    /// The mutating webhook: the pool's nodeSelector.
     Mutate,
+    /// The validating webhook: placement and policies.
     Validate,
-}
-
-impl From<WebhookArg> for Webhook {
-    fn from(arg: WebhookArg) -> Webhook {
-        match arg {
-            WebhookArg::Mutate => Webhook::Mutate,
-            WebhookArg::Validate => Webhook::Validate,
-        }
-    }
+    /// What admission does: mutate, then validate the object as mutated (manifests only).
+    Admission,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -925,7 +920,7 @@ fn run(command: Command) -> Result<ExitCode> {
             let input = match args.input {
                 Some(input) => input,
                 None if std::io::stdin().is_terminal() => anyhow::bail!(
-                    "no input: give the manifest or AdmissionReview FILE, or `-` to read standard input (usage: poolguard eval --namespaces-file FILE --webhook mutate|validate FILE|-)"
+                    "no input: give the manifest or AdmissionReview FILE, or `-` to read standard input (usage: poolguard eval --namespaces-file FILE --webhook mutate|validate|admission FILE|-)"
                 ),
                 None => "-".to_string(),
             };
@@ -947,15 +942,31 @@ fn run(command: Command) -> Result<ExitCode> {
             let text = sources::read_input(&input)?;
             let origin = if input == "-" { "<stdin>" } else { &input };
             let mut stdout = std::io::stdout().lock();
-            let allowed = eval::run(
-                args.webhook.into(),
-                &text,
-                origin,
-                args.namespace.as_deref(),
-                (&namespaces, Some(&pools)),
-                &rules,
-                &mut stdout,
-            )?;
+            let cluster = (&namespaces, Some(&pools));
+            let namespace = args.namespace.as_deref();
+            let allowed = match args.webhook {
+                WebhookArg::Mutate => eval::run(
+                    Webhook::Mutate,
+                    &text,
+                    origin,
+                    namespace,
+                    cluster,
+                    &rules,
+                    &mut stdout,
+                )?,
+                WebhookArg::Validate => eval::run(
+                    Webhook::Validate,
+                    &text,
+                    origin,
+                    namespace,
+                    cluster,
+                    &rules,
+                    &mut stdout,
+                )?,
+                WebhookArg::Admission => {
+                    eval::admission(&text, origin, namespace, cluster, &rules, &mut stdout)?
+                }
+            };
             Ok(if allowed {
                 ExitCode::SUCCESS
             } else {
