@@ -31,14 +31,31 @@ pub fn run(
     out: &mut impl Write,
 ) -> Result<bool> {
     let docs = documents::parse(text, origin)?;
-    if docs.is_empty() {
-        bail!("{origin}: no document to evaluate");
-    }
-    if docs.iter().any(|d| d["kind"] == admission::KIND) {
+    if docs.iter().any(is_review) {
         let [review] = docs.as_slice() else {
             bail!("{origin}: an AdmissionReview must be the only document");
         };
         return review_mode(webhook, review, origin, namespaces, rules, out);
+    }
+    manifests(webhook, docs, origin, namespace, namespaces, rules, out)
+}
+
+fn is_review(doc: &Value) -> bool {
+    doc["kind"] == admission::KIND
+}
+
+/// Decides the manifests `docs` (no AdmissionReview among them), each of a List's items in turn.
+fn manifests(
+    webhook: Webhook,
+    docs: Vec<Value>,
+    origin: &str,
+    namespace: Option<&str>,
+    namespaces: Cluster,
+    rules: &RuleSet,
+    out: &mut impl Write,
+) -> Result<bool> {
+    if docs.is_empty() {
+        bail!("{origin}: no document to evaluate");
     }
     // A List's items are decided one by one, as audit reads them.
     let objects: Vec<(Value, String)> = docs
@@ -71,16 +88,14 @@ pub fn admission(
     rules: &RuleSet,
     out: &mut impl Write,
 ) -> Result<bool> {
-    if documents::parse(text, origin)?
-        .iter()
-        .any(|d| d["kind"] == admission::KIND)
-    {
+    let docs = documents::parse(text, origin)?;
+    if docs.iter().any(is_review) {
         bail!("{origin}: --webhook admission reads manifests; an AdmissionReview is for one webhook (--webhook mutate or validate)");
     }
     let mut mutated = Vec::new();
-    let allowed = run(
+    let allowed = manifests(
         Webhook::Mutate,
-        text,
+        docs,
         origin,
         namespace,
         namespaces,

@@ -944,9 +944,14 @@ fn run(command: Command) -> Result<ExitCode> {
             let mut stdout = std::io::stdout().lock();
             let cluster = (&namespaces, Some(&pools));
             let namespace = args.namespace.as_deref();
-            let allowed = match args.webhook {
-                WebhookArg::Mutate => eval::run(
-                    Webhook::Mutate,
+            let webhook = match args.webhook {
+                WebhookArg::Mutate => Some(Webhook::Mutate),
+                WebhookArg::Validate => Some(Webhook::Validate),
+                WebhookArg::Admission => None,
+            };
+            let allowed = match webhook {
+                Some(webhook) => eval::run(
+                    webhook,
                     &text,
                     origin,
                     namespace,
@@ -954,18 +959,7 @@ fn run(command: Command) -> Result<ExitCode> {
                     &rules,
                     &mut stdout,
                 )?,
-                WebhookArg::Validate => eval::run(
-                    Webhook::Validate,
-                    &text,
-                    origin,
-                    namespace,
-                    cluster,
-                    &rules,
-                    &mut stdout,
-                )?,
-                WebhookArg::Admission => {
-                    eval::admission(&text, origin, namespace, cluster, &rules, &mut stdout)?
-                }
+                None => eval::admission(&text, origin, namespace, cluster, &rules, &mut stdout)?,
             };
             Ok(if allowed {
                 ExitCode::SUCCESS
