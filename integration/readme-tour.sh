@@ -5,7 +5,7 @@
 # of them: exit statuses and key outputs. Fails when a command fails, when an expectation below
 # no longer matches a tour command, or when the tour lost a command this script expects.
 #
-# Needs cargo, curl and awk; builds with `cargo run --release` as the tour does. The dev server is
+# Needs cargo, curl and awk; builds with `cargo run` as the tour does. The dev server is
 # stopped on exit, whatever happens. Ports 8443 and 9090 on 127.0.0.1 must be free.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,14 +22,54 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each step's heading says how much disk is free: a full disk shows up as odd build failures
-# (a linker killed by SIGBUS), and this says which.
-step() { echo "== $* (free disk: $(df -h --output=avail . | tail -1 | tr -d ' '))"; }
+# Each step's heading says when it started (seconds into the run) and how much disk is free: a full
+# disk shows up as odd build failures (a linker killed by SIGBUS), and this says which.
+step() { echo "== $* (at ${SECONDS} s; free disk: $(df -h --output=avail . | tail -1 | tr -d ' '))"; }
+
+# The Go programs and poolguard's image that steps 3 to 5 need are built in the background at the
+# lowest CPU priority (nice 19), so that they take only the CPU the steps before them leave idle
+# (single-threaded links, tests that wait on servers). Each step waits for what it needs; the
+# builders' scripts are the same the steps call, which then find their results cached. A
+# background build's output is printed when it is awaited.
+background_dir=$(mktemp -d "${TMPDIR:-/tmp}/poolguard-builds.XXXXXX")
+declare -A background_pid=()
+background() { # name command...
+    local name=$1
+    shift
+    # Its own process group (setsid), so that stopping it stops its compilers too.
+    setsid nice -n 19 "$@" >"${background_dir}/${name}.log" 2>&1 &
+    background_pid[${name}]=$!
+    echo "[background] ${name}: started (pid $!)"
+}
+await() { # name
+    local name=$1 start=${SECONDS} rc=0
+    wait "${background_pid[${name}]}" || rc=$?
+    unset "background_pid[${name}]"
+    sed "s/^/[background ${name}] /" "${background_dir}/${name}.log"
+    if ((rc != 0)); then
+        echo "[background] ${name}: FAILED (exit ${rc})" >&2
+        exit 1
+    fi
+    echo "[background] ${name}: done (waited $((SECONDS - start)) s)"
+}
+stop_background() {
+    local pid
+    for pid in "${background_pid[@]}"; do
+        kill -- "-${pid}" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    rm -rf -- "${background_dir}"
+}
+trap stop_background EXIT
 
 step "preflight"
 # Everything the later steps need, checked now: one line per missing thing, before ~40 minutes of
 # building (integration/preflight.sh).
 bash integration/preflight.sh
+# helm (step 3), promtool (step 3), the control plane (steps 3 and 4).
+background go-tools bash -c 'bash integration/helm/helm.sh >/dev/null &&
+    bash integration/monitoring/promtool.sh >/dev/null &&
+    integration/controlplane/build.sh >/dev/null'
 step "cargo test"
 # Every workspace crate but the end-to-end tests, which need a cluster (steps 4 and 5 run them).
 cargo test --locked --workspace --exclude poolguard-e2e
@@ -45,6 +85,13 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash integration/fuzz/smoke.sh
 # by the later steps.
 if [[ -n ${CI:-} ]]; then rm -rf target/fuzz-build; fi
 step "helm chart"
+await go-tools
+# kind's node image (its Go programs and Debian rootfs) and poolguard's image (a musl release
+# build), for step 5, while steps 3 and 4 mostly wait on servers.
+background kind-images bash -c 'integration/kind/kind.sh >/dev/null &&
+    integration/kind/build-node-image.sh >/dev/null &&
+    POOLGUARD_CP_BUILD_KUBECTL=1 integration/controlplane/build.sh kubelet kube-proxy kubeadm >/dev/null &&
+    integration/image/build.sh >/dev/null'
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
 step "alerts and the metrics scrape (integration/monitoring/test.sh)"
@@ -52,4 +99,5 @@ bash integration/monitoring/test.sh
 step "end to end"
 bash integration/e2e.sh
 step "poolguard's image on a kind cluster, installed with the chart (integration/kind/run.sh)"
+await kind-images
 bash integration/kind/run.sh

@@ -128,6 +128,24 @@ version_dir="${cache_root}/${K8S_VERSION}"
 bin="${version_dir}/bin"
 mkdir -p "${bin}"
 
+# Everything asked for already built: nothing to wait for, not even another build.sh building
+# something else into the same directory (binaries are moved into place whole).
+all_current() {
+    local b
+    for b in "${k8s_cmds[@]}" "${extra_cmds[@]}" etcd; do
+        is_current "${b}" "${bin}/${b}" || return 1
+    done
+    if [[ "${POOLGUARD_CP_BUILD_KUBECTL:-0}" == 1 ]]; then
+        [[ -f "${bin}/kubectl" && ! -L "${bin}/kubectl" ]] || return 1
+    fi
+    [[ -e "${bin}/kubectl" ]] && is_current kubectl "${bin}/kubectl"
+}
+if all_current; then
+    log "${k8s_cmds[*]} ${extra_cmds[*]} etcd kubectl: up to date"
+    printf '%s\n' "${bin}"
+    exit 0
+fi
+
 # Serialise concurrent callers (e.g. several test processes starting at once).
 if command -v flock >/dev/null 2>&1; then
     exec 9>"${version_dir}/.lock"
