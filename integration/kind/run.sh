@@ -54,7 +54,8 @@ release=poolguard
 ns=poolguard-system
 label=agentpool
 pools=(pool1 gpu)
-sel="app.kubernetes.io/instance=${release}"
+# The serving pods (the controller's have app.kubernetes.io/name=poolguard-controller).
+sel="app.kubernetes.io/name=poolguard,app.kubernetes.io/instance=${release}"
 
 passed=0 failed=0
 ok() { passed=$((passed + 1)); log "ok: $*"; }
@@ -328,16 +329,16 @@ fi
 "${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard -n "${ns}" \
     -f "${work}/values.yaml" --wait --timeout 5m >/dev/null \
     || bad "helm upgrade back to native.mode=off failed"
-await_webhooks "native.mode=off: every replica registers the pod and workload webhooks again" \
+await_webhooks "native.mode=off: the controller registers the pod and workload webhooks again" \
     '^mutate\.poolguard\.io \| validate\.poolguard\.io pool-authority' 120 || true
 # native.mode apply -> off leaves the objects (docs/native.md): delete them, as the docs say.
 kubectl delete "${native_kinds}" -l app.kubernetes.io/managed-by=poolguard >/dev/null
 
 # --- 6. helm uninstall -------------------------------------------------------------------------
 begin "helm uninstall"
-args_json="$(kubectl -n "${ns}" get deployment "${release}" -o jsonpath='{.spec.template.spec.containers[0].args}')"
+args_json="$(kubectl -n "${ns}" get deployment "${release}-controller" -o jsonpath='{.spec.template.spec.containers[0].args}')"
 IFS=, read -r -a webhook_configs <<<"$(jq -r 'index("--webhook-configs") as $i | if $i == null then "" else .[$i + 1] end' <<<"${args_json}")"
-((${#webhook_configs[@]} == 2)) || bad "the Deployment's --webhook-configs names '${webhook_configs[*]}', expected two configurations"
+((${#webhook_configs[@]} == 2)) || bad "the controller's --webhook-configs names '${webhook_configs[*]}', expected two configurations"
 # Pods of an earlier rollout (the upgrade back to native.mode=off) may still be terminating, and
 # one that ends before the watch below starts would show no exit: wait until only the
 # Deployment's current replicas are left, so that every pod checked here is one the uninstall stops.

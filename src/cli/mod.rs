@@ -43,6 +43,14 @@ enum Command {
     /// they change; a change that does not load keeps the last good version. SIGTERM stops
     /// accepting connections, finishes in-flight requests and exits 0.
     Serve(Box<ServeArgs>),
+    /// Run what writes to the cluster, apart from the serving replicas: the managed certificate
+    /// and its CA bundle (--manage-certs), the webhooks' registration (--register-webhooks), the
+    /// background audit and its reports, progressive enforcement's state and the native
+    /// admission objects (--native-apply). It answers no admission request: the serving
+    /// replicas (`serve --audit-interval 0`) then need only read access, and their
+    /// ServiceAccount writes no admission configuration. An operations port serves /healthz,
+    /// /readyz and /metrics; the audit's Lease elects the one that writes.
+    Controller(Box<ControllerArgs>),
     /// Decide one AdmissionReview or manifest from files, without a cluster.
     ///
     /// An AdmissionReview v1 (JSON or YAML) prints the AdmissionReview response. A plain Pod or
@@ -348,10 +356,70 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    #[command(flatten)]
+    certs: CertArgs,
+    /// Fill these webhook configurations (a YAML file of MutatingWebhookConfiguration and
+    /// ValidatingWebhookConfiguration objects, as the chart renders them) with their webhooks
+    /// once poolguard serves and the Service they call has a ready endpoint, and apply them again
+    /// every 30 s. The configurations must exist (the chart creates them empty); only their
+    /// webhooks are written. With --manage-certs the managed CA bundle goes into every webhook
+    /// that has none.
+    #[arg(long, value_name = "FILE")]
+    register_webhooks: Option<PathBuf>,
+    /// Kubeconfig file of the cluster to read namespaces from (and keep --manage-certs
+    /// certificates in). Default: in-cluster config, else KUBECONFIG or ~/.kube/config — except
+    /// with --dev, which never reads a cluster unless this is given.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Also load the cluster's Gatekeeper ConstraintTemplates and constraints (read-only
+    /// watches of templates.gatekeeper.sh and constraints.gatekeeper.sh), beside
+    /// --gatekeeper-dir's; the rules reload on every change. A template that does not load here
+    /// is left out with its constraints, and logged (docs/gatekeeper.md).
+    #[arg(long)]
+    gatekeeper_from_cluster: bool,
+    /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
+    /// given, and take namespace labels from the embedded testdata namespaces unless
+    /// --namespaces-file or --kubeconfig is given.
+    #[arg(long)]
+    dev: bool,
+}
+
+#[derive(Args)]
+struct ControllerArgs {
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// Operations address (plain HTTP): /healthz, /readyz, /metrics
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
+    #[command(flatten)]
+    audit: ServeAuditArgs,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(flatten)]
+    certs: CertArgs,
+    /// Fill these webhook configurations with their webhooks once the Service they call has a
+    /// ready endpoint (the serving replicas), as `serve --register-webhooks`.
+    #[arg(long, value_name = "FILE")]
+    register_webhooks: Option<PathBuf>,
+    /// Kubeconfig file of the cluster. Default: in-cluster config, else KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Also load the cluster's Gatekeeper ConstraintTemplates and constraints, as `serve
+    /// --gatekeeper-from-cluster` (the audit and the native objects use them).
+    #[arg(long)]
+    gatekeeper_from_cluster: bool,
+}
+
+/// Certificates kept in a Secret (`--manage-certs`), for `serve` and `controller`.
+#[derive(Args)]
+struct CertArgs {
     /// Keep the serving certificate in a Secret: create a CA and certificate when missing,
-    /// renew them before expiry and inject the CA bundle into --webhook-configs. Replaces
-    /// --tls-cert-file/--tls-key-file.
-    #[arg(long, requires_all = ["cert_secret", "webhook_configs"], conflicts_with = "tls_cert_file")]
+    /// renew them before expiry and inject the CA bundle into --webhook-configs. `serve` then
+    /// serves it (instead of --tls-cert-file/--tls-key-file); `controller` keeps it for the
+    /// serving replicas, which mount the Secret.
+    #[arg(long, requires_all = ["cert_secret", "webhook_configs"])]
     manage_certs: bool,
     /// With --manage-certs: the Secret, as NAMESPACE/NAME.
     #[arg(long, value_name = "NAMESPACE/NAME")]
@@ -378,34 +446,50 @@ struct ServeArgs {
     /// With --manage-certs: how often the Secret and webhook configurations are checked.
     #[arg(long, default_value = "1m", value_name = "DURATION", value_parser = humantime::parse_duration)]
     cert_check_interval: std::time::Duration,
-    /// Fill these webhook configurations (a YAML file of MutatingWebhookConfiguration and
-    /// ValidatingWebhookConfiguration objects, as the chart renders them) with their webhooks
-    /// once poolguard serves and the Service they call has a ready endpoint, and apply them again
-    /// every 30 s. The configurations must exist (the chart creates them empty); only their
-    /// webhooks are written. With --manage-certs the managed CA bundle goes into every webhook
-    /// that has none.
-    #[arg(long, value_name = "FILE")]
-    register_webhooks: Option<PathBuf>,
     /// With --manage-certs: how long a new CA bundle is published before certificates from the
     /// new CA are served (time for every API server to see it).
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     ca_publish_grace: std::time::Duration,
-    /// Kubeconfig file of the cluster to read namespaces from (and keep --manage-certs
-    /// certificates in). Default: in-cluster config, else KUBECONFIG or ~/.kube/config — except
-    /// with --dev, which never reads a cluster unless this is given.
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// Also load the cluster's Gatekeeper ConstraintTemplates and constraints (read-only
-    /// watches of templates.gatekeeper.sh and constraints.gatekeeper.sh), beside
-    /// --gatekeeper-dir's; the rules reload on every change. A template that does not load here
-    /// is left out with its constraints, and logged (docs/gatekeeper.md).
-    #[arg(long)]
-    gatekeeper_from_cluster: bool,
-    /// Local run: listen on loopback, write certificates into ./certs when no TLS files are
-    /// given, and take namespace labels from the embedded testdata namespaces unless
-    /// --namespaces-file or --kubeconfig is given.
-    #[arg(long)]
-    dev: bool,
+}
+
+impl CertArgs {
+    /// The managed certificates' settings; `None` without --manage-certs.
+    fn managed(
+        self,
+        client_ca: Option<PathBuf>,
+        client_names: Vec<String>,
+    ) -> Result<Option<serve::ManagedCerts>> {
+        if !self.manage_certs {
+            return Ok(None);
+        }
+        let secret = self.cert_secret.unwrap_or_default();
+        let Some((namespace, name)) = secret
+            .split_once('/')
+            .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+        else {
+            anyhow::bail!("--cert-secret must be NAMESPACE/NAME, got {secret:?}");
+        };
+        if self.cert_dns_names.is_empty() && self.cert_ips.is_empty() {
+            anyhow::bail!("--manage-certs needs at least one --cert-dns-name or --cert-ip");
+        }
+        let settings = crate::certs::rotation::Settings {
+            ca_validity: self.ca_validity,
+            serving_validity: self.cert_validity,
+            publish_grace: self.ca_publish_grace,
+            dns_names: self.cert_dns_names,
+            ips: self.cert_ips,
+        };
+        settings.check(self.cert_check_interval)?;
+        Ok(Some(serve::ManagedCerts {
+            secret_namespace: namespace.to_string(),
+            secret_name: name.to_string(),
+            webhook_configs: self.webhook_configs,
+            settings,
+            check_interval: self.cert_check_interval,
+            client_ca,
+            client_names,
+        }))
+    }
 }
 
 /// The background audit of `serve`.
@@ -464,9 +548,12 @@ struct ServeAuditArgs {
     #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     lease_duration: std::time::Duration,
     /// The ConfigMap (in the Lease's namespace) holding the state of progressive enforcement
-    /// (policies with `rollout`): the audit's leader writes it, every replica decides with it.
-    #[arg(long, default_value = "poolguard-rollouts", value_name = "NAME")]
-    rollout_configmap: String,
+    /// (policies with `rollout`): the audit's leader writes it, every replica decides with it
+    /// and adds its admission counts to it. With --audit-interval 0, `serve` follows the one
+    /// named here (the audit runs in `poolguard controller`); named by no one there, rolled-out
+    /// policies only observe [default with the audit: poolguard-rollouts]
+    #[arg(long, value_name = "NAME")]
+    rollout_configmap: Option<String>,
     /// The audit's leader also writes the native admission objects (`poolguard native`:
     /// MutatingAdmissionPolicy/ValidatingAdmissionPolicy and bindings,
     /// admissionregistration.k8s.io/v1, Kubernetes 1.36+) by server-side apply (field manager
@@ -514,13 +601,34 @@ struct ServeAuditArgs {
     native_owner: Option<String>,
 }
 
+/// What the audit arguments ask for: the audit (with the rollout state it writes), or, with the
+/// audit off, the rollout state to follow.
+struct AuditPlan {
+    audit: Option<crate::audit::schedule::Settings>,
+    follow: Option<crate::rollout::sync::Follow>,
+}
+
 impl ServeAuditArgs {
-    fn settings(self) -> Result<Option<crate::audit::schedule::Settings>> {
+    fn settings(self) -> Result<AuditPlan> {
         if self.audit_interval.is_zero() {
             if self.native_apply {
                 anyhow::bail!("--native-apply needs the audit's leader election, which --audit-interval 0 turns off");
             }
-            return Ok(None);
+            let follow = self
+                .rollout_configmap
+                .map(|name| crate::rollout::sync::Follow {
+                    at: crate::rollout::store::Location {
+                        namespace: self.lease_namespace,
+                        name,
+                    },
+                    identity: self
+                        .lease_identity
+                        .unwrap_or_else(crate::audit::leader::default_identity),
+                });
+            return Ok(AuditPlan {
+                audit: None,
+                follow,
+            });
         }
         if self.audit_max_results_per_report == 0 || self.audit_page_size == 0 {
             anyhow::bail!("--max-results-per-report and --audit-page-size must be at least 1");
@@ -528,7 +636,7 @@ impl ServeAuditArgs {
         if self.lease_duration < std::time::Duration::from_secs(2) {
             anyhow::bail!("--lease-duration must be at least 2s");
         }
-        Ok(Some(crate::audit::schedule::Settings {
+        let audit = Some(crate::audit::schedule::Settings {
             interval: self.audit_interval,
             scan: crate::audit::scan::ScanOptions {
                 namespace_selector: self.audit_namespace_selector,
@@ -538,7 +646,9 @@ impl ServeAuditArgs {
             max_results: self.audit_max_results_per_report,
             rollouts: crate::rollout::store::Location {
                 namespace: self.lease_namespace.clone(),
-                name: self.rollout_configmap,
+                name: self
+                    .rollout_configmap
+                    .unwrap_or_else(|| "poolguard-rollouts".to_string()),
             },
             native_fallback: self.native_fallback,
             native_owner: self.native_owner,
@@ -560,7 +670,11 @@ impl ServeAuditArgs {
                     .unwrap_or_else(crate::audit::leader::default_identity),
                 duration: self.lease_duration,
             },
-        }))
+        });
+        Ok(AuditPlan {
+            audit,
+            follow: None,
+        })
     }
 }
 
@@ -815,37 +929,13 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
             "--client-ca-file needs --client-name: the name (subject common name or DNS name) of the API server's client certificate; the CA may sign other clients too (on kubeadm, every kubelet's)"
         );
     }
-    let manage_certs = if args.manage_certs {
-        let secret = args.cert_secret.unwrap_or_default();
-        let Some((namespace, name)) = secret
-            .split_once('/')
-            .filter(|(n, s)| !n.is_empty() && !s.is_empty())
-        else {
-            anyhow::bail!("--cert-secret must be NAMESPACE/NAME, got {secret:?}");
-        };
-        if args.cert_dns_names.is_empty() && args.cert_ips.is_empty() {
-            anyhow::bail!("--manage-certs needs at least one --cert-dns-name or --cert-ip");
-        }
-        let settings = crate::certs::rotation::Settings {
-            ca_validity: args.ca_validity,
-            serving_validity: args.cert_validity,
-            publish_grace: args.ca_publish_grace,
-            dns_names: args.cert_dns_names,
-            ips: args.cert_ips,
-        };
-        settings.check(args.cert_check_interval)?;
-        Some(serve::ManagedCerts {
-            secret_namespace: namespace.to_string(),
-            secret_name: name.to_string(),
-            webhook_configs: args.webhook_configs,
-            settings,
-            check_interval: args.cert_check_interval,
-            client_ca: args.client_ca_file.clone(),
-            client_names: args.client_names.clone(),
-        })
-    } else {
-        None
-    };
+    if args.certs.manage_certs && tls.is_some() {
+        anyhow::bail!("--manage-certs and --tls-cert-file are two sources of the serving certificate: give one");
+    }
+    let manage_certs = args
+        .certs
+        .managed(args.client_ca_file.clone(), args.client_names.clone())?;
+    let plan = args.audit.settings()?;
     let options = serve::Options {
         addr: args.addr.unwrap_or_else(|| default(8443)),
         metrics_addr: args.metrics_addr.unwrap_or_else(|| default(9090)),
@@ -860,8 +950,46 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         limits: args.limits.limits()?,
         manage_certs,
         register_webhooks: args.register_webhooks,
-        audit: args.audit.settings()?,
+        audit: plan.audit,
+        rollout_follow: plan.follow,
         gatekeeper_from_cluster: args.gatekeeper_from_cluster,
+        admission: true,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(serve::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn controller(args: ControllerArgs) -> Result<ExitCode> {
+    init_logging(args.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plan = args.audit.settings()?;
+    if plan.follow.is_some() {
+        anyhow::bail!("--rollout-configmap with --audit-interval 0: a controller without the audit has no rollout state to write, and admits nothing to count");
+    }
+    if plan.audit.is_none() && !args.certs.manage_certs && args.register_webhooks.is_none() {
+        anyhow::bail!("the controller has nothing to do: give --manage-certs, --register-webhooks, or an --audit-interval other than 0");
+    }
+    let manage_certs = args.certs.managed(None, Vec::new())?;
+    let options = serve::Options {
+        // Never bound: a controller has no admission listener.
+        addr: args.metrics_addr,
+        metrics_addr: args.metrics_addr,
+        tls: None,
+        sources: args.rules.sources(),
+        namespaces_file: None,
+        nodes_file: None,
+        deadline: std::time::Duration::from_millis(4000),
+        drain: std::time::Duration::ZERO,
+        dev: false,
+        kubeconfig: args.kubeconfig,
+        limits: serve::Limits::default(),
+        manage_certs,
+        register_webhooks: args.register_webhooks,
+        audit: plan.audit,
+        rollout_follow: None,
+        gatekeeper_from_cluster: args.gatekeeper_from_cluster,
+        admission: false,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(serve::run(options))?;
@@ -916,6 +1044,7 @@ fn cluster_audit<O: std::io::Write, E: std::io::Write>(
 fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => serve(*args),
+        Command::Controller(args) => controller(*args),
         Command::Eval(args) => {
             let input = match args.input {
                 Some(input) => input,

@@ -88,8 +88,21 @@ impl Controller {
             if !rolled_out && contents.policies().is_empty() {
                 return Ok(());
             }
+            // The serving replicas' admission counts, in their own ConfigMap (made here, so that
+            // they only ever patch it).
+            let counts_at = self.at.counts();
+            let counts = match store::read(&self.client, &counts_at).await? {
+                Some(counts) => counts,
+                None => store::read_or_create(&self.client, &counts_at).await?,
+            };
             let mut seen = self.would_deny_seen.clone();
-            let plan = plan(rules, &contents, &self.tally, &mut seen, now);
+            let plan = plan(
+                rules,
+                &contents.with_counts(&counts),
+                &self.tally,
+                &mut seen,
+                now,
+            );
             if store::apply(&self.client, &self.at, &contents, &plan.changes).await? {
                 self.would_deny_seen = seen;
                 self.report(&plan.transitions).await;

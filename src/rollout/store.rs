@@ -36,6 +36,18 @@ pub struct Location {
     pub name: String,
 }
 
+impl Location {
+    /// The ConfigMap the serving replicas add their admission counts to (`<name>-counts`): apart
+    /// from the state and the stored policy versions, so that what a serving replica may write
+    /// (its counts) decides nothing by itself.
+    pub fn counts(&self) -> Location {
+        Location {
+            namespace: self.namespace.clone(),
+            name: format!("{}-counts", self.name),
+        }
+    }
+}
+
 /// One replica's report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CountsDoc {
@@ -79,6 +91,24 @@ impl Contents {
     pub fn commands(&self, policy: &str) -> Vec<Queued> {
         self.parse(&format!("{COMMANDS}{policy}"))
             .unwrap_or_default()
+    }
+
+    /// These contents with the admission counts of `counts` (the counts ConfigMap's contents)
+    /// instead of any of their own.
+    pub fn with_counts(&self, counts: &Contents) -> Contents {
+        let mut data = self.data.clone();
+        data.retain(|k, _| !k.starts_with(COUNTS));
+        data.extend(
+            counts
+                .data
+                .iter()
+                .filter(|(k, _)| k.starts_with(COUNTS))
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        Contents {
+            resource_version: self.resource_version.clone(),
+            data,
+        }
     }
 
     /// Every replica's counts, newest first.
@@ -210,4 +240,45 @@ fn pointer(key: &str) -> String {
 
 pub fn describe(at: &Location) -> String {
     format!("ConfigMap {}/{}", at.namespace, at.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contents(pairs: &[(&str, &str)]) -> Contents {
+        Contents {
+            resource_version: Some("7".into()),
+            data: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_counts_come_from_the_counts_configmap_only() {
+        let state = contents(&[
+            ("state.repos", "{}"),
+            ("counts.forged", r#"{"at": 1, "policies": {}}"#),
+        ]);
+        let counts = contents(&[
+            ("counts.pod-a", r#"{"at": 5, "policies": {}}"#),
+            ("state.repos", "written where it decides nothing"),
+        ]);
+        let view = state.with_counts(&counts);
+        assert_eq!(view.resource_version.as_deref(), Some("7"));
+        assert_eq!(
+            view.data.keys().collect::<Vec<_>>(),
+            ["counts.pod-a", "state.repos"]
+        );
+        assert_eq!(view.data["state.repos"], "{}");
+        assert_eq!(view.counts().len(), 1);
+        let at = Location {
+            namespace: "pg".into(),
+            name: "poolguard-rollouts".into(),
+        };
+        assert_eq!(at.counts().name, "poolguard-rollouts-counts");
+        assert_eq!(at.counts().namespace, "pg");
+    }
 }

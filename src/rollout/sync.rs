@@ -1,5 +1,6 @@
 //! Every replica: watches the rollout ConfigMap and decides with what it holds (the states,
-//! and the stored versions compiled once each), and publishes its admission counts into it.
+//! and the stored versions compiled once each), and publishes its admission counts into the
+//! counts ConfigMap beside it (`Location::counts`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -14,6 +15,14 @@ use super::store::{self, Contents, CountsDoc, Location, COUNTS, CURRENT, PREVIOU
 use crate::server::state::ServerState;
 use crate::wall_clock::unix_now;
 use poolguard_core::rollout::view::{CompiledVersion, PolicyRollout, RolloutView, StoredVersion};
+
+/// A serving replica that does not audit (the audit runs in `poolguard controller`): the rollout
+/// state it decides with, and its name in the admission counts it adds.
+#[derive(Debug, Clone)]
+pub struct Follow {
+    pub at: Location,
+    pub identity: String,
+}
 
 /// Compiled stored versions, by policy and version: those the last contents named.
 #[derive(Default)]
@@ -136,7 +145,7 @@ pub async fn publish(
             Ok(t) => t,
             Err(_) => continue,
         };
-        if let Err(e) = store::merge_key(&client, &at, &key, &text).await {
+        if let Err(e) = store::merge_key(&client, &at.counts(), &key, &text).await {
             tracing::warn!(error = %format!("{e:#}"), "publishing rollout counts failed; retrying");
             // Handed out but not written: make the next snapshot differ.
             counts.forget_published();

@@ -77,6 +77,12 @@ pub struct Options {
     pub audit: Option<crate::audit::schedule::Settings>,
     /// Load the cluster's Gatekeeper templates and constraints too, and follow them.
     pub gatekeeper_from_cluster: bool,
+    /// With the audit off: the rollout state to decide with and add admission counts to.
+    pub rollout_follow: Option<crate::rollout::sync::Follow>,
+    /// Answer admission requests (`serve`); `false` is `poolguard controller`: no HTTPS listener,
+    /// only the writers (certificates, registration, audit, rollouts, native objects) and the
+    /// operations port.
+    pub admission: bool,
 }
 
 /// `--manage-certs`: where the certificate lives and who must trust it.
@@ -146,12 +152,17 @@ pub async fn start(mut opts: Options) -> Result<Running> {
             let (tls, managed_bundle) =
                 managed_tls(managed, opts.kubeconfig.as_deref(), metrics.clone()).await?;
             bundle = Some(managed_bundle);
-            (tls, None)
+            (Some(tls), None)
         }
-        (None, Some(files), _) => (Arc::new(ArcSwap::new(load_tls(files, &metrics)?)), Some(files.clone())),
+        // A controller serves no admission: no certificate of its own to serve.
+        (None, _, _) if !opts.admission => (None, None),
+        (None, Some(files), _) => (
+            Some(Arc::new(ArcSwap::new(load_tls(files, &metrics)?))),
+            Some(files.clone()),
+        ),
         (None, None, true) => {
             let files = dev_certificates(Path::new(DEV_CERT_DIR))?;
-            (Arc::new(ArcSwap::new(load_tls(&files, &metrics)?)), Some(files))
+            (Some(Arc::new(ArcSwap::new(load_tls(&files, &metrics)?))), Some(files))
         }
         (None, None, false) => bail!("--tls-cert-file and --tls-key-file are required (or --manage-certs, or --dev for generated local certificates)"),
     };
@@ -181,18 +192,27 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     ));
     pool_source(&opts, client, &app)?;
     let watcher = reload::watch(
-        reload_targets(&opts, tls_files.as_ref(), &tls, &app),
+        reload_targets(&opts, tls_files.as_ref().zip(tls.as_ref()), &app),
         metrics.clone(),
     )?;
 
-    let listener = listen(opts.addr).with_context(|| format!("listening on {}", opts.addr))?;
+    let listener = match opts.admission {
+        true => Some(listen(opts.addr).with_context(|| format!("listening on {}", opts.addr))?),
+        false => None,
+    };
     let ops_listener = TcpListener::bind(opts.metrics_addr)
         .await
         .with_context(|| format!("listening on {}", opts.metrics_addr))?;
-    let addr = listener.local_addr()?;
     let metrics_addr = ops_listener.local_addr()?;
+    let addr = match &listener {
+        Some(listener) => listener.local_addr()?,
+        None => metrics_addr,
+    };
     tracing::info!(allocator = %crate::allocator::in_force(), "memory allocator");
-    tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)");
+    match &listener {
+        Some(_) => tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)"),
+        None => tracing::info!(%metrics_addr, "controller: no admission listener; /healthz, /readyz, /metrics (HTTP)"),
+    }
 
     let shutdown = CancellationToken::new();
     if let Some(gatekeeper) = gatekeeper {
@@ -240,17 +260,25 @@ pub async fn start(mut opts: Options) -> Result<Running> {
                 .with_graceful_shutdown(async move { ops_done.cancelled().await })
                 .await
         });
-        let served = connections::serve_tls(
-            listener,
-            tls,
-            router,
-            stop,
-            drain,
-            &limits,
-            connection_cap,
-            evicted,
-        )
-        .await;
+        let served = match listener.zip(tls) {
+            Some((listener, tls)) => {
+                connections::serve_tls(
+                    listener,
+                    tls,
+                    router,
+                    stop,
+                    drain,
+                    &limits,
+                    connection_cap,
+                    evicted,
+                )
+                .await
+            }
+            None => {
+                stop.cancelled().await;
+                Ok(())
+            }
+        };
         ops_stop.cancel();
         ops.await
             .context("the operations server task failed")?
@@ -288,6 +316,25 @@ async fn start_audit(
             .collect::<Vec<_>>()
     };
     let Some(settings) = opts.audit.clone() else {
+        if let Some(follow) = &opts.rollout_follow {
+            let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
+                .await
+                .context("--rollout-configmap needs the Kubernetes API")?;
+            tokio::spawn(crate::rollout::sync::watch(
+                client.clone(),
+                follow.at.clone(),
+                app.clone(),
+                shutdown.clone(),
+            ));
+            tokio::spawn(crate::rollout::sync::publish(
+                client,
+                follow.at.clone(),
+                follow.identity.clone(),
+                app.rollout_counts.clone(),
+                shutdown.clone(),
+            ));
+            return Ok(None);
+        }
         if !rolled_out.is_empty() {
             tracing::warn!(policies = ?rolled_out, "progressive enforcement needs the audit (--audit-interval 0 turns both off): these policies only observe (dryrun)");
         }
@@ -317,13 +364,16 @@ async fn start_audit(
         app.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(crate::rollout::sync::publish(
-        client.clone(),
-        settings.rollouts.clone(),
-        settings.lease.identity.clone(),
-        app.rollout_counts.clone(),
-        shutdown.clone(),
-    ));
+    // A controller admits nothing: it has no counts to add.
+    if opts.admission {
+        tokio::spawn(crate::rollout::sync::publish(
+            client.clone(),
+            settings.rollouts.clone(),
+            settings.lease.identity.clone(),
+            app.rollout_counts.clone(),
+            shutdown.clone(),
+        ));
+    }
     let state = app.clone();
     let rules: crate::sources::Rules = Arc::new(move || state.rules.load_full());
     Ok(Some(tokio::spawn(crate::audit::schedule::run(
@@ -533,12 +583,11 @@ fn load_tls(files: &TlsFiles, metrics: &Metrics) -> Result<Arc<rustls::ServerCon
 
 fn reload_targets(
     opts: &Options,
-    tls_files: Option<&TlsFiles>,
-    tls: &Arc<ArcSwap<rustls::ServerConfig>>,
+    tls: Option<(&TlsFiles, &Arc<ArcSwap<rustls::ServerConfig>>)>,
     app: &Arc<ServerState>,
 ) -> Vec<reload::Target> {
     let mut targets = Vec::new();
-    if let Some(files) = tls_files {
+    if let Some((files, tls)) = tls {
         let (files, swap, metrics) = (files.clone(), tls.clone(), app.metrics.clone());
         targets.push(reload::Target {
             what: "tls",

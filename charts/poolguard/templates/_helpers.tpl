@@ -335,3 +335,97 @@ matchConditions:
 {{- fail "native.webhookFallback needs native.mode apply and webhook.registration poolguard (poolguard itself registers the webhooks and leaves them out)" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The controller (poolguard controller): what writes to the cluster, under its own ServiceAccount,
+so that the serving pods' token writes no admission configuration. It runs when something needs
+writing: certificates.mode self (the Secret and the CA bundle), webhook.registration poolguard,
+the audit (reports, its Lease, progressive enforcement's state) or native.mode apply (which needs
+the audit). Prints "true" or nothing.
+*/}}
+{{- define "poolguard.controllerEnabled" -}}
+{{- if or (eq .Values.certificates.mode "self") (eq .Values.webhook.registration "poolguard") (include "poolguard.auditEnabled" .) }}true{{ end }}
+{{- end }}
+
+{{- define "poolguard.controllerName" -}}
+{{- printf "%s-controller" (include "poolguard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Its own app.kubernetes.io/name: no selector of the serving pods (Deployment, Service, PDB)
+matches its pods. */}}
+{{- define "poolguard.controllerSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-controller" (include "poolguard.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "poolguard.controllerLabels" -}}
+helm.sh/chart: {{ include "poolguard.chart" . }}
+{{ include "poolguard.controllerSelectorLabels" . }}
+app.kubernetes.io/component: controller
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "poolguard.controllerServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "poolguard.controllerName" .) .Values.controller.serviceAccountName }}
+{{- else }}
+{{- required "controller.serviceAccountName is required when serviceAccount.create is false (the controller's identity is not the serving pods')" .Values.controller.serviceAccountName }}
+{{- end }}
+{{- end }}
+
+{{/* Arguments both Deployments pass: the config and the policies they decide with. */}}
+{{- define "poolguard.ruleArgs" -}}
+- --config
+- /config/config.yaml
+- --policies-dir
+- /policies
+- --placement-policies-dir
+- /placement-policies
+{{- if .Values.gatekeeperPolicies }}
+- --gatekeeper-dir
+- /gatekeeper
+{{- end }}
+{{- if .Values.gatekeeperFromCluster }}
+- --gatekeeper-from-cluster
+{{- end }}
+- --log-format
+- {{ .Values.logFormat }}
+{{- end }}
+
+{{/* Volumes of the config and policies (both Deployments). */}}
+{{- define "poolguard.ruleVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "poolguard.fullname" . }}-config
+- name: policies
+  configMap:
+    name: {{ include "poolguard.fullname" . }}-policies
+- name: placement-policies
+  configMap:
+    name: {{ include "poolguard.fullname" . }}-placement-policies
+{{- if .Values.gatekeeperPolicies }}
+- name: gatekeeper
+  configMap:
+    name: {{ include "poolguard.fullname" . }}-gatekeeper
+{{- end }}
+{{- end }}
+
+{{- define "poolguard.ruleVolumeMounts" -}}
+- name: config
+  mountPath: /config
+  readOnly: true
+- name: policies
+  mountPath: /policies
+  readOnly: true
+# Its own directory, not /policies/placement: a mount point inside another ConfigMap
+# volume is not something the kubelet's atomic updates of that volume expect.
+- name: placement-policies
+  mountPath: /placement-policies
+  readOnly: true
+{{- if .Values.gatekeeperPolicies }}
+- name: gatekeeper
+  mountPath: /gatekeeper
+  readOnly: true
+{{- end }}
+{{- end }}
