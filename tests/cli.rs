@@ -1756,7 +1756,10 @@ fn what_serve_or_controller_cannot_honour_is_refused_in_words() {
             ],
             "--rollout-configmap with --audit-interval 0",
         ),
-        (serve_both.to_vec(), "two sources of the serving certificate"),
+        (
+            serve_both.to_vec(),
+            "two sources of the serving certificate",
+        ),
     ];
     for (args, want) in cases {
         let out = poolguard(&args, None);

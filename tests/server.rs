@@ -2228,9 +2228,7 @@ async fn a_controller_answers_no_admission_request() {
     .await
     .unwrap();
     assert!(
-        metrics(&running)
-            .await
-            .contains("# TYPE poolguard_"),
+        metrics(&running).await.contains("# TYPE poolguard_"),
         "the operations port serves the metrics"
     );
     assert!(

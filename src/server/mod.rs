@@ -210,8 +210,12 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     };
     tracing::info!(allocator = %crate::allocator::in_force(), "memory allocator");
     match &listener {
-        Some(_) => tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)"),
-        None => tracing::info!(%metrics_addr, "controller: no admission listener; /healthz, /readyz, /metrics (HTTP)"),
+        Some(_) => {
+            tracing::info!(%addr, %metrics_addr, "serving: POST /mutate, POST /validate (HTTPS); /healthz, /readyz, /metrics (HTTP)")
+        }
+        None => {
+            tracing::info!(%metrics_addr, "controller: no admission listener; /healthz, /readyz, /metrics (HTTP)")
+        }
     }
 
     let shutdown = CancellationToken::new();
