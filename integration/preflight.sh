@@ -33,7 +33,7 @@ fi
 # Debian packages: command -> package.
 declare -A packages=(
     [jq]=jq [ip]=iproute2 [ss]=iproute2 [openssl]=openssl [curl]=curl [flock]=util-linux
-    [setpriv]=util-linux [setsid]=util-linux [python3]=python3 [runc]=runc [nft]=nftables [buildah]=buildah
+    [setpriv]=util-linux [python3]=python3 [runc]=runc [nft]=nftables [buildah]=buildah
     [musl-gcc]=musl-tools [strip]=binutils [podman]=podman [mmdebstrap]=mmdebstrap
 )
 for cmd in "${!packages[@]}"; do

@@ -36,9 +36,13 @@ declare -A background_pid=()
 background() { # name command...
     local name=$1
     shift
-    # Its own process group (setsid), so that stopping it stops its compilers too.
-    setsid nice -n 19 "$@" >"${background_dir}/${name}.log" 2>&1 &
+    # Its own process group (job control), so that stopping it stops its compilers too; not its
+    # own session (setsid), which would put it in its own scheduler autogroup, where nice counts
+    # only against itself and it would take half the CPU from the steps in the foreground.
+    set -m
+    nice -n 19 "$@" >"${background_dir}/${name}.log" 2>&1 &
     background_pid[${name}]=$!
+    set +m
     echo "[background] ${name}: started (pid $!)"
 }
 await() { # name
