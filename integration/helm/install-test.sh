@@ -225,6 +225,9 @@ serving_can_i no create configmaps -n "$ns"
 serving_can_i no patch configmaps/someone-elses -n "$ns"
 serving_can_i no create events -n "$ns"
 serving_can_i no create pods -n "$ns"
+# Everything the serving pods' token may do, as the API server lists it (for the record).
+log "kubectl auth can-i --list as ${sa} in ${ns}:"
+kubectl auth can-i --list --as="$sa" -n "$ns" 2>/dev/null | sed 's/^/[helm-install]   /' >&2 || true
 # The controller: the same reads, and what poolguard writes.
 can_i yes watch namespaces
 # The node watch cache (what each pool can do, for the placement policies), audit or not.
