@@ -104,4 +104,7 @@ step "end to end"
 bash integration/e2e.sh
 step "poolguard's image on a kind cluster, installed with the chart (integration/kind/run.sh)"
 await kind-images
+# The image's own checks (integration/image/test.sh: the Dockerfile reader on good and bad
+# Dockerfiles, check.sh on the image just built and on an altered copy of it).
+bash integration/image/test.sh target/image/poolguard-*.oci.tar
 bash integration/kind/run.sh

@@ -3,7 +3,7 @@
 #
 #   TAR=$(integration/image/build.sh | tail -1)     # OCI archive, image localhost/poolguard:<version>
 #
-# 1. reads the Dockerfile (dockerfile.py): the build stage's `cargo build` arguments, the file it
+# 1. reads the Dockerfile (dockerfile.sh): the build stage's `cargo build` arguments, the file it
 #    copies out and whether it strips it; the runtime stage's base, COPYs and config;
 # 2. runs that cargo build here for the musl target (CC_x86_64_unknown_linux_musl=musl-gcc, from
 #    Debian's musl-tools, instead of Alpine's gcc) and strips the binary as the Dockerfile does;
@@ -15,7 +15,7 @@
 # 4. adds the runtime stage's COPYs (owned by root, as COPY without --chown does) and config
 #    (USER, EXPOSE, ENTRYPOINT, CMD, ENV, WORKDIR, LABEL) and commits FROM scratch with buildah
 #    (private vfs storage in a temporary directory, timestamps 0) as an OCI archive;
-# 5. runs check.py, which compares the archive with the Dockerfile again, independently.
+# 5. runs check.sh, which compares the archive with the Dockerfile again, independently.
 #
 # Prints the image ID (config digest) and size. Output: ${POOLGUARD_IMAGE_DIR:-<repo>/target/image}/
 # poolguard-<version>.oci.tar. Environment: POOLGUARD_IMAGE_NAME (default localhost/poolguard),
@@ -30,8 +30,8 @@ log() { printf '[image] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 target=x86_64-unknown-linux-musl
-for pair in cargo:rustup python3:python3 jq:jq buildah:buildah musl-gcc:musl-tools strip:binutils \
-    apt-get:apt dpkg-deb:dpkg sha256sum:coreutils; do
+for pair in cargo:rustup jq:jq buildah:buildah musl-gcc:musl-tools strip:binutils readelf:binutils \
+    apt-get:apt dpkg-deb:dpkg sha256sum:coreutils tar:tar awk:mawk; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || die "${pair%%:*} is missing (Debian: apt-get install -y ${pair#*:})"
 done
 if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx "${target}"; then
@@ -39,7 +39,7 @@ if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/
 fi
 ((EUID == 0)) || die "run as root (buildah's storage and the file ownership of the image need it)"
 
-plan="$(python3 "${here}/dockerfile.py" Dockerfile)" || exit 1
+plan="$("${here}/dockerfile.sh" Dockerfile)" || exit 1
 version="$(cargo metadata --no-deps --format-version 1 --locked | jq -r '.packages[] | select(.name == "poolguard") | .version')"
 name="${POOLGUARD_IMAGE_NAME:-localhost/poolguard}"
 tag="${POOLGUARD_IMAGE_TAG:-${version}}"
@@ -173,13 +173,13 @@ while IFS= read -r l; do config+=(--label "${l}"); done < <(jq -r '.runtime.labe
 config+=(--entrypoint "$(jq -c '.runtime.entrypoint' <<<"${plan}")" --cmd "$(jq -r '.runtime.cmd | @sh' <<<"${plan}" | tr -d "'")")
 "${b[@]}" config "${config[@]}" "${c}"
 # The CMD again as JSON (buildah config --cmd splits a string on spaces; the values have none,
-# check.py verifies the result).
+# check.sh verifies the result).
 "${b[@]}" commit --quiet --format oci --timestamp 0 --rm "${c}" "${image}" >/dev/null
 rm -f "${out}.tmp"
 "${b[@]}" push --quiet "${image}" "oci-archive:${out}.tmp:${image}"
 mv -f "${out}.tmp" "${out}"
 
 # --- 5. check and report ---------------------------------------------------------------------------
-python3 "${here}/check.py" "${out}" Dockerfile >&2 || die "the image does not match the Dockerfile (see above)"
-log "image ${image}: $(python3 "${here}/check.py" --summary "${out}")"
+"${here}/check.sh" "${out}" Dockerfile >&2 || die "the image does not match the Dockerfile (see above)"
+log "image ${image}: $("${here}/check.sh" --summary "${out}")"
 printf '%s\n' "${out}"

@@ -62,7 +62,7 @@ phase=prerequisites
 ((EUID == 0)) || die "run as root: the node creates a bridge, cgroups, mounts and nftables rules"
 # Everything the phases below need, checked before anything is built: one line per missing piece.
 for pair in jq:jq curl:curl openssl:openssl ip:iproute2 ss:iproute2 nft:nftables runc:runc buildah:buildah \
-    musl-gcc:musl-tools strip:binutils python3:python3 flock:util-linux apt-get:apt dpkg-deb:dpkg; do
+    musl-gcc:musl-tools strip:binutils flock:util-linux apt-get:apt dpkg-deb:dpkg; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || die "${pair%%:*} is missing (Debian: apt-get install -y ${pair#*:})"
 done
 command -v go >/dev/null 2>&1 || die "go is missing (the node's binaries are built from Go modules)"
@@ -149,8 +149,8 @@ t="$(now)"
 image_tar="$(integration/image/build.sh | tail -n1)"
 log "image: $(since "${t}")s"
 image_ref="$(tar -xOf "${image_tar}" index.json | jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]')"
-image_id="$(python3 integration/image/check.py --summary "${image_tar}" | sed -n 's/^ID \(sha256:[0-9a-f]*\),.*/\1/p')"
-ok "image ${image_ref}: $(python3 integration/image/check.py --summary "${image_tar}")"
+image_id="$(integration/image/check.sh --summary "${image_tar}" | sed -n 's/^ID \(sha256:[0-9a-f]*\),.*/\1/p')"
+ok "image ${image_ref}: $(integration/image/check.sh --summary "${image_tar}")"
 cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test fail_closed --no-run
 cargo build --locked -p poolguard-e2e --bin under_load
 target_dir="${CARGO_TARGET_DIR:-${root}/target}"
