@@ -356,6 +356,16 @@ kubectl -n "${ns}" get pods -l "${sel}" --watch --output-watch-events=false \
 watch_pid=$!
 "${helm}" --kubeconfig "${KUBECONFIG}" uninstall "${release}" -n "${ns}" --wait --timeout 90s >/dev/null 2>&1 \
     && ok "helm uninstall" || bad "helm uninstall failed"
+# A pod on the worker the operations above stopped (the controller's single replica may have been
+# rescheduled there) cannot terminate: no kubelet confirms it. Delete those at once, as an
+# operator would for a node that is gone, and say so; every other pod must stop by itself.
+not_ready="$(kubectl get nodes -o json | jq -c '[.items[] | select(any(.status.conditions[]; .type == "Ready" and .status != "True")) | .metadata.name]')"
+while read -r p node; do
+    [[ -n "${p}" ]] || continue
+    log "pod ${p} is on ${node}, which is not Ready (stopped above): deleted with --force"
+    kubectl -n "${ns}" delete pod "${p}" --force --grace-period=0 >/dev/null 2>&1 || true
+done < <(kubectl -n "${ns}" get pods -o json | jq -r --argjson down "${not_ready}" \
+    '.items[] | select(.spec.nodeName as $n | $down | index($n)) | "\(.metadata.name) \(.spec.nodeName)"')
 deadline=$((SECONDS + 90))
 until [[ -z "$(kubectl -n "${ns}" get pods -o name 2>/dev/null)" ]]; do
     ((SECONDS < deadline)) || break
