@@ -236,15 +236,8 @@ verify() { # verify WHAT COMMAND...: check that COMMAND succeeds
     shift
     if "$@"; then check 0 "${what}"; else check 1 "${what}"; fi
 }
-# A word list for messages, each word quoted: ['a', 'b'].
-pylist() {
-    local out='' w
-    for w in "$@"; do
-        w=${w//\\/\\\\}
-        out+="${out:+, }'${w//\'/\\\'}'"
-    done
-    REPLY="[${out}]"
-}
+# shellcheck source=words.sh
+source "${here}/words.sh"
 # The same for names of the image, which are already escaped (C quoting) but for the quote.
 pynames() {
     local out='' w

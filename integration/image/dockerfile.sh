@@ -47,15 +47,8 @@ blank_split() { # $1 -> fields[]: split on runs of blanks
     read -r -a fields <<<"${s}" || true
 }
 
-# A word list for messages, each word quoted: ['a', 'b'].
-pylist() {
-    local out='' w
-    for w in "$@"; do
-        w=${w//\\/\\\\}
-        out+="${out:+, }'${w//\'/\\\'}'"
-    done
-    REPLY="[${out}]"
-}
+# shellcheck source=words.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/words.sh"
 
 # Split $2 into words[] as POSIX shlex does: blanks separate words; '...' is literal; in "..." a
 # backslash escapes only " and \; elsewhere a backslash escapes any character. $1: line number.
