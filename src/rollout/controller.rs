@@ -90,11 +90,7 @@ impl Controller {
             }
             // The serving replicas' admission counts, in their own ConfigMap (made here, so that
             // they only ever patch it).
-            let counts_at = self.at.counts();
-            let counts = match store::read(&self.client, &counts_at).await? {
-                Some(counts) => counts,
-                None => store::read_or_create(&self.client, &counts_at).await?,
-            };
+            let counts = store::read_or_create(&self.client, &self.at.counts()).await?;
             let mut seen = self.would_deny_seen.clone();
             let plan = plan(
                 rules,

@@ -324,19 +324,7 @@ async fn start_audit(
             let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
                 .await
                 .context("--rollout-configmap needs the Kubernetes API")?;
-            tokio::spawn(crate::rollout::sync::watch(
-                client.clone(),
-                follow.at.clone(),
-                app.clone(),
-                shutdown.clone(),
-            ));
-            tokio::spawn(crate::rollout::sync::publish(
-                client,
-                follow.at.clone(),
-                follow.identity.clone(),
-                app.rollout_counts.clone(),
-                shutdown.clone(),
-            ));
+            follow_rollouts(&client, &follow.at, Some(&follow.identity), app, shutdown);
             return Ok(None);
         }
         if !rolled_out.is_empty() {
@@ -361,23 +349,10 @@ async fn start_audit(
             )
         }
     };
-    // Every replica decides with the rollout state and reports its admission counts.
-    tokio::spawn(crate::rollout::sync::watch(
-        client.clone(),
-        settings.rollouts.clone(),
-        app.clone(),
-        shutdown.clone(),
-    ));
-    // A controller admits nothing: it has no counts to add.
-    if opts.admission {
-        tokio::spawn(crate::rollout::sync::publish(
-            client.clone(),
-            settings.rollouts.clone(),
-            settings.lease.identity.clone(),
-            app.rollout_counts.clone(),
-            shutdown.clone(),
-        ));
-    }
+    // Every replica decides with the rollout state and reports its admission counts; a
+    // controller admits nothing: it has no counts to add.
+    let identity = opts.admission.then_some(&settings.lease.identity);
+    follow_rollouts(&client, &settings.rollouts, identity, app, shutdown);
     let state = app.clone();
     let rules: crate::sources::Rules = Arc::new(move || state.rules.load_full());
     Ok(Some(tokio::spawn(crate::audit::schedule::run(
@@ -388,6 +363,32 @@ async fn start_audit(
         leads,
         shutdown.clone(),
     ))))
+}
+
+/// Decides with the rollout state at `at` as it changes and, given this replica's `identity`,
+/// publishes its admission counts beside it.
+fn follow_rollouts(
+    client: &kube::Client,
+    at: &crate::rollout::store::Location,
+    identity: Option<&String>,
+    app: &Arc<ServerState>,
+    shutdown: &CancellationToken,
+) {
+    tokio::spawn(crate::rollout::sync::watch(
+        client.clone(),
+        at.clone(),
+        app.clone(),
+        shutdown.clone(),
+    ));
+    if let Some(identity) = identity {
+        tokio::spawn(crate::rollout::sync::publish(
+            client.clone(),
+            at.clone(),
+            identity.clone(),
+            app.rollout_counts.clone(),
+            shutdown.clone(),
+        ));
+    }
 }
 
 /// Starts, then runs until SIGTERM or Ctrl-C, then drains and returns.
