@@ -107,6 +107,8 @@ HELM="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
 export HELM
 log "helm: $("${HELM}" version --template '{{.Version}}')"
 
+target_dir="${CARGO_TARGET_DIR:-${root}/target}"
+[[ "${target_dir}" == /* ]] || target_dir="${root}/${target_dir}"
 if [[ -n "${POOLGUARD_E2E_BIN:-}" ]]; then
     poolguard="$(cd "$(dirname "${POOLGUARD_E2E_BIN}")" && pwd)/$(basename "${POOLGUARD_E2E_BIN}")"
     [[ -x "${poolguard}" ]] || die "POOLGUARD_E2E_BIN=${POOLGUARD_E2E_BIN} is not executable"
@@ -114,11 +116,11 @@ if [[ -n "${POOLGUARD_E2E_BIN:-}" ]]; then
 else
     log "building poolguard and the e2e tests"
     cargo build --locked --bin poolguard
-    target_dir="${CARGO_TARGET_DIR:-${root}/target}"
-    [[ "${target_dir}" == /* ]] || target_dir="${root}/${target_dir}"
     poolguard="${target_dir}/debug/poolguard"
     [[ -x "${poolguard}" ]] || die "${poolguard} was not built"
 fi
+# The proxy native-leader.sh moves poolguard between two API servers with.
+cargo build --locked -p poolguard-e2e --bin switch_proxy
 cargo test --locked -p poolguard-e2e --test e2e --test bypasses --test match_conditions --test fail_closed --test cert_renewal --test audit --test rollout --test gatekeeper --bin faults --test placement --test native --no-run
 log "poolguard: $("${poolguard}" --version)"
 "${poolguard}" serve --help >/dev/null 2>&1 || die "this poolguard has no 'serve' command yet"
@@ -244,7 +246,8 @@ if suite native; then
     cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
     # The leader keeps them written (serve --native-apply), registers the webhooks only as their
     # fallback (--native-fallback), and the objects decide with poolguard down.
-    KUBECTL="${cp_bin}/kubectl" integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader" "${work}/certs"
+    KUBECTL="${cp_bin}/kubectl" POOLGUARD_CP_STATE="${cp_state}" SWITCH_PROXY="${target_dir}/debug/switch_proxy" \
+        integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader" "${work}/certs"
 fi
 
 # The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the
@@ -296,7 +299,9 @@ t_e2e="$(now)"
 if suite e2e; then
     for ((run = 1; run <= repeat; run++)); do
         log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
-        cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
+        # The proxy native-leader.sh moves poolguard between two API servers with.
+cargo build --locked -p poolguard-e2e --bin switch_proxy
+cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
     done
 fi
 if suite bypasses; then

@@ -1760,6 +1760,18 @@ fn what_serve_or_controller_cannot_honour_is_refused_in_words() {
             serve_both.to_vec(),
             "two sources of the serving certificate",
         ),
+        // The fallback leaves the webhooks out only on the canary's evidence: without a canary
+        // namespace it cannot, so it is refused rather than trusting stored objects.
+        (
+            vec![
+                "controller",
+                "--native-apply",
+                "--register-webhooks",
+                "webhooks.yaml",
+                "--native-fallback",
+            ],
+            "--native-canary-namespace <NAMESPACE>",
+        ),
     ];
     for (args, want) in cases {
         let out = poolguard(&args, None);

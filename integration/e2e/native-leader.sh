@@ -8,11 +8,19 @@
 #  2. a config change that drops a pool's own settings deletes that pool's objects (and only them);
 #  3. the webhook as the fallback (--native-fallback, --register-webhooks with the chart's
 #     webhooks at failurePolicy Fail): it registers the pod and workload webhooks, leaves them out
-#     once the objects read back as generated, puts them back when a custom Rego policy is loaded
+#     once the objects read back as generated and its dry-run canary pods (in a namespace the pod
+#     webhooks leave out) show the API server enforcing them, puts them back when a custom Rego policy is loaded
 #     (which only the webhook decides) and leaves them out again when it is removed; the
 #     namespace (pool-authority) webhook stays all along; a policy put under a progressive
 #     rollout gets a binding per group that follows the group's status (warn while Progressing,
 #     deny once Succeeded), with the webhooks back while a group is Progressing;
+#  3c. poolguard talks to the API server through a proxy (switch_proxy); switched to a second
+#     kube-apiserver on the same etcd started with
+#     --disable-admission-plugins=MutatingAdmissionPolicy,ValidatingAdmissionPolicy (it serves and
+#     stores the objects and enforces nothing, as one of an HA control plane in version skew),
+#     the canary fails and the pod and workload webhooks come back at once and stay (metrics
+#     say so), so a pod with a foreign image and another pool sent to that API server is refused
+#     by the webhook; switched back, they are left out again;
 #  4. with that poolguard stopped (the webhook configurations still in place), a pod in a pool's
 #     namespace gets its pool's nodeSelector and annotation, a foreign image and another pool are
 #     refused;
@@ -21,7 +29,9 @@
 #
 #   integration/e2e/native-leader.sh POOLGUARD_BIN WORK_DIR CERT_DIR
 #       KUBECONFIG set; kubectl in PATH or KUBECTL; CERT_DIR holds ca.crt, tls.crt and tls.key of
-#       a serving certificate for 127.0.0.1 (integration/e2e.sh makes one)
+#       a serving certificate for 127.0.0.1 (integration/e2e.sh makes one); POOLGUARD_CP_STATE the
+#       control plane's state directory (integration/controlplane/start.sh), whose kube-apiserver
+#       command line the second API server reuses; SWITCH_PROXY the switch_proxy binary
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 poolguard="$1" work="$2" certs="$3"
@@ -36,14 +46,18 @@ source integration/controlplane/free-port.sh
 kinds=validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings
 managed=app.kubernetes.io/managed-by=poolguard
 ns=pg-e2e-native-leader
+# The canary pods' namespace: selected by the native bindings, left out by the pod webhooks.
+canary=pg-e2e-canary
 # The webhook configurations this poolguard registers into (the chart's, under another name).
 registered=pg-e2e-native-fallback
-pid=""
+pid="" proxy_pid="" second_pid=""
 cleanup() {
     [[ -n "${pid}" ]] && kill -TERM "${pid}" 2>/dev/null && wait "${pid}" 2>/dev/null
+    [[ -n "${proxy_pid}" ]] && kill "${proxy_pid}" 2>/dev/null
+    [[ -n "${second_pid}" ]] && kill "${second_pid}" 2>/dev/null && wait "${second_pid}" 2>/dev/null
     k delete "${kinds}" -l "${managed}" --ignore-not-found >/dev/null 2>&1 || true
     k delete validatingadmissionpolicy pg-e2e-team-rules --ignore-not-found >/dev/null 2>&1 || true
-    k delete namespace "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    k delete namespace "${ns}" "${canary}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
     k delete mutatingwebhookconfiguration "${registered}-mutating" --ignore-not-found >/dev/null 2>&1 || true
     k delete validatingwebhookconfiguration "${registered}-validating" --ignore-not-found >/dev/null 2>&1 || true
 }
@@ -79,14 +93,28 @@ spec:
   validations: [{expression: "true"}]
 YAML
 
-port="" metrics=""
+port="" metrics="" proxy="" second=""
 pick_port port
 pick_port metrics
+pick_port proxy
+pick_port second
+# poolguard reaches the API server through switch_proxy, so that step 3c can move it to another
+# API server while it runs (a kubeconfig with everything inline, its server the proxy).
+server="$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+[[ "${server}" =~ ^https://127\.0\.0\.1:([0-9]+)$ ]] || die "the API server ${server} is not on 127.0.0.1"
+first="${BASH_REMATCH[1]}"
+printf '127.0.0.1:%s\n' "${first}" >"${work}/backend"
+"${SWITCH_PROXY}" "127.0.0.1:${proxy}" "${work}/backend" 2>"${work}/proxy.log" &
+proxy_pid=$!
+k config view --raw --minify --flatten | sed "s#${server}#https://127.0.0.1:${proxy}#" >"${work}/proxy.kubeconfig"
+# The canary namespace, labelled with a pool no node has, as the chart makes it.
+k create namespace "${canary}" >/dev/null
+k label namespace "${canary}" agentpool=poolguard-canary >/dev/null
 # The chart's webhooks (failurePolicy Fail, namespaces with the pool label), calling this
 # poolguard; the configurations are created empty, as the chart does with
 # webhook.registration=poolguard, and poolguard fills them in.
 integration/e2e/webhooks.sh "https://127.0.0.1:${port}" "${certs}/ca.crt" agentpool \
-    --set fullnameOverride="${registered}" >"${work}/webhooks.yaml"
+    --set fullnameOverride="${registered}" --set "webhook.excludedNamespaces={${canary}}" >"${work}/webhooks.yaml"
 k create --dry-run=client -o json -f "${work}/webhooks.yaml" |
     jq -s '{apiVersion: "v1", kind: "List",
             items: [.[] | if .kind == "List" then .items[] else . end | .webhooks = []]}' |
@@ -102,13 +130,14 @@ pod_webhooks_out() {
     [[ -z "$(webhook_names mutating)" ]] \
         && [[ "$(webhook_names validating)" == "pool-authority.poolguard.io"* ]]
 }
-"${poolguard}" serve --kubeconfig "${KUBECONFIG}" --addr "127.0.0.1:${port}" \
+"${poolguard}" serve --kubeconfig "${work}/proxy.kubeconfig" --addr "127.0.0.1:${port}" \
     --metrics-addr "127.0.0.1:${metrics}" --tls-cert-file "${certs}/tls.crt" \
     --tls-key-file "${certs}/tls.key" --config "${work}/config/config.yaml" \
     --policies-dir "${work}/policies" --audit-interval 1h --lease-name pg-e2e-native-leader \
     --lease-namespace default --rollout-configmap pg-e2e-native-leader-rollouts \
     --native-apply --native-exclude-namespace kube-system --native-owner "${registered}-validating" \
-    --register-webhooks "${work}/webhooks.yaml" --native-fallback >"${work}/serve.log" 2>&1 &
+    --register-webhooks "${work}/webhooks.yaml" --native-fallback --native-canary-namespace "${canary}" \
+    >"${work}/serve.log" 2>&1 &
 pid=$!
 
 # 1. Written as generated.
@@ -183,6 +212,50 @@ WAIT_S=60 await "with every group Succeeded the webhooks are left out again" pod
 k create namespace "${ns}" >/dev/null
 k label namespace "${ns}" agentpool=blue >/dev/null
 await "the ServiceAccount controller created ${ns}/default" k -n "${ns}" get serviceaccount default
+
+# 3c. An API server that serves the native objects but enforces nothing: a second kube-apiserver
+# on the same etcd, the first one's command line with another port and the two admission
+# plugins off.
+mapfile -d '' -t argv <"${POOLGUARD_CP_STATE}/cmd/kube-apiserver"
+for i in "${!argv[@]}"; do
+    [[ "${argv[i]}" == --secure-port=* ]] && argv[i]="--secure-port=${second}"
+done
+argv+=(--disable-admission-plugins=MutatingAdmissionPolicy,ValidatingAdmissionPolicy)
+"${argv[@]}" >"${work}/second-apiserver.log" 2>&1 &
+second_pid=$!
+sed "s#https://127.0.0.1:${proxy}#https://127.0.0.1:${second}#" "${work}/proxy.kubeconfig" >"${work}/second.kubeconfig"
+two() { "${kubectl}" --kubeconfig "${work}/second.kubeconfig" --request-timeout=10s "$@"; }
+WAIT_S=120 await "a second kube-apiserver without the MutatingAdmissionPolicy and ValidatingAdmissionPolicy plugins is ready" two get --raw /readyz
+pod_webhooks_out || die "the pod and workload webhooks are not left out before the switch"
+metric() { curl -fsS "http://127.0.0.1:${metrics}/metrics" | grep -E "^$1 " | awk '{ print $2 }'; }
+failures="$(metric poolguard_native_canary_failures_total)"
+printf '127.0.0.1:%s\n' "${second}" >"${work}/backend"
+log "poolguard's API server connections switched to the second kube-apiserver"
+await "the canary fails there and the pod and workload webhooks are back" pod_webhooks_in
+grep -q 'MutatingAdmissionPolicy did not run' "${work}/serve.log" \
+    || die "no log line saying the canary pod came back without its pool"
+grep -m1 'native fallback: the pod and workload webhooks are registered.*did not run' "${work}/serve.log" >&2 || true
+# They stay while the canary fails (longer than the 15 s the objects must settle).
+sleep 25
+pod_webhooks_in || die "the pod and workload webhooks were left out again while the canary fails"
+[[ "$(metric 'poolguard_native_fallback_webhooks\{state="registered"\}')" == 1 ]] \
+    || die "poolguard_native_fallback_webhooks{state=\"registered\"} is not 1"
+after="$(metric poolguard_native_canary_failures_total)"
+((after > failures)) || die "poolguard_native_canary_failures_total did not grow (${failures} -> ${after})"
+log "poolguard_native_fallback_webhooks{state=\"registered\"} 1, poolguard_native_canary_failures_total ${failures} -> ${after}"
+# The finding: through that API server a pod with a foreign image and another pool was admitted
+# as sent once the webhooks were left out; now the webhook refuses it.
+if out="$(two -n "${ns}" run miner --image=docker.io/evil/miner:1 \
+    --overrides='{"spec":{"nodeSelector":{"agentpool":"red"}}}' --dry-run=server -o name 2>&1)"; then
+    die "the API server without the plugins admitted a foreign image in another pool: ${out}"
+fi
+[[ "${out}" == *"poolguard.io"* ]] || die "refused, but not by poolguard's webhook: ${out}"
+log "through it, a foreign image in another pool is refused by the webhook (${out:0:120}...)"
+printf '127.0.0.1:%s\n' "${first}" >"${work}/backend"
+log "switched back to the first kube-apiserver"
+WAIT_S=60 await "the canary passes there and the webhooks are left out again" pod_webhooks_out
+kill "${second_pid}" 2>/dev/null; wait "${second_pid}" 2>/dev/null || true
+second_pid=""
 
 # 4. poolguard stopped, its webhook configurations in place: the API server decides alone.
 kill -TERM "${pid}"

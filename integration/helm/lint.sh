@@ -268,6 +268,32 @@ for name in names:
                 "validatingadmissionpolicies", "validatingadmissionpolicybindings"] \
                 or sorted(writes[0]["verbs"]) != ["create", "delete", "get", "list", "patch"]:
             errors.append(f"{name}: the controller's ClusterRole rules for the policy kinds: {writes}")
+        # The canary (--native-canary-namespace): a namespace of its own, selected by the
+        # native bindings (pool label, match labels, not excluded from them) and left out by the
+        # pod webhooks; the controller may only create pods there.
+        canary = args[args.index("--native-canary-namespace") + 1:][:1] if "--native-canary-namespace" in args else []
+        if canary != ["poolguard-canary"] or "--native-canary-image" not in args:
+            errors.append(f"{name}: no --native-canary-namespace poolguard-canary / --native-canary-image: {args}")
+        spaces = [d for d in docs if d.get("kind") == "Namespace" and d["metadata"]["name"] == "poolguard-canary"]
+        labels = spaces[0]["metadata"].get("labels", {}) if spaces else {}
+        if len(spaces) != 1 or not labels.get("agentpool") or labels.get("poolguard") != "on" \
+                or labels.get("pod-security.kubernetes.io/enforce") != "restricted":
+            errors.append(f"{name}: the canary namespace: {spaces}")
+        if "poolguard-canary" in excluded:
+            errors.append(f"{name}: the native bindings leave the canary namespace out")
+        roles = [d for d in docs if d.get("kind") == "Role" and d["metadata"].get("namespace") == "poolguard-canary"]
+        bindings = [d for d in docs if d.get("kind") == "RoleBinding" and d["metadata"].get("namespace") == "poolguard-canary"]
+        if [r.get("rules") for r in roles] != [[{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]] \
+                or [[s["name"] for s in b["subjects"]] for b in bindings] != [["poolguard-controller"]]:
+            errors.append(f"{name}: the canary namespace's RBAC: {roles} {bindings}")
+        hooks = {w["name"]: w for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "poolguard-webhooks"
+                 for text in d.get("data", {}).values() for c in yaml.safe_load_all(text) if c
+                 for w in c.get("webhooks", [])}
+        for hook in ("mutate.poolguard.io", "validate.poolguard.io"):
+            left_out = [v for e in hooks.get(hook, {}).get("namespaceSelector", {}).get("matchExpressions", [])
+                        if e["key"] == "kubernetes.io/metadata.name" and e["operator"] == "NotIn" for v in e["values"]]
+            if "poolguard-canary" not in left_out:
+                errors.append(f"{name}: webhook {hook} does not leave the canary namespace out: {left_out}")
         # The owner (--native-owner): its uid, read by name.
         if len(owner_reads) != 1:
             errors.append(f"{name}: the controller's ClusterRole does not get poolguard-validating (the native objects' owner) by name")
@@ -276,6 +302,8 @@ for name in names:
             errors.append(f"{name}: native flags without native.mode apply: {args}")
         if writes:
             errors.append(f"{name}: RBAC for admission policies without native.mode apply")
+        if [d for d in docs if d.get("kind") == "Namespace"]:
+            errors.append(f"{name}: a Namespace (the canary's) without native.webhookFallback")
 for e in errors:
     print(f"[helm-lint] FAIL: {e}", file=sys.stderr)
 sys.exit(1 if errors else 0)
@@ -616,8 +644,11 @@ for name in names:
               f"the serving ServiceAccount is bound to ClusterRoles {bound(serving_sa, 'ClusterRoleBinding')}, want [{fullname}]")
         check(bound(serving_sa, "RoleBinding") == ([fullname] if audit_on else []),
               f"the serving ServiceAccount is bound to Roles {bound(serving_sa, 'RoleBinding')}")
+        # native.webhookFallback: pods may be created in the canary namespace (dry-run canaries).
+        fallback = "--native-fallback" in (kinds.get("Deployment") and [a for d in kinds["Deployment"]
+                                           for a in d["spec"]["template"]["spec"]["containers"][0].get("args", [])] or [])
         want_roles = sorted(([f"{fullname}-tls"] if self_mode else []) + ([f"{fullname}-registration"] if registered else [])
-                            + ([f"{fullname}-audit"] if audit_on else []))
+                            + ([f"{fullname}-audit"] if audit_on else []) + ([f"{fullname}-controller-canary"] if fallback else []))
         check(bound(controller_sa, "ClusterRoleBinding") == ([f"{fullname}-controller"] if want_controller else []),
               f"the controller's ServiceAccount is bound to ClusterRoles {bound(controller_sa, 'ClusterRoleBinding')}")
         check(bound(controller_sa, "RoleBinding") == want_roles,

@@ -42,8 +42,8 @@ pub struct Settings {
     /// `--native-owner`: the ValidatingWebhookConfiguration that owns the native objects.
     pub native_owner: Option<String>,
     /// `--native-fallback`: the leader registers the webhooks and leaves the pod and workload
-    /// webhooks out while the native objects decide alone.
-    pub native_fallback: bool,
+    /// webhooks out while the native objects decide alone, as its canary pods show.
+    pub native_fallback: Option<crate::cluster::webhook_registration::CanarySettings>,
 }
 
 /// What one pass did.

@@ -588,11 +588,29 @@ struct ServeAuditArgs {
     /// With --native-apply and --register-webhooks: the webhook becomes the fallback. Only the
     /// audit's leader registers the webhooks, and it leaves the pod and workload webhooks out
     /// while the native objects decide those requests alone: nothing but pool authority left to
-    /// the webhook, and the objects read back from the cluster as this replica generates them,
-    /// for 15 s in a row. It puts them back within 5 s once that no longer holds. The namespace
-    /// (pool-authority) webhooks always stay.
-    #[arg(long, requires_all = ["native_apply", "register_webhooks"])]
+    /// the webhook, the objects read back from the cluster as this replica generates them, and
+    /// the API server enforcing them on canary pods (--native-canary-namespace), for 15 s in a
+    /// row. It checks every 5 s and puts them back at once when that no longer holds. The
+    /// namespace (pool-authority) webhooks always stay.
+    #[arg(long, requires_all = ["native_apply", "register_webhooks", "native_canary_namespace"])]
     native_fallback: bool,
+    /// With --native-fallback: the namespace of the canary pods, created with a server-side dry
+    /// run (nothing is stored) every 5 s to show that the API server enforces the native
+    /// objects: a plain pod must come back with its pool, and the pods poolguard refuses (a
+    /// foreign image, another pool) must be refused by its ValidatingAdmissionPolicies. It must
+    /// carry a pool label and be selected by the native bindings but not by the pod webhooks
+    /// (the chart makes one); this replica needs `create pods` there and `get` on it.
+    #[arg(long, value_name = "NAMESPACE", requires = "native_fallback")]
+    native_canary_namespace: Option<String>,
+    /// With --native-fallback: the plain canary pod's image, one the config's policies admit in
+    /// the canary namespace (it never runs: the pods are dry runs)
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        default_value = "registry.k8s.io/pause:3.10",
+        requires = "native_fallback"
+    )]
+    native_canary_image: String,
     /// With --native-apply: the ValidatingWebhookConfiguration that owns the native objects
     /// (ownerReferences): the garbage collector deletes them with it, so uninstalling the
     /// release (the chart passes its own) leaves none. It must exist: nothing is written while
@@ -650,7 +668,15 @@ impl ServeAuditArgs {
                     .rollout_configmap
                     .unwrap_or_else(|| "poolguard-rollouts".to_string()),
             },
-            native_fallback: self.native_fallback,
+            native_fallback: self
+                .native_canary_namespace
+                .filter(|_| self.native_fallback)
+                .map(
+                    |namespace| crate::cluster::webhook_registration::CanarySettings {
+                        namespace,
+                        image: self.native_canary_image,
+                    },
+                ),
             native_owner: self.native_owner,
             native: self
                 .native_apply

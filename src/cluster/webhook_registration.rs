@@ -19,8 +19,12 @@
 //! pod and workload webhooks (every webhook but those on namespaces) out of what it applies while
 //! the native admission objects decide those requests alone
 //! ([`poolguard_core::native::in_force`]): read back from the cluster as the leader's own rules
-//! generate them, for [`SETTLE`] in a row. Left out of the apply, the webhooks are removed; the
-//! next pass that finds the native objects short puts them back.
+//! generate them, and enforced by the API server on canary pods created with a server-side dry
+//! run ([`poolguard_core::native::canary`]), for [`SETTLE`] in a row. Left out of the apply, the
+//! webhooks are removed; the next pass (every [`FALLBACK_RECHECK`]) that finds the native objects
+//! short or not enforced puts them back. The state is a metric
+//! (`poolguard_native_fallback_webhooks`), a failed canary pass is counted
+//! (`poolguard_native_canary_failures_total`, alert `PoolguardNativeEnforcementUnproven`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,8 +36,9 @@ use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use poolguard_core::native;
 use serde_json::{json, Value};
@@ -41,6 +46,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::native_objects;
+use crate::server::metrics::FallbackMetrics;
 use crate::sources::Rules;
 
 /// The field manager of the registration's writes.
@@ -65,6 +71,17 @@ pub struct Fallback {
     pub rules: Rules,
     /// Where the native objects' bindings look, as the leader's writer generates them.
     pub options: native::Options,
+    /// Where and with what the canary pods show that the API server enforces the objects.
+    pub canary: CanarySettings,
+    pub metrics: FallbackMetrics,
+}
+
+/// `--native-canary-namespace` and `--native-canary-image`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CanarySettings {
+    pub namespace: String,
+    /// The plain canary pod's image.
+    pub image: String,
 }
 
 /// The state of the fallback between passes.
@@ -315,6 +332,7 @@ impl Registrar {
         if let Some(fallback) = &self.fallback {
             if !*fallback.leading.borrow() {
                 self.settling = Settling::default();
+                fallback.metrics.set_state(None);
                 return Ok(Step::NotLeader);
             }
         }
@@ -335,7 +353,8 @@ impl Registrar {
         // What poolguard writes, the webhooks the fallback leaves out included: an entry of its
         // configurations that is none of these was written by someone else.
         let written = desired.clone();
-        if self.fallback.is_some() && self.native_decides_alone().await {
+        let left_out = self.fallback.is_some() && self.native_decides_alone().await;
+        if left_out {
             desired = namespace_webhooks_only(&desired);
         }
         for d in &desired {
@@ -389,6 +408,9 @@ impl Registrar {
             .await
             .with_context(|| format!("applying the webhooks of {} {}", d.kind.name(), d.name))?;
         }
+        if let Some(fallback) = &self.fallback {
+            fallback.metrics.set_state(Some(!left_out));
+        }
         Ok(Step::Registered)
     }
 
@@ -398,11 +420,21 @@ impl Registrar {
         let Some(fallback) = &self.fallback else {
             return false;
         };
-        let generated = native::generate(&(fallback.rules)(), &fallback.options);
-        let needed = match native_objects::read_managed(&self.client).await {
+        let rules = (fallback.rules)();
+        let generated = native::generate(&rules, &fallback.options);
+        let mut needed = match native_objects::read_managed(&self.client).await {
             Ok(cluster) => native::in_force::webhook_needed(&generated, &cluster),
             Err(e) => Some(format!("reading the native objects failed: {e:#}")),
         };
+        if needed.is_none() {
+            needed = canary(&self.client, &fallback.canary, &rules, &generated)
+                .await
+                .err();
+            if let Some(why) = &needed {
+                fallback.metrics.canary_failures.inc();
+                tracing::debug!(%why, "native fallback: a canary pass failed");
+            }
+        }
         let needed = match (needed, self.settling.since) {
             (Some(why), _) => {
                 self.settling.since = None;
@@ -426,6 +458,51 @@ impl Registrar {
         }
         needed.is_none()
     }
+}
+
+/// Creates the canary pods with a server-side dry run and judges each answer: `Err` says why
+/// the API server is not shown to enforce the native objects.
+async fn canary(
+    client: &Client,
+    settings: &CanarySettings,
+    rules: &poolguard_core::ruleset::RuleSet,
+    generated: &native::Native,
+) -> std::result::Result<(), String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let found = namespaces
+        .get_opt(&settings.namespace)
+        .await
+        .map_err(|e| format!("reading the canary namespace {}: {e}", settings.namespace))?
+        .ok_or_else(|| {
+            format!(
+                "the canary namespace {} does not exist (the chart creates it)",
+                settings.namespace
+            )
+        })?;
+    let labels = found.metadata.labels.unwrap_or_default();
+    let canaries = native::canary::canaries(rules, &settings.namespace, &labels, &settings.image)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &settings.namespace);
+    let dry_run = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_string()),
+    };
+    for c in &canaries {
+        let pod: Pod = serde_json::from_value(c.pod.clone())
+            .map_err(|e| format!("the canary pod does not read as a Pod: {e}"))?;
+        match pods.create(&dry_run, &pod).await {
+            Ok(stored) => {
+                let stored = serde_json::to_value(&stored)
+                    .map_err(|e| format!("the canary pod's answer: {e}"))?;
+                native::canary::judge(c, native::canary::Answer::Admitted(&stored), generated)?;
+            }
+            Err(kube::Error::Api(status)) => {
+                let answer = native::canary::Answer::Refused(&status.message);
+                native::canary::judge(c, answer, generated)?;
+            }
+            Err(e) => return Err(format!("the canary dry run of {} failed: {e}", c.purpose)),
+        }
+    }
+    Ok(())
 }
 
 /// A webhook in one of poolguard's configurations that the registration does not apply.

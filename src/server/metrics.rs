@@ -89,6 +89,37 @@ pub struct MemoLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// registered | left_out
+    pub state: &'static str,
+}
+
+/// The native fallback (`--native-fallback`), as the registration leaves it after each pass.
+#[derive(Clone, Default)]
+pub struct FallbackMetrics {
+    /// On the leader, 1 for the state the pod and workload webhooks are in (`registered`, or
+    /// `left_out` to the native objects) and 0 for the other; 0 for both on other replicas.
+    pub webhooks: Family<StateLabels, Gauge>,
+    /// Canary passes that did not show the API server enforcing the native objects.
+    pub canary_failures: Counter,
+}
+
+impl FallbackMetrics {
+    /// Records the state of the pod and workload webhooks: `Some(true)` registered,
+    /// `Some(false)` left out, `None` not leading.
+    pub fn set_state(&self, registered: Option<bool>) {
+        for (state, on) in [
+            ("registered", registered == Some(true)),
+            ("left_out", registered == Some(false)),
+        ] {
+            self.webhooks
+                .get_or_create(&StateLabels { state })
+                .set(i64::from(on));
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// success | failure
     pub result: String,
@@ -166,6 +197,7 @@ pub struct Metrics {
     /// Webhooks found in poolguard's webhook configurations that poolguard did not write, removed
     /// by the registration.
     pub foreign_webhooks_removed: Counter,
+    pub fallback: FallbackMetrics,
     pub audit_results: Family<AuditResultLabels, Gauge>,
     pub audit_objects: Family<KindLabels, Gauge>,
     /// Remembered results since the rules were last loaded (a reload starts empty memos).
@@ -304,6 +336,17 @@ impl Metrics {
             "Webhooks found in poolguard's webhook configurations that poolguard did not write, removed by its registration",
             foreign_webhooks_removed.clone(),
         );
+        let fallback = FallbackMetrics::default();
+        registry.register(
+            "native_fallback_webhooks",
+            "With --native-fallback, on the leader: 1 for the state of the pod and workload webhooks (registered, or left_out to the native admission objects)",
+            fallback.webhooks.clone(),
+        );
+        registry.register(
+            "native_canary_failures",
+            "With --native-fallback: canary passes whose dry-run pods did not show the API server enforcing the native admission objects (the pod and workload webhooks are then registered)",
+            fallback.canary_failures.clone(),
+        );
         let audit_results = Family::<AuditResultLabels, Gauge>::default();
         registry.register(
             "audit_results",
@@ -420,6 +463,7 @@ impl Metrics {
             connections,
             connections_evicted,
             foreign_webhooks_removed,
+            fallback,
         }
     }
 

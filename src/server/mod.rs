@@ -232,17 +232,23 @@ pub async fn start(mut opts: Options) -> Result<Running> {
         let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
             .await
             .context("--register-webhooks needs the Kubernetes API")?;
-        let fallback = match opts.audit.as_ref().filter(|a| a.native_fallback) {
+        let fallback = match opts
+            .audit
+            .as_ref()
+            .and_then(|a| Some((a, a.native_fallback.clone()?)))
+        {
             None => None,
             Some(_) if audit.is_none() => {
                 bail!("--native-fallback needs the audit's leader election, which is off here (no cluster to audit)")
             }
-            Some(settings) => {
+            Some((settings, canary)) => {
                 let state = app.clone();
                 Some(Fallback {
                     leading,
                     rules: Arc::new(move || state.rules.load_full()),
                     options: settings.native.clone().unwrap_or_default(),
+                    canary,
+                    metrics: metrics.fallback.clone(),
                 })
             }
         };

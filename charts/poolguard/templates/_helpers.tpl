@@ -119,6 +119,24 @@ clientConfig:
   {{- end }}
 {{- end }}
 
+{{/* With native.webhookFallback: the namespace of the canary pods (native.canary). */}}
+{{- define "poolguard.canaryNamespace" -}}
+{{- .Values.native.canary.namespace | default (printf "%s-canary" (include "poolguard.fullname" .)) }}
+{{- end }}
+
+{{/*
+Namespaces the pod and workload webhooks are never called for: the excluded namespaces and, with
+native.webhookFallback, the canary namespace, whose dry-run pods must be decided by the native
+objects alone to show that the API server enforces them.
+*/}}
+{{- define "poolguard.podWebhookExcludedNamespaces" -}}
+{{- $excluded := include "poolguard.excludedNamespaces" . | fromJsonArray }}
+{{- if .Values.native.webhookFallback }}
+{{- $excluded = append $excluded (include "poolguard.canaryNamespace" .) }}
+{{- end }}
+{{- toJson $excluded }}
+{{- end }}
+
 {{/* Namespaces neither webhook is ever called for. */}}
 {{- define "poolguard.excludedNamespaces" -}}
 {{- $excluded := list .Release.Namespace "kube-system" }}
@@ -209,7 +227,7 @@ nothing.
 (validatingwebhookconfiguration.yaml) as a label selector string, so the audit reports on exactly
 the namespaces whose objects the validating webhook checks. Built from the same values:
 webhook.namespaceMatchLabels -> "key=value" terms (sorted by key), validating.requireNamespaceLabel
--> the bare pool label key (Exists), the excluded namespaces -> "kubernetes.io/metadata.name
+-> the bare pool label key (Exists), the namespaces the pod webhooks leave out -> "kubernetes.io/metadata.name
 notin (...)". Terms are comma-joined, which ANDs them like matchLabels and matchExpressions do.
 */}}
 {{- define "poolguard.auditNamespaceSelector" -}}
@@ -220,7 +238,7 @@ notin (...)". Terms are comma-joined, which ANDs them like matchLabels and match
 {{- if .Values.validating.requireNamespaceLabel }}
 {{- $terms = append $terms .Values.config.namespaceLabel }}
 {{- end }}
-{{- $excluded := include "poolguard.excludedNamespaces" . | fromJsonArray }}
+{{- $excluded := include "poolguard.podWebhookExcludedNamespaces" . | fromJsonArray }}
 {{- $terms = append $terms (printf "kubernetes.io/metadata.name notin (%s)" (join "," $excluded)) }}
 {{- join "," $terms }}
 {{- end }}

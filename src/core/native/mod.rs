@@ -7,6 +7,7 @@
 //!
 //! Pure: the same rules give the same objects, in the same order.
 
+pub mod canary;
 pub(crate) mod image_cel;
 pub mod in_force;
 mod placement;
