@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use poolguard::server::metrics::Metrics;
+use poolguard::telemetry::metrics::Metrics;
 
 const RULES: &str = "charts/poolguard/files/alerts.rules.yaml";
 const DASHBOARD: &str = "charts/poolguard/files/grafana-dashboard.json";

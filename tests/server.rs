@@ -22,11 +22,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use poolguard::certs::authority::{self as certs, Authority, Usage};
 use poolguard::namespaces::Namespaces;
 use poolguard::server::endpoints;
-use poolguard::server::metrics::Metrics;
 use poolguard::server::state::ServerState;
 use poolguard::server::tls::TlsFiles;
 use poolguard::server::{self as serve, Limits, Options, Running};
 use poolguard::sources::{self, Sources};
+use poolguard::telemetry::metrics::Metrics;
 use poolguard_testclient::{client_config, Identity, TlsClient};
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
@@ -531,7 +531,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
     let view = RolloutView {
         policies: [("allowedrepositories".to_string(), rollout)].into(),
     };
-    poolguard::rollout::sync::install(&app, Arc::new(view));
+    poolguard::rollout::sync::install(&app.rules, Arc::new(view));
 
     let base: Value = serde_json::from_slice(&review("pod-create-unmapped.json")).unwrap();
     let post = |namespace: &str, old_image: Option<&str>| {

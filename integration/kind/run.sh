@@ -15,6 +15,9 @@
 #    DNS addon disabled (no coredns: nothing here resolves cluster names, see README.md);
 # 3. poolguard's image built by ../image/build.sh (the Dockerfile's definition, buildah) as an
 #    OCI archive, loaded into every node with `kind load image-archive`;
+# 4a. an install whose image cannot be pulled (the fail-safe first install, on real pods): helm
+#    --wait reports it, no webhook is registered, a pod in a pool's namespace is admitted; then
+#    uninstalled;
 # 4. `helm install` of charts/poolguard with its defaults (2 replicas, preferred anti-affinity
 #    across nodes, PodDisruptionBudget, certificates managed by poolguard, validation in every
 #    namespace) plus the image (pullPolicy Never) and the e2e config; checks that the two
@@ -22,11 +25,20 @@
 #    containerd gave runc (read-only root, uid/gid 65532, no new privileges, no capabilities,
 #    seccomp, 128Mi) and the process as that node's /proc shows it (uid, CapEff, Seccomp,
 #    NoNewPrivs, root mounted ro);
+# 4c. the chart's own admission path and writer: `helm test`; the Service's EndpointSlice lists
+#    both serving pods ready; the controller created the certificate Secret and injected its CA
+#    into both webhook configurations; the certificate each serving pod serves (kubectl
+#    port-forward) verifies for the Service's DNS name against that bundle (openssl); the tokens
+#    kubelet projected into a serving pod and the controller's pod authenticate as their two
+#    ServiceAccounts; kube-proxy's nftables rules on a worker route the ClusterIP; the
+#    controller's background audit reports a pod bound before the install to another pool's
+#    worker, and a controller pod holds the audit Lease;
 # 5. tests/e2e.rs, tests/bypasses.rs, tests/fail_closed.rs (the Deployment scaled to 0 and back)
 #    and the under_load harness: rollout restart, deleting a replica's pod, SIGKILL of a
 #    replica's poolguard, draining a replica's worker to completion, stopping a replica's whole
 #    worker (podman kill of its node), pods created at 20/s throughout; the harness judges each
-#    row by poolguard's promise (docs/operations.md) and prints the table;
+#    row by poolguard's promise (docs/operations.md) and prints the table; after the e2e and
+#    bypass suites, each serving pod's peak RSS (VmHWM, from its node's /proc) and no restarts;
 # 5b. native admission with the webhook as the fallback (helm upgrade to native.mode=apply,
 #    native.webhookFallback): the pod webhooks left out, the Deployment scaled to 0, pods still
 #    placed and refused by the native objects; back to native.mode=off;
@@ -163,7 +175,6 @@ begin "kind load image-archive"
 log "image ${image} loaded into every node"
 
 # --- 4. the chart ------------------------------------------------------------------------------
-begin "helm install"
 {
     printf 'image: {repository: %s, tag: "%s", pullPolicy: Never}\n' "${image%:*}" "${image##*:}"
     printf 'config:\n'
@@ -172,6 +183,38 @@ begin "helm install"
 # The same without config.placement, for the native fallback step (5b).
 awk '/^  placement:/ { skip = 1; next } skip && /^  [^ #]/ { skip = 0 } !skip' "${work}/values.yaml" \
     >"${work}/values-native.yaml"
+# A pool's namespace with a pod bound, before poolguard is installed, to a worker of another pool:
+# what the background audit must report (4c).
+audit_ns=pg-kind-audit
+kubectl create namespace "${audit_ns}" >/dev/null
+kubectl label namespace "${audit_ns}" "${label}=${pools[0]}" >/dev/null
+other_worker="$(kubectl get nodes -l "${label}=${pools[1]}" -o jsonpath='{.items[0].metadata.name}')"
+printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "misplaced", "namespace": "%s"},
+  "spec": {"nodeName": "%s", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}' \
+    "${audit_ns}" "${other_worker}" | kubectl create -f - >/dev/null
+webhook_total() {
+    kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration -o json |
+        jq --arg r "${release}" '[.items[] | select(.metadata.name | startswith($r + "-")) | .webhooks // [] | length] | add // 0'
+}
+
+# --- 4a. a first install whose image cannot be pulled refuses nothing -------------------------
+begin "helm install, image not pullable"
+if "${helm}" --kubeconfig "${KUBECONFIG}" install "${release}" charts/poolguard -n "${ns}" --create-namespace \
+    -f "${work}/values.yaml" --set image.tag=not-built-here --wait --timeout 30s >"${work}/helm-unpullable.out" 2>&1; then
+    bad "helm install --wait succeeded with an image that cannot be pulled"
+else
+    ok "helm install --wait reports an image that cannot be pulled: $(tail -n1 "${work}/helm-unpullable.out")"
+fi
+[[ "$(webhook_total)" == 0 ]] && ok "the webhook configurations have no webhooks while no poolguard pod is ready" \
+    || bad "$(webhook_total) webhooks registered while no poolguard pod is ready"
+out="$(kubectl -n "${audit_ns}" run unpullable-install --image=registry.k8s.io/pause:3.10 --restart=Never \
+    --dry-run=server -o name 2>&1)" \
+    && ok "a pod in ${audit_ns} (${label}=${pools[0]}) is admitted while poolguard's image cannot be pulled" \
+    || bad "a pod in ${audit_ns} was refused while poolguard's image cannot be pulled: ${out}"
+"${helm}" --kubeconfig "${KUBECONFIG}" uninstall "${release}" -n "${ns}" --wait --timeout 60s >/dev/null 2>&1 \
+    || bad "helm uninstall of the release whose image cannot be pulled failed"
+
+begin "helm install"
 "${helm}" --kubeconfig "${KUBECONFIG}" install "${release}" charts/poolguard -n "${ns}" --create-namespace \
     -f "${work}/values.yaml" --wait --timeout 5m
 kubectl -n "${ns}" get pods -o wide
@@ -216,6 +259,99 @@ for p in "${pods[@]}"; do
         || bad "pod ${p}: process view '${comm}' ${st}root '${root_opts}'"
 done
 
+# --- 4c. the chart's admission path and writer, as the cluster runs them -----------------------
+begin "Service, certificates, tokens, audit"
+if "${helm}" --kubeconfig "${KUBECONFIG}" test "${release}" -n "${ns}" --timeout 90s --logs >"${work}/helm-test.out" 2>&1 \
+    && grep -q '^config ok: ' "${work}/helm-test.out"; then
+    ok "helm test: $(grep -m1 '^config ok: ' "${work}/helm-test.out")"
+else
+    bad "helm test failed: $(tail -n 5 "${work}/helm-test.out")"
+fi
+svc_ip="$(kubectl -n "${ns}" get service "${release}" -o jsonpath='{.spec.clusterIP}')"
+mapfile -t pod_ips < <(kubectl -n "${ns}" get pods -l "${sel}" -o jsonpath='{range .items[*]}{.status.podIP}{"\n"}{end}' | sort)
+ready_endpoints() {
+    kubectl -n "${ns}" get endpointslices -l "kubernetes.io/service-name=${release}" -o json |
+        jq -r '[.items[].endpoints // [] | .[] | select(.conditions.ready == true) | .addresses[]] | sort | join(" ")'
+}
+deadline=$((SECONDS + 60))
+until [[ "$(ready_endpoints)" == "${pod_ips[*]}" ]] || ((SECONDS >= deadline)); do sleep 0.5; done
+eps="$(ready_endpoints)"
+[[ "${eps}" == "${pod_ips[*]}" && ${#pod_ips[@]} == 2 ]] \
+    && ok "the EndpointSlice of Service ${ns}/${release} lists both serving pods ready: ${eps}" \
+    || bad "the EndpointSlice lists '${eps}' ready, the serving pods have '${pod_ips[*]}'"
+# Where the chart told the controller to keep the certificate and whose CA bundles to write.
+controller_args="$(kubectl -n "${ns}" get deployment "${release}-controller" -o jsonpath='{.spec.template.spec.containers[0].args}')"
+carg() { jq -r --arg f "$1" 'index($f) as $i | if $i == null then "" else .[$i + 1] end' <<<"${controller_args}"; }
+cert_secret="$(carg --cert-secret)" cert_dns="$(carg --cert-dns-name)"
+IFS=, read -r -a configs <<<"$(carg --webhook-configs)"
+secret_ca="$(kubectl -n "${cert_secret%%/*}" get secret "${cert_secret#*/}" -o jsonpath='{.data.ca\.crt}' | base64 -d || true)"
+[[ "${secret_ca}" == *"BEGIN CERTIFICATE"* ]] && ok "the controller created the certificate Secret ${cert_secret}" \
+    || bad "Secret ${cert_secret} has no ca.crt"
+for wc in "${configs[@]}"; do
+    kind_of=mutatingwebhookconfiguration
+    [[ "${wc}" == *validating* ]] && kind_of=validatingwebhookconfiguration
+    kubectl get "${kind_of}" "${wc}" -o jsonpath='{.webhooks[0].clientConfig.caBundle}' | base64 -d >"${work}/${wc}-bundle.pem" || true
+    [[ -n "${secret_ca}" ]] && grep -qF -- "$(sed -n 2p <<<"${secret_ca}")" "${work}/${wc}-bundle.pem" \
+        && ok "${kind_of} ${wc}: the controller injected a caBundle holding the CA of ${cert_secret}" \
+        || bad "${kind_of} ${wc}: the caBundle does not hold the Secret's CA"
+done
+# What the API server checks: each serving pod's certificate, for the Service's DNS name, against
+# the injected bundle (reached through kubectl port-forward).
+port=18443
+for p in "${pods[@]}"; do
+    kubectl -n "${ns}" port-forward "pod/${p}" "${port}:8443" >"${work}/port-forward.log" 2>&1 &
+    pf=$!
+    verified="" out=""
+    for _ in $(seq 1 40); do
+        if out="$(timeout 10 openssl s_client -connect "127.0.0.1:${port}" -servername "${cert_dns}" -verify_hostname "${cert_dns}" \
+            -CAfile "${work}/${configs[0]}-bundle.pem" -verify_return_error </dev/null 2>&1)" \
+            && grep -q 'Verify return code: 0 (ok)' <<<"${out}"; then
+            verified=1
+            break
+        fi
+        sleep 0.25
+    done
+    kill "${pf}" 2>/dev/null || true
+    wait "${pf}" 2>/dev/null || true
+    [[ -n "${verified}" ]] && ok "pod ${p} serves a certificate for ${cert_dns} that verifies against the injected caBundle" \
+        || bad "pod ${p}: the certificate does not verify for ${cert_dns} against the injected caBundle: $(tail -n1 <<<"${out}")"
+    port=$((port + 1))
+done
+# Who each identity is: the token kubelet projected into the pod, read in its node.
+server="$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')"
+kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"${work}/cluster-ca.crt"
+controller_pod="$(kubectl -n "${ns}" get pods -l "app.kubernetes.io/name=poolguard-controller" -o jsonpath='{.items[0].metadata.name}')"
+for p in "${pods[0]}" "${controller_pod}"; do
+    read -r uid node sa < <(kubectl -n "${ns}" get pod "${p}" -o jsonpath='{.metadata.uid} {.spec.nodeName} {.spec.serviceAccountName}{"\n"}')
+    # The file the projected `token` link resolves to (following the link itself may be refused
+    # where fs.protected_symlinks = 1).
+    token="$(podman exec "${node}" sh -c 'cat "$(readlink -f "$(find "/var/lib/kubelet/pods/$1/volumes/kubernetes.io~projected" -name token | head -n1)")"' sh "${uid}" 2>/dev/null || true)"
+    whoami="$(KUBECONFIG=/dev/null kubectl --request-timeout=10s --server="${server}" --certificate-authority="${work}/cluster-ca.crt" \
+        --token="${token:-none}" auth whoami -o jsonpath='{.status.userInfo.username}' 2>&1 || true)"
+    [[ "${whoami}" == "system:serviceaccount:${ns}:${sa}" ]] \
+        && ok "the token kubelet projected into ${p} authenticates as ${whoami}" \
+        || bad "${p}'s token authenticates as '${whoami}', not its ServiceAccount ${sa}"
+done
+# (Read whole before searching: grep -q would stop reading, and nft dies of SIGPIPE on a big table.)
+rules="$(podman exec "${replica_nodes[0]}" nft list table ip kube-proxy 2>&1 || true)"
+grep -qF "${svc_ip}" <<<"${rules}" && ok "kube-proxy's nftables rules on ${replica_nodes[0]} route ${svc_ip}" \
+    || bad "no nftables rule of kube-proxy on ${replica_nodes[0]} mentions ${svc_ip}: $(tail -n1 <<<"${rules}")"
+# The background audit, run by the controller under the chart's CRD and RBAC.
+report=""
+deadline=$((SECONDS + 120))
+until report="$(kubectl -n "${audit_ns}" get policyreports.wgpolicyk8s.io poolguard-audit -o json 2>/dev/null)" || ((SECONDS >= deadline)); do
+    sleep 1
+done
+verdict="$(jq -r '.results[]? | select(.resources[0].name == "misplaced" and .policy == "placement") | "\(.result): \(.message)"' <<<"${report:-null}")"
+[[ "${verdict}" == fail:*"${pools[0]}"*"${pools[1]}"* ]] \
+    && ok "the controller's audit wrote PolicyReport ${audit_ns}/poolguard-audit: misplaced ${verdict}" \
+    || bad "no audit result for ${audit_ns}/misplaced within 120 s (report: ${report:0:300})"
+lease="$(carg --lease-name)"
+holder="$(kubectl -n "${ns}" get lease "${lease}" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)"
+[[ -n "${holder}" && "${holder}" == "${controller_pod}" ]] \
+    && ok "the audit Lease ${ns}/${lease} is held by the controller's pod ${holder}" \
+    || bad "the audit Lease is held by '${holder}', not the controller's pod ${controller_pod}"
+
 # --- 5. the tests ------------------------------------------------------------------------------
 export POOLGUARD_E2E_POOLS="${pools[0]},${pools[1]}" POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
 # The chart's default validating.requireNamespaceLabel=false: unlabelled namespaces are validated.
@@ -227,6 +363,18 @@ begin "e2e tests"
 suite tests/e2e.rs --test e2e -- --nocapture
 begin "bypass tests"
 suite tests/bypasses.rs --test bypasses -- --nocapture
+# What the suites cost each serving pod: its peak RSS (VmHWM, read in its node), within the
+# chart's 128Mi limit, and no restart (no OOM kill, no failed probe).
+for p in "${pods[@]}"; do
+    read -r node cid restarts < <(kubectl -n "${ns}" get pod "${p}" \
+        -o jsonpath='{.spec.nodeName} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}{"\n"}')
+    cid="${cid#containerd://}"
+    pid="$(podman exec "${node}" ctr --namespace k8s.io tasks ls | awk -v id="${cid}" '$1 == id { print $2 }')"
+    hwm="$(podman exec "${node}" awk '/^VmHWM/ { print $2 }' "/proc/${pid:-none}/status" 2>/dev/null || true)"
+    [[ "${hwm}" =~ ^[0-9]+$ ]] && ((hwm < 131072)) && [[ "${restarts}" == 0 ]] \
+        && ok "pod ${p}: peak RSS ${hwm} kB after the e2e and bypass suites (limit 131072 kB), 0 restarts" \
+        || bad "pod ${p}: peak RSS '${hwm}' kB, ${restarts} restarts"
+done
 begin "fail-closed test"
 k="kubectl --request-timeout=10s -n ${ns}"
 printf '%s\n' "set -eu" \

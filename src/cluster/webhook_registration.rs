@@ -46,8 +46,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::native_objects;
-use crate::server::metrics::FallbackMetrics;
 use crate::sources::Rules;
+use crate::telemetry::metrics::FallbackMetrics;
 
 /// The field manager of the registration's writes.
 pub const FIELD_MANAGER: &str = "poolguard-registration";

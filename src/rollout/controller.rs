@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
 
 use super::store::{self, Change, Contents, Location, COMMANDS, CURRENT, PREVIOUS, STATE};
-use crate::server::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 use poolguard_core::audit_tally::Tally;
 use poolguard_core::rollout::observe::{self, ReplicaCounts};
 use poolguard_core::rollout::view::StoredVersion;

@@ -5,16 +5,17 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use futures::StreamExt;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use super::counts::{RolloutCounts, PUBLISH_EVERY};
 use super::store::{self, Contents, CountsDoc, Location, COUNTS, CURRENT, PREVIOUS};
-use crate::server::state::ServerState;
+use crate::telemetry::rollout_counts::{RolloutCounts, PUBLISH_EVERY};
 use crate::wall_clock::unix_now;
 use poolguard_core::rollout::view::{CompiledVersion, PolicyRollout, RolloutView, StoredVersion};
+use poolguard_core::ruleset::RuleSet;
 
 /// A serving replica that does not audit (the audit runs in `poolguard controller`): the rollout
 /// state it decides with, and its name in the admission counts it adds.
@@ -80,19 +81,20 @@ fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
 
 /// Installs `view` into the rules decisions use (the rules themselves may be reloaded from
 /// files meanwhile: the swap keeps whichever is newer of each).
-pub fn install(app: &ServerState, view: Arc<RolloutView>) {
-    app.rules.rcu(|rules| {
+pub fn install(rules: &ArcSwap<RuleSet>, view: Arc<RolloutView>) {
+    rules.rcu(|rules| {
         let mut rules = (**rules).clone();
         rules.rollouts = view.clone();
         rules
     });
 }
 
-/// Watches the ConfigMap until `shutdown`, keeping `app`'s rollout view current.
+/// Watches the ConfigMap until `shutdown`, handing each new rollout view to `on_view` (the
+/// server installs it into its rules).
 pub async fn watch(
     client: Client,
     at: Location,
-    app: Arc<ServerState>,
+    on_view: impl Fn(Arc<RolloutView>) + Send + 'static,
     shutdown: CancellationToken,
 ) {
     let api = store::api(&client, &at);
@@ -112,7 +114,7 @@ pub async fn watch(
                 let contents = Contents::from_configmap(&cm);
                 let view = view(&contents, &mut compiled);
                 tracing::debug!(policies = view.policies.len(), "rollout state updated");
-                install(&app, Arc::new(view));
+                on_view(Arc::new(view));
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, configmap = %store::describe(&at), "watching the rollout state failed; deciding with the last state seen, retrying")

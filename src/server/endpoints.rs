@@ -24,11 +24,11 @@ use poolguard_core::webhook::Webhook;
 use super::body::{self, Received, Refusal};
 use super::connection_activity::Peer;
 use super::limits::{NoSlot, Reservation, Short};
-use super::metrics::{
+use super::state::ServerState;
+use crate::telemetry::metrics::{
     kind_label, InfringementLabels, Metrics, PolicyLabels, RequestLabels, WebhookLabels,
 };
-use super::phase_times::{Phase, PhaseClock};
-use super::state::ServerState;
+use crate::telemetry::phase_times::{Phase, PhaseClock};
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()

@@ -22,8 +22,8 @@ use crate::cluster::node_cache;
 use crate::cluster::webhook_registration::{Fallback, Registrar};
 use crate::namespaces::Namespaces;
 use crate::sources::{self, Sources};
+use crate::telemetry::metrics::Metrics;
 pub use limits::Limits;
-use metrics::Metrics;
 use poolguard_core::namespaces::parse_file_text;
 use state::ServerState;
 use tls::TlsFiles;
@@ -34,9 +34,7 @@ pub mod connections;
 pub mod endpoints;
 pub mod idle_eviction;
 pub mod limits;
-pub mod metrics;
 pub mod ops;
-pub mod phase_times;
 pub mod reload;
 pub mod state;
 pub mod tls;
@@ -380,10 +378,11 @@ fn follow_rollouts(
     app: &Arc<ServerState>,
     shutdown: &CancellationToken,
 ) {
+    let state = app.clone();
     tokio::spawn(crate::rollout::sync::watch(
         client.clone(),
         at.clone(),
-        app.clone(),
+        move |view| crate::rollout::sync::install(&state.rules, view),
         shutdown.clone(),
     ));
     if let Some(identity) = identity {

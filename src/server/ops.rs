@@ -8,8 +8,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use super::metrics::MemoLabels;
 use super::state::ServerState;
+use crate::telemetry::metrics::MemoLabels;
 
 pub fn router(app: Arc<ServerState>) -> Router {
     Router::new()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use notify::{EventKind, RecursiveMode, Watcher};
 
-use super::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// Changes closer together than this are handled once.
 const DEBOUNCE: Duration = Duration::from_millis(200);

@@ -8,10 +8,10 @@ use arc_swap::ArcSwap;
 use poolguard_core::ruleset::RuleSet;
 
 use super::limits::{Gates, Limits};
-use super::metrics::Metrics;
 use crate::namespaces::Namespaces;
 use crate::pools::Pools;
-use crate::rollout::counts::RolloutCounts;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::rollout_counts::RolloutCounts;
 
 /// What the request handlers share.
 pub struct ServerState {
