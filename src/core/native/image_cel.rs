@@ -3,9 +3,11 @@
 //! normalised repository, tag and digest that `allowedrepositories` and `latesttag` compare.
 //!
 //! Kubernetes has no CEL image library, so these are built from its string and regular-expression
-//! functions (RE2, linear time). The expressions are written for one image map `i` of the
-//! `images` variable (`{'type', 'name', 'image'}`); each function here returns the CEL text for
-//! the image held in the CEL variable named by its argument.
+//! functions (RE2, linear time). Each function here returns the CEL [`Expr`] about the reference
+//! text its argument reads (an item `t` of the `texts` variable, or the `image` of an item `i`
+//! of `images`).
+
+use super::cel::{all_of, and, any_of, concat, cond, int, not, or, size, str, Expr};
 
 /// A path component: `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`.
 const COMPONENT: &str = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
@@ -17,96 +19,128 @@ const TAG: &str = "[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}";
 /// length (any other algorithm or length fails its validation even when the grammar matches).
 const DIGEST: &str = "(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128})";
 
-/// The whole grammar, anchored (it holds `\\.` and `\\[`, so CEL gets it as a raw string,
-/// `r'…'`). The first component before a `/` may be a registry or a path component (the parser's one deliberate difference: `a_b.example.com/app` is a path to Go and
-/// a host to the runtime; both accept it).
+/// The whole grammar, anchored (it holds `\\.` and `\\[`, which CEL's printer writes as a raw
+/// string, `r'…'`). The first component before a `/` may be a registry or a path component
+/// (the parser's one deliberate difference: `a_b.example.com/app` is a path to Go and a host to
+/// the runtime; both accept it).
 pub fn grammar() -> String {
     format!("^(?:(?:{DOMAIN}|{COMPONENT})/)?{COMPONENT}(?:/{COMPONENT})*(?::{TAG})?(?:@{DIGEST})?$")
 }
 
-/// CEL: the text before the first `/` (all of it when there is none).
-fn first(r: &str) -> String {
-    format!("{r}.split('/')[0]")
+/// The text before the first `/` (all of it when there is none).
+fn first(r: &Expr) -> Expr {
+    r.clone().method("split", [str("/")]).index(int(0))
 }
 
-/// CEL: whether the first component names a registry (splitDockerDomain): there is a `/` after
-/// it and it is `localhost`, `index.docker.io`, holds `.` or `:`, or an uppercase letter.
-pub fn names_registry(r: &str) -> String {
+/// Whether the first component names a registry (splitDockerDomain): there is a `/` after it
+/// and it is `localhost`, `index.docker.io`, holds `.` or `:`, or an uppercase letter.
+pub fn names_registry(r: &Expr) -> Expr {
     let f = first(r);
-    format!(
-        "({r}.contains('/') && ({f} == 'localhost' || {f} == 'index.docker.io' || {f}.contains('.') || {f}.contains(':') || {f}.matches('[A-Z]')))"
+    and(
+        r.clone().method("contains", [str("/")]),
+        any_of([
+            f.clone().eq(str("localhost")),
+            f.clone().eq(str("index.docker.io")),
+            f.clone().method("contains", [str(".")]),
+            f.clone().method("contains", [str(":")]),
+            f.method("matches", [str("[A-Z]")]),
+        ]),
     )
 }
 
-/// CEL: the reference without its registry part.
-fn remainder(r: &str) -> String {
-    format!(
-        "({nr} ? {r}.substring(size({f}) + 1) : {r})",
-        nr = names_registry(r),
-        f = first(r)
+/// The reference without its registry part.
+fn remainder(r: &Expr) -> Expr {
+    cond(
+        names_registry(r),
+        r.clone().method("substring", [size(first(r)).add(int(1))]),
+        r.clone(),
     )
 }
 
-/// CEL: the repository name as written (up to the first `:` or `@` of the remainder).
-fn name(r: &str) -> String {
-    format!("{}.split('@')[0].split(':')[0]", remainder(r))
+/// The repository name as written (up to the first `:` or `@` of the remainder).
+fn name(r: &Expr) -> Expr {
+    remainder(r)
+        .method("split", [str("@")])
+        .index(int(0))
+        .method("split", [str(":")])
+        .index(int(0))
 }
 
-/// CEL: whether `library/` goes in front (Docker Hub and a single-component name).
-fn adds_library(r: &str) -> String {
+/// Whether `library/` goes in front (Docker Hub and a single-component name).
+fn adds_library(r: &Expr) -> Expr {
     let f = first(r);
-    format!(
-        "((!{nr} || {f} == 'index.docker.io' || {f} == 'docker.io') && !{name}.contains('/'))",
-        nr = names_registry(r),
-        name = name(r)
+    and(
+        any_of([
+            not(names_registry(r)),
+            f.clone().eq(str("index.docker.io")),
+            f.eq(str("docker.io")),
+        ]),
+        not(name(r).method("contains", [str("/")])),
     )
 }
 
-/// CEL: the normalised `registry/path`, the string allow-lists compare with.
-pub fn repository(r: &str) -> String {
+/// The normalised `registry/path`, the string allow-lists compare with.
+pub fn repository(r: &Expr) -> Expr {
     let f = first(r);
-    format!(
-        "((!{nr} || {f} == 'index.docker.io' ? 'docker.io' : {f}) + '/' + ({lib} ? 'library/' : '') + {name})",
-        nr = names_registry(r),
-        lib = adds_library(r),
-        name = name(r)
+    concat([
+        cond(
+            or(not(names_registry(r)), f.clone().eq(str("index.docker.io"))),
+            str("docker.io"),
+            f,
+        ),
+        str("/"),
+        cond(adds_library(r), str("library/"), str("")),
+        name(r),
+    ])
+}
+
+/// Whether the reference has a digest.
+pub fn has_digest(r: &Expr) -> Expr {
+    remainder(r).method("contains", [str("@")])
+}
+
+/// The tag, `''` when there is none.
+pub fn tag(r: &Expr) -> Expr {
+    let before_digest = remainder(r).method("split", [str("@")]).index(int(0));
+    cond(
+        before_digest.clone().method("contains", [str(":")]),
+        before_digest.method("split", [str(":")]).index(int(1)),
+        str(""),
     )
 }
 
-/// CEL: whether the reference has a digest.
-pub fn has_digest(r: &str) -> String {
-    format!("{}.contains('@')", remainder(r))
-}
-
-/// CEL: the tag, `''` when there is none.
-pub fn tag(r: &str) -> String {
-    let before_digest = format!("{}.split('@')[0]", remainder(r));
-    format!("({before_digest}.contains(':') ? {before_digest}.split(':')[1] : '')")
-}
-
-/// CEL: whether the reference parses (grammar, not an image ID, path at most 255 bytes).
-pub fn is_valid(r: &str) -> String {
+/// Whether the reference parses (grammar, not an image ID, path at most 255 bytes).
+pub fn is_valid(r: &Expr) -> Expr {
     let f = first(r);
-    let go_prefix = format!(
-        "({nr} && !{f}.matches(r'^{DOMAIN}$') ? size({f}) + 1 : 0)",
-        nr = names_registry(r)
+    let go_prefix = cond(
+        and(
+            names_registry(r),
+            not(f.clone().method("matches", [str(format!("^{DOMAIN}$"))])),
+        ),
+        size(f).add(int(1)),
+        int(0),
     );
-    format!(
-        "({r}.matches(r'{grammar}') && !{r}.matches('^[a-f0-9]{{64}}$') && (size({r}) <= 247 || {go_prefix} + ({lib} ? 8 : 0) + size({name}) <= 255))",
-        grammar = grammar(),
-        lib = adds_library(r),
-        name = name(r)
-    )
+    all_of([
+        r.clone().method("matches", [str(grammar())]),
+        not(r.clone().method("matches", [str("^[a-f0-9]{64}$")])),
+        or(
+            size(r.clone()).le(int(247)),
+            go_prefix
+                .add(cond(adds_library(r), int(8), int(0)))
+                .add(size(name(r)))
+                .le(int(255)),
+        ),
+    ])
 }
 
-/// CEL fast path: whether the raw text `r` of a readable reference lies under one of `prefixes`
-/// (as [`repository`] normalises it: `p` itself or `p/…`), decided without normalising. Sound
-/// only, never complete: it holds for a prefix whose first component names a registry other than
+/// Fast path: whether the raw text `r` of a readable reference lies under one of `prefixes` (as
+/// [`repository`] normalises it: `p` itself or `p/…`), decided without normalising. Sound only,
+/// never complete: it holds for a prefix whose first component names a registry other than
 /// Docker Hub (holds `.` or `:`, or is `localhost`) and whose path has no `:` or `@`, when the
 /// text starts with `p/` (or, for a prefix with a path, is `p`, `p:tag` or `p@digest`). For such
 /// a text the first component is that registry, so the repository is the text's own path. Other
 /// prefixes (Docker Hub, short names) are left to the normalised comparison: `false`.
-pub fn under_any_raw(prefixes: &[String], r: &str) -> String {
+pub fn under_any_raw(prefixes: &[String], r: &Expr) -> Expr {
     let mut tests = Vec::new();
     for p in prefixes {
         let (registry, path) = match p.split_once('/') {
@@ -121,57 +155,52 @@ pub fn under_any_raw(prefixes: &[String], r: &str) -> String {
         {
             continue;
         }
-        let lit = literal(p);
-        tests.push(format!("{r}.startsWith({})", literal(&format!("{p}/"))));
+        let starts_with = |suffix: &str| {
+            r.clone()
+                .method("startsWith", [str(format!("{p}{suffix}"))])
+        };
+        tests.push(starts_with("/"));
         if path.is_some() {
-            tests.push(format!(
-                "{r} == {lit} || {r}.startsWith({}) || {r}.startsWith({})",
-                literal(&format!("{p}:")),
-                literal(&format!("{p}@"))
-            ));
+            tests.push(r.clone().eq(str(p.as_str())));
+            tests.push(starts_with(":"));
+            tests.push(starts_with("@"));
         }
     }
-    if tests.is_empty() {
-        return "false".into();
-    }
-    format!("({})", tests.join(" || "))
+    any_of(tests)
 }
 
-/// CEL fast path: whether the raw text `r` of a readable reference has a digest or a tag other
-/// than `latest`. In a readable reference `@` appears only before the digest and `:` in its last
-/// path component only before the tag (a port's `:` is in the first component, before a `/`), so
-/// this is what [`has_digest`] and [`tag`] say, without normalising.
-pub fn pinned_raw(r: &str) -> String {
-    format!(
-        "({r}.contains('@') || ({r}.substring({r}.lastIndexOf('/') + 1).contains(':') && !{r}.endsWith(':latest')))"
+/// Fast path: whether the raw text `r` of a readable reference has a digest or a tag other than
+/// `latest`. In a readable reference `@` appears only before the digest and `:` in its last path
+/// component only before the tag (a port's `:` is in the first component, before a `/`), so this
+/// is what [`has_digest`] and [`tag`] say, without normalising.
+pub fn pinned_raw(r: &Expr) -> Expr {
+    let last = r.clone().method(
+        "substring",
+        [r.clone().method("lastIndexOf", [str("/")]).add(int(1))],
+    );
+    or(
+        r.clone().method("contains", [str("@")]),
+        and(
+            last.method("contains", [str(":")]),
+            not(r.clone().method("endsWith", [str(":latest")])),
+        ),
     )
 }
 
-/// CEL: whether the runtime would resolve the reference as a local image ID (`sha256:…` with no
-/// `/` or `@`), which [`crate::image::is_local_image_id`] refuses.
-pub fn is_image_id(r: &str) -> String {
-    format!("(!{r}.contains('/') && !{r}.contains('@') && {r}.matches('^sha(256|384|512):.'))")
-}
-
-/// CEL string literal for `text` (single-quoted; backslash and quote escaped).
-pub fn literal(text: &str) -> String {
-    let mut out = String::from("'");
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
+/// Whether the runtime would resolve the reference as a local image ID (`sha256:…` with no `/`
+/// or `@`), which [`crate::image::is_local_image_id`] refuses.
+pub fn is_image_id(r: &Expr) -> Expr {
+    all_of([
+        not(r.clone().method("contains", [str("/")])),
+        not(r.clone().method("contains", [str("@")])),
+        r.clone().method("matches", [str("^sha(256|384|512):.")]),
+    ])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::cel::{bool, ident};
 
     /// The grammar alone (without the length limit and the image-ID rule) on a sample, against
     /// the parser; the e2e suite proves the whole CEL equal to the parser through kube-apiserver.
@@ -216,8 +245,8 @@ mod tests {
         .map(String::from)
         .to_vec();
         let raw_under = |reference: &str, p: &str| {
-            let cel = under_any_raw(&[p.to_string()], "r");
-            cel != "false"
+            let cel = under_any_raw(&[p.to_string()], &ident("r"));
+            cel.as_bool() != Some(false)
                 && (reference.starts_with(&format!("{p}/"))
                     || (p.contains('/')
                         && (reference == p
@@ -297,19 +326,15 @@ mod tests {
         );
         // Docker Hub and short names get no fast path; a prefix with a path gets four tests.
         assert_eq!(
-            under_any_raw(&["docker.io/library".into(), "nginx".into()], "r"),
-            "false"
+            under_any_raw(&["docker.io/library".into(), "nginx".into()], &ident("r")),
+            bool(false)
         );
         assert_eq!(
-            under_any_raw(&["localhost:5000/team".into()], "r")
+            under_any_raw(&["localhost:5000/team".into()], &ident("r"))
+                .to_string()
                 .matches(" || ")
                 .count(),
             3
         );
-    }
-
-    #[test]
-    fn literals_are_escaped() {
-        assert_eq!(literal("a'b\\c"), "'a\\'b\\\\c'");
     }
 }

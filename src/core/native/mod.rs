@@ -8,6 +8,7 @@
 //! Pure: the same rules give the same objects, in the same order.
 
 pub mod canary;
+pub(crate) mod cel;
 pub(crate) mod image_cel;
 pub mod in_force;
 mod placement;
@@ -19,6 +20,7 @@ mod workloads;
 use serde_json::Value;
 
 use crate::ruleset::RuleSet;
+use cel::Expr;
 
 /// The label every generated object carries, so the objects poolguard no longer generates can
 /// be found and removed.
@@ -92,9 +94,6 @@ pub fn generate(rules: &RuleSet, options: &Options) -> Native {
     let config = &rules.config;
     placement::generate(config, options, &mut native);
     policies::generate(rules, options, &mut native);
-    for object in &mut native.objects {
-        messages_only_when_refused(object);
-    }
     if config.placement.is_some() {
         native.skipped.push(Skipped {
             what: "namespaces whose pods get their pool chosen by the placement policies".into(),
@@ -110,28 +109,35 @@ pub fn generate(rules: &RuleSet, options: &Options) -> Native {
     native
 }
 
-/// kube-apiserver evaluates every messageExpression of a ValidatingAdmissionPolicy on every
-/// request, the admitted ones too, and each in a fresh context (the variables worked out
-/// again). So each message is guarded by its validation: on an admitted request it costs what
-/// the validation costs, not what building the message costs; on a refused one the message is
-/// the same.
-fn messages_only_when_refused(object: &mut Value) {
-    if object["kind"] != "ValidatingAdmissionPolicy" {
-        return;
+/// A variable of a policy: its name and its expression, printed for a person ([`Expr::long`]).
+fn variable(name: &str, expression: &Expr) -> Value {
+    serde_json::json!({"name": name, "expression": expression.long()})
+}
+
+/// A validation of a ValidatingAdmissionPolicy: `expression` must hold; when it does not,
+/// `message_expression` says why (`message` when that fails), with `reason`. `None` when the
+/// expression is `true`: such a validation checks nothing.
+///
+/// kube-apiserver evaluates every messageExpression on every request, the admitted ones too,
+/// and each in a fresh context (the variables worked out again). So the message is guarded by
+/// its validation: on an admitted request it costs what the validation costs, not what building
+/// the message costs; on a refused one the message is the same.
+fn validation(
+    expression: Expr,
+    message: &str,
+    message_expression: Expr,
+    reason: &str,
+) -> Option<Value> {
+    if expression.as_bool() == Some(true) {
+        return None;
     }
-    let Some(validations) = object["spec"]["validations"].as_array_mut() else {
-        return;
-    };
-    for validation in validations {
-        let (Some(expression), Some(message)) = (
-            validation["expression"].as_str(),
-            validation["messageExpression"].as_str(),
-        ) else {
-            continue;
-        };
-        let guarded = format!("({expression}) ? '' : ({message})");
-        validation["messageExpression"] = Value::String(guarded);
-    }
+    let guarded = cel::cond(expression.clone(), cel::str(""), message_expression);
+    Some(serde_json::json!({
+        "expression": expression.long(),
+        "message": message,
+        "messageExpression": guarded.long(),
+        "reason": reason,
+    }))
 }
 
 /// The metadata of a generated object.

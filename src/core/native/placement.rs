@@ -7,8 +7,11 @@
 
 use serde_json::{json, Value};
 
-use super::image_cel::literal;
-use super::{metadata, selectors, workloads, Native, Options, API_VERSION};
+use super::cel::{
+    all_of, and, any_of, bool, concat, cond, has, ident, int, list, map, message, not, or, size,
+    str, var, Expr,
+};
+use super::{metadata, selectors, validation, variable, workloads, Native, Options, API_VERSION};
 use crate::config::{Config, SelectorPolicy};
 use crate::node_selector::POOL_ANNOTATION;
 
@@ -35,75 +38,118 @@ pub fn generate(config: &Config, options: &Options, native: &mut Native) {
     }));
 }
 
-/// The CEL pieces both policies share, for the selector in variable `sel`.
+/// The CEL pieces both policies share, for a node selector `sel` (a map).
 struct Cel {
-    key: String,
+    /// The pool's node selector key, a string literal.
+    key: Expr,
     strict: bool,
 }
 
 impl Cel {
     fn of(config: &Config) -> Cel {
         Cel {
-            key: literal(&config.node_selector_key),
+            key: str(config.node_selector_key.as_str()),
             strict: config.selector_policy == SelectorPolicy::Strict,
         }
     }
 
     /// The selector names another pool.
-    fn other_pool(&self, sel: &str) -> String {
-        format!(
-            "({key} in {sel} && {sel}[{key}] != variables.pool)",
-            key = self.key
+    fn other_pool(&self, sel: &Expr) -> Expr {
+        and(
+            self.key.clone().within(sel.clone()),
+            sel.clone().index(self.key.clone()).ne(var("pool")),
         )
     }
 
     /// Strict: a key besides the pool's.
-    fn other_keys(&self, sel: &str) -> String {
+    fn other_keys(&self, sel: &Expr) -> Expr {
         if self.strict {
-            format!("{sel}.exists(k, k != {})", self.key)
+            sel.clone().exists("k", ident("k").ne(self.key.clone()))
         } else {
-            "false".into()
+            bool(false)
         }
     }
 
     /// What the webhook calls a conflict.
-    fn conflict(&self, sel: &str) -> String {
-        format!("({} || {})", self.other_pool(sel), self.other_keys(sel))
+    fn conflict(&self, sel: &Expr) -> Expr {
+        or(self.other_pool(sel), self.other_keys(sel))
     }
 
     /// The selector places the pod on the pool, as the webhook requires of a pod.
-    fn satisfied(&self, sel: &str) -> String {
-        format!(
-            "({key} in {sel} && {sel}[{key}] == variables.pool && !{})",
-            self.other_keys(sel),
-            key = self.key
-        )
+    fn satisfied(&self, sel: &Expr) -> Expr {
+        all_of([
+            self.key.clone().within(sel.clone()),
+            sel.clone().index(self.key.clone()).eq(var("pool")),
+            not(self.other_keys(sel)),
+        ])
     }
+}
+
+/// `[JSONPatch{op: 'add', path: path, value: value}]`.
+fn add_patch(path: Expr, value: Expr) -> Expr {
+    list([message(
+        "JSONPatch",
+        [("op", str("add")), ("path", path), ("value", value)],
+    )])
+}
+
+/// The JSON Patch path of `key` in the object at `parent`.
+fn patch_path(parent: &str, key: &Expr) -> Expr {
+    concat([
+        str(format!("{parent}/")),
+        ident("jsonpatch").method("escapeKey", [key.clone()]),
+    ])
 }
 
 fn mutating_policy(config: &Config) -> Value {
     let cel = Cel::of(config);
     let key = &cel.key;
-    let annotation = literal(POOL_ANNOTATION);
-    let selector = format!(
-        "({key} in variables.sel ? [] : size(variables.sel) == 0 ? \
-[JSONPatch{{op: 'add', path: '/spec/nodeSelector', value: {{{key}: variables.pool}}}}] : \
-[JSONPatch{{op: 'add', path: '/spec/nodeSelector/' + jsonpatch.escapeKey({key}), value: variables.pool}}])"
+    let annotation = str(POOL_ANNOTATION);
+    let (pool, sel) = (var("pool"), var("sel"));
+    let object = ident("object");
+    let node_selector = object.clone().field("spec").field("nodeSelector");
+    let annotations = object.clone().field("metadata").field("annotations");
+    let selector = cond(
+        key.clone().within(sel.clone()),
+        list([]),
+        cond(
+            size(sel.clone()).eq(int(0)),
+            add_patch(
+                str("/spec/nodeSelector"),
+                map([(key.clone(), pool.clone())]),
+            ),
+            add_patch(patch_path("/spec/nodeSelector", key), pool.clone()),
+        ),
     );
-    let annotate = format!(
-        "(!has(object.metadata.annotations) ? \
-[JSONPatch{{op: 'add', path: '/metadata/annotations', value: {{{annotation}: variables.pool}}}}] : \
-object.metadata.annotations[?{annotation}] == optional.of(variables.pool) ? [] : \
-[JSONPatch{{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey({annotation}), value: variables.pool}}])"
+    let annotate = cond(
+        not(has(annotations.clone())),
+        add_patch(
+            str("/metadata/annotations"),
+            map([(annotation.clone(), pool.clone())]),
+        ),
+        cond(
+            annotations
+                .clone()
+                .opt_index(annotation.clone())
+                .eq(ident("optional").method("of", [pool.clone()])),
+            list([]),
+            add_patch(patch_path("/metadata/annotations", &annotation), pool),
+        ),
     );
     // A pod whose pool key equals its annotation is left as it is by the mutation (its pool,
     // already placed; or another pool, a conflict): skipping it spares the re-invocation that
     // `IfNeeded` brings after the policy's own patch a whole evaluation.
-    let placed = format!(
-        "!(has(object.spec.nodeSelector) && {key} in object.spec.nodeSelector && \
-has(object.metadata.annotations) && {annotation} in object.metadata.annotations && \
-object.spec.nodeSelector[{key}] == object.metadata.annotations[{annotation}])"
-    );
+    let placed = not(all_of([
+        has(node_selector.clone()),
+        key.clone().within(node_selector.clone()),
+        has(annotations.clone()),
+        annotation.clone().within(annotations.clone()),
+        node_selector
+            .index(key.clone())
+            .eq(annotations.index(annotation)),
+    ]));
+    // A conflict is left as it is: the validating policy refuses it, as the webhook does.
+    let patches = cond(cel.conflict(&sel), list([]), concat([selector, annotate]));
     json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
@@ -113,47 +159,143 @@ object.spec.nodeSelector[{key}] == object.metadata.annotations[{annotation}])"
             "reinvocationPolicy": "IfNeeded",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["CREATE"], "resources": ["pods"]}]},
-            "matchConditions": [{"name": "not-placed-yet", "expression": placed}],
+            "matchConditions": [{"name": "not-placed-yet", "expression": placed.long()}],
             "variables": [
-                {"name": "pool", "expression": format!("namespaceObject.metadata.labels[{}]", literal(&config.namespace_label))},
-                {"name": "sel", "expression": "object.spec.?nodeSelector.orValue({})"},
+                variable("pool", &namespace_label(config)),
+                variable("sel", &object.field("spec").opt_field("nodeSelector").method("orValue", [map([])])),
             ],
-            // A conflict is left as it is: the validating policy refuses it, as the webhook does.
-            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
-                format!("{} ? [] : {selector} + {annotate}", cel.conflict("variables.sel"))}}],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches.long()}}],
         },
     })
+}
+
+/// The namespace's pool: the value of its pool label.
+fn namespace_label(config: &Config) -> Expr {
+    ident("namespaceObject")
+        .field("metadata")
+        .field("labels")
+        .index(str(config.namespace_label.as_str()))
 }
 
 fn validating_policy(config: &Config) -> Value {
     let cel = Cel::of(config);
     let key = &cel.key;
-    let label = literal(&config.namespace_label);
-    let assigned = format!(
-        "'namespace \"' + request.namespace + '\" is assigned to pool \"' + variables.pool + '\" (namespace label ' + {label} + '=' + variables.pool + ')'"
+    let label = str(config.namespace_label.as_str());
+    let (pool, sel, old_sel) = (var("pool"), var("sel"), var("oldSel"));
+    let (object, old_object, request) = (ident("object"), ident("oldObject"), ident("request"));
+    let operation = || request.clone().field("operation");
+    let assigned = concat([
+        str("namespace \""),
+        request.clone().field("namespace"),
+        str("\" is assigned to pool \""),
+        pool.clone(),
+        str("\" (namespace label "),
+        label,
+        str("="),
+        pool.clone(),
+        str(")"),
+    ]);
+    let why = cond(
+        cel.other_pool(&sel),
+        concat([
+            str("nodeSelector "),
+            key.clone(),
+            str("=\""),
+            sel.clone().index(key.clone()),
+            str("\" is not allowed here"),
+        ]),
+        cond(
+            not(key.clone().within(sel.clone())),
+            concat([
+                str("the pod has no nodeSelector "),
+                key.clone(),
+                str("="),
+                pool.clone(),
+            ]),
+            concat([
+                str("selectorPolicy is strict, so the nodeSelector must be empty or exactly {"),
+                key.clone(),
+                str(": "),
+                pool.clone(),
+                str("}"),
+            ]),
+        ),
     );
-    let why = format!(
-        "({other} ? 'nodeSelector ' + {key} + '=\"' + variables.sel[{key}] + '\" is not allowed here' : \
-!({key} in variables.sel) ? 'the pod has no nodeSelector ' + {key} + '=' + variables.pool : \
-'selectorPolicy is strict, so the nodeSelector must be empty or exactly {{' + {key} + ': ' + variables.pool + '}}')",
-        other = cel.other_pool("variables.sel"),
-    );
-    let message = format!("{assigned} + ': ' + {why}");
+    let message = concat([assigned, str(": "), why.clone()]);
     // Only a conflict the old template did not have is refused (the webhook compares the
     // conflict's message: the other pool's value, or the whole strict selector).
-    let known_conflict = format!(
-        "(request.operation == 'UPDATE' && ({new_other} ? {old_other} && variables.oldSel[{key}] == variables.sel[{key}] : !{old_other} && {old_keys} && variables.oldSel == variables.sel))",
-        new_other = cel.other_pool("variables.sel"),
-        old_other = cel.other_pool("variables.oldSel"),
-        old_keys = cel.other_keys("variables.oldSel"),
+    let known_conflict = and(
+        operation().eq(str("UPDATE")),
+        cond(
+            cel.other_pool(&sel),
+            and(
+                cel.other_pool(&old_sel),
+                old_sel
+                    .clone()
+                    .index(key.clone())
+                    .eq(sel.clone().index(key.clone())),
+            ),
+            all_of([
+                not(cel.other_pool(&old_sel)),
+                cel.other_keys(&old_sel),
+                old_sel.clone().eq(sel.clone()),
+            ]),
+        ),
     );
-    let changed = ["nodeSelector", "affinity", "schedulingGates"]
-        .iter()
-        .map(|f| {
-            format!("(has(oldObject.spec.{f}) != has(object.spec.{f}) || (has(object.spec.{f}) && oldObject.spec.{f} != object.spec.{f}))")
-        })
-        .collect::<Vec<_>>()
-        .join(" || ");
+    let changed = any_of(["nodeSelector", "affinity", "schedulingGates"].map(|f| {
+        let (old, new) = (
+            old_object.clone().field("spec").field(f),
+            object.clone().field("spec").field(f),
+        );
+        or(
+            has(old.clone()).ne(has(new.clone())),
+            and(has(new.clone()), old.ne(new)),
+        )
+    }));
+    let kind = || object.clone().field("kind");
+    let validations: Vec<Value> = [
+        validation(
+            any_of([
+                kind().ne(str("Pod")),
+                operation().ne(str("CREATE")),
+                cel.satisfied(&sel),
+            ]),
+            "the pod's nodeSelector does not place it on its namespace's pool",
+            message.clone(),
+            "Forbidden",
+        ),
+        validation(
+            any_of([
+                kind().ne(str("Pod")),
+                operation().ne(str("UPDATE")),
+                old_object
+                    .clone()
+                    .field("spec")
+                    .opt_field("nodeName")
+                    .method("orValue", [str("")])
+                    .ne(str("")),
+                not(changed),
+                cel.satisfied(&sel),
+            ]),
+            "an unscheduled pod's scheduling directives changed off its namespace's pool",
+            concat([
+                str("the pod is not scheduled yet and its scheduling directives changed, so it must stay on pool \""),
+                pool.clone(),
+                str("\": "),
+                why,
+            ]),
+            "Forbidden",
+        ),
+        validation(
+            any_of([kind().eq(str("Pod")), not(cel.conflict(&sel)), known_conflict]),
+            "the pod template's nodeSelector selects another pool than its namespace's",
+            message,
+            "Forbidden",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     json!({
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -163,31 +305,12 @@ fn validating_policy(config: &Config) -> Value {
             "matchConstraints": workloads::match_constraints(),
             "matchConditions": workloads::match_conditions(),
             "variables": [
-                {"name": "pool", "expression": format!("namespaceObject.metadata.labels[{label}]")},
-                {"name": "spec", "expression": workloads::spec("object")},
-                {"name": "sel", "expression": "variables.spec.?nodeSelector.orValue({})"},
-                {"name": "oldSel", "expression": format!("{}.?nodeSelector.orValue({{}})", workloads::spec("oldObject"))},
+                variable("pool", &namespace_label(config)),
+                variable("spec", &workloads::spec("object")),
+                variable("sel", &var("spec").opt_field("nodeSelector").method("orValue", [map([])])),
+                variable("oldSel", &workloads::spec("oldObject").opt_field("nodeSelector").method("orValue", [map([])])),
             ],
-            "validations": [
-                {
-                    "expression": format!("object.kind != 'Pod' || request.operation != 'CREATE' || {}", cel.satisfied("variables.sel")),
-                    "messageExpression": message,
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": format!(
-                        "object.kind != 'Pod' || request.operation != 'UPDATE' || oldObject.spec.?nodeName.orValue('') != '' || !({changed}) || {}",
-                        cel.satisfied("variables.sel")
-                    ),
-                    "messageExpression": format!("'the pod is not scheduled yet and its scheduling directives changed, so it must stay on pool \"' + variables.pool + '\": ' + {why}"),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": format!("object.kind == 'Pod' || !{} || {known_conflict}", cel.conflict("variables.sel")),
-                    "messageExpression": message,
-                    "reason": "Forbidden",
-                },
-            ],
+            "validations": validations,
         },
     })
 }

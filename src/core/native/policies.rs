@@ -6,8 +6,15 @@
 
 use serde_json::{json, Map, Value};
 
-use super::image_cel::{self, literal};
-use super::{metadata, selectors, workloads, Native, Options, Requests, Skipped, API_VERSION};
+use super::cel::{
+    all_of, and, any_of, bool, concat, cond, ident, int, list, map, not, or, size, str, string,
+    var, Expr,
+};
+use super::image_cel;
+use super::{
+    metadata, selectors, validation, variable, workloads, Native, Options, Requests, Skipped,
+    API_VERSION,
+};
 use crate::config::dependencies::Compliance;
 use crate::config::rollout::RolloutSpec;
 use crate::config::{Config, Enforcement};
@@ -101,9 +108,9 @@ struct Cell<'r> {
     pool: Option<&'r str>,
     /// The binding's namespace selector.
     namespaces: Vec<Value>,
-    /// CEL over `namespaceObject` that must also hold: what a namespace selector cannot say
-    /// (a rollout group takes only namespaces no group before it selects).
-    in_group: Option<String>,
+    /// Over `namespaceObject`, what must also hold: what a namespace selector cannot say (a
+    /// rollout group takes only namespaces no group before it selects). `true` for most cells.
+    in_group: Expr,
     parameters: &'r Map<String, Value>,
     enforcement: Enforcement,
     /// The policy it depends on, with the parameters that policy has in the cell.
@@ -166,7 +173,7 @@ fn plain_cells<'r>(
             suffix,
             pool,
             namespaces,
-            in_group: None,
+            in_group: bool(true),
             parameters: effective.parameters.map(),
             enforcement: effective.enforcement,
             dependency,
@@ -254,18 +261,17 @@ fn rollout_cells<'r>(
             }
             // Namespaces an earlier group selects belong to that group.
             let before = group.unwrap_or(spec.groups.len());
-            let earlier: Vec<String> = spec.groups[..before]
+            let earlier = spec.groups[..before]
                 .iter()
                 .filter_map(|g| g.namespace_selector.as_ref())
-                .map(|s| format!("!({})", selectors::selects_cel(s)))
-                .collect();
+                .map(|s| not(selectors::selects_cel(s)));
             let mut namespaces = pool_namespaces.clone();
             namespaces.extend(requirements.iter().cloned());
             cells.push(Cell {
                 suffix: format!("{pool_suffix}{group_suffix}"),
                 pool,
                 namespaces,
-                in_group: (!earlier.is_empty()).then(|| earlier.join(" && ")),
+                in_group: all_of(earlier),
                 parameters: resolved.parameters.map(),
                 enforcement: resolved.enforcement,
                 dependency: None,
@@ -292,14 +298,14 @@ fn rollout_cells<'r>(
 struct CellCheck<'r> {
     cell: Cell<'r>,
     check: Check,
-    /// CEL that must hold for the check to run (its dependency met), reading `refs` and the
+    /// What must hold for the check to run (its dependency met), reading `refs` and the
     /// dependency's `passes_<name>` variable.
-    condition: Option<String>,
+    condition: Option<Expr>,
     /// The same of the old object (on UPDATE), reading `oldRefs` and `oldPasses_<name>`: an old
     /// finding excuses a new one only where the check ran on the old object too.
-    old_condition: Option<String>,
+    old_condition: Option<Expr>,
     /// The dependency's name and fast path (`Check::passes`), for its `passes_<name>` variable.
-    dependency_passes: Option<(String, String)>,
+    dependency_passes: Option<(String, Expr)>,
 }
 
 /// Each cell's check. `Err` (nothing generated for the policy) when one cell's parameters, or
@@ -315,12 +321,12 @@ fn compile<'r>(name: &str, cells: Vec<Cell<'r>>) -> Result<Vec<CellCheck<'r>>, &
                 let dep_check = Check::of(dep, parameters)
                     .ok_or("the parameters of its dependency are not lists of strings")?;
                 let met = |refs: &str, passes: String| {
-                    let infringed = format!(
-                        "(!variables.{passes} && variables.{refs}.exists(i, {}))",
-                        dep_check.infringes
+                    let infringed = and(
+                        not(var(&passes)),
+                        var(refs).exists("i", dep_check.infringes.clone()),
                     );
                     match compliance {
-                        Compliance::Compliant => format!("!{infringed}"),
+                        Compliance::Compliant => not(infringed),
                         Compliance::NonCompliant => infringed,
                     }
                 };
@@ -374,7 +380,11 @@ fn emit(checks: Vec<CellCheck>, config: &Config, native: &mut Native) {
         let first = &group[0];
         let names: Vec<&str> = group.iter().map(|c| c.check.policy.as_str()).collect();
         let object_name = format!("poolguard-{}{}", names.join("-and-"), first.cell.suffix);
-        let mut policy = policy_object(&object_name, &group, config);
+        // A policy none of whose validations can refuse anything (every namespace it would
+        // decide belongs to an earlier rollout group) is left out with its binding.
+        let Some(mut policy) = policy_object(&object_name, &group, config) else {
+            continue;
+        };
         if let Some(pool) = first.cell.pool {
             policy["metadata"]["annotations"] = json!({"poolguard.io/pool": pool});
         }
@@ -419,23 +429,25 @@ fn is_name_part(pool: &str) -> bool {
 struct Check {
     policy: String,
     /// What the check (and a dependency's condition) reads of a reference beyond its text:
-    /// (field, CEL of `i.image`).
-    fields: Vec<(&'static str, String)>,
+    /// (field, its expression over `i.image`).
+    fields: Vec<(&'static str, Expr)>,
     /// Whether the image infringes.
-    infringes: String,
-    /// CEL over the raw text `t` of an image (an item of `texts`): a cheap condition that, for a
+    infringes: Expr,
+    /// Over the raw text `t` of an image (an item of `texts`): a cheap condition that, for a
     /// readable reference, implies the check does not infringe ([`image_cel`]'s fast paths), so
     /// the normalised parts are worked out only for objects that may infringe. `false` when
     /// there is none.
-    passes: String,
+    passes: Expr,
     /// The infringement's message (after `<type> "<name>": `).
-    message: String,
+    message: Expr,
 }
 
 impl Check {
     fn of(name: &str, params: &Map<String, Value>) -> Option<Check> {
-        let r = "i.image";
-        let repository = ("repository", image_cel::repository(r));
+        let i = ident("i");
+        let part = |field: &str| i.clone().field(field);
+        let r = part("image");
+        let repository = ("repository", image_cel::repository(&r));
         match name {
             "allowedrepositories" => {
                 let allowed = prefixes(params.get("repositories"))?;
@@ -443,12 +455,16 @@ impl Check {
                 Some(Check {
                     policy: name.into(),
                     fields: vec![repository],
-                    infringes: format!("!{}", matches_any(&allowed, "i.repository")),
-                    passes: image_cel::under_any_raw(&allowed, "t"),
-                    message: format!(
-                        "'image \"' + i.image + '\" (repository \"' + i.repository + '\") is not from an allowed repository ' + {}",
-                        literal(&text)
-                    ),
+                    infringes: not(matches_any(&allowed, &part("repository"))),
+                    passes: image_cel::under_any_raw(&allowed, &ident("t")),
+                    message: concat([
+                        str("image \""),
+                        part("image"),
+                        str("\" (repository \""),
+                        part("repository"),
+                        str("\") is not from an allowed repository "),
+                        str(text),
+                    ]),
                 })
             }
             "latesttag" => {
@@ -457,28 +473,34 @@ impl Check {
                     some => prefixes(some)?,
                 };
                 let mut fields = vec![
-                    ("tag", image_cel::tag(r)),
+                    ("tag", image_cel::tag(&r)),
                     // A CEL map's values share one type: '@' when there is a digest, else ''.
-                    (
-                        "digest",
-                        format!("({} ? '@' : '')", image_cel::has_digest(r)),
-                    ),
+                    ("digest", cond(image_cel::has_digest(&r), str("@"), str(""))),
                 ];
                 if !exempt.is_empty() {
                     fields.push(repository);
                 }
-                let tag = "i.tag";
+                let tag = || part("tag");
                 Some(Check {
                     policy: name.into(),
                     fields,
-                    infringes: format!(
-                        "(i.digest == '' && ({tag} == '' || {tag} == 'latest') && !{})",
-                        matches_any(&exempt, "i.repository")
-                    ),
-                    passes: image_cel::pinned_raw("t"),
-                    message: format!(
-                        "'image \"' + i.image + '\" ' + ({tag} == '' ? 'has no tag, so the runtime pulls :latest' : 'uses the :latest tag') + '; pin a version tag or a digest'"
-                    ),
+                    infringes: all_of([
+                        part("digest").eq(str("")),
+                        or(tag().eq(str("")), tag().eq(str("latest"))),
+                        not(matches_any(&exempt, &part("repository"))),
+                    ]),
+                    passes: image_cel::pinned_raw(&ident("t")),
+                    message: concat([
+                        str("image \""),
+                        part("image"),
+                        str("\" "),
+                        cond(
+                            tag().eq(str("")),
+                            str("has no tag, so the runtime pulls :latest"),
+                            str("uses the :latest tag"),
+                        ),
+                        str("; pin a version tag or a digest"),
+                    ]),
                 })
             }
             _ => None,
@@ -493,15 +515,18 @@ fn prefixes(value: Option<&Value>) -> Option<Vec<String>> {
     Some(read.into_iter().map(str::to_owned).collect())
 }
 
-/// CEL: `repository` is one of `prefixes` or lies under one (whole path components).
-fn matches_any(prefixes: &[String], repository: &str) -> String {
+/// Whether `repository` is one of `prefixes` or lies under one (whole path components).
+fn matches_any(prefixes: &[String], repository: &Expr) -> Expr {
     if prefixes.is_empty() {
-        return "false".into();
+        return bool(false);
     }
-    let list: Vec<String> = prefixes.iter().map(|p| literal(p)).collect();
-    format!(
-        "[{}].exists(p, {repository} == p || {repository}.startsWith(p + '/'))",
-        list.join(", ")
+    let p = ident("p");
+    list(prefixes.iter().map(|prefix| str(prefix.as_str()))).exists(
+        "p",
+        or(
+            repository.clone().eq(p.clone()),
+            repository.clone().method("startsWith", [p.add(str("/"))]),
+        ),
     )
 }
 
@@ -515,27 +540,47 @@ fn old_passes_variable(policy: &str) -> String {
     format!("oldPasses_{policy}")
 }
 
-/// CEL: every image of the texts in variable `texts` readable and at most the limit (else the
-/// images policy refuses the object and no SIT policy runs, as in the webhook; an old object
-/// that is not readable excuses nothing).
-fn readable(config: &Config, texts: &str) -> String {
-    format!(
-        "size(variables.{texts}) <= {} && variables.{texts}.all(t, {} && !{})",
-        config.limits.max_images_per_pod,
-        image_cel::is_valid("t"),
-        image_cel::is_image_id("t")
+/// The most images a pod spec may pull, as a CEL integer.
+fn max_images(config: &Config) -> Expr {
+    int(i64::try_from(config.limits.max_images_per_pod).unwrap_or(i64::MAX))
+}
+
+/// Every image of the texts in variable `texts` readable and at most the limit (else the images
+/// policy refuses the object and no SIT policy runs, as in the webhook; an old object that is
+/// not readable excuses nothing).
+fn readable(config: &Config, texts: &str) -> Expr {
+    let t = ident("t");
+    and(
+        size(var(texts)).le(max_images(config)),
+        var(texts).all(
+            "t",
+            and(image_cel::is_valid(&t), not(image_cel::is_image_id(&t))),
+        ),
     )
+}
+
+/// What a condition of a check reads: the condition itself when it is a constant (`true` when
+/// there is none), else the variable `name`, added to `variables`.
+fn condition_variable(variables: &mut Vec<Value>, name: &str, condition: Option<&Expr>) -> Expr {
+    match condition {
+        None => bool(true),
+        Some(constant) if constant.as_bool().is_some() => constant.clone(),
+        Some(condition) => {
+            variables.push(variable(name, condition));
+            var(name)
+        }
+    }
 }
 
 /// The ValidatingAdmissionPolicy of one group of cells ([`emit`]): the pod spec, its images,
 /// whether they are readable and each image's parts that any check reads, worked out once; then
 /// for each policy whether its dependency is met, what infringes and what is found, and its
-/// validation.
-fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Value {
+/// validation. `None` when no validation can refuse anything.
+fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Option<Value> {
     let first = &group[0].cell;
     let deny = first.enforcement == Enforcement::Deny;
     // Each image's normalised parts, worked out once (the checks read them per prefix).
-    let mut fields: Vec<&(&'static str, String)> = Vec::new();
+    let mut fields: Vec<&(&'static str, Expr)> = Vec::new();
     for c in group {
         for field in &c.check.fields {
             if !fields.iter().any(|f| f.0 == field.0) {
@@ -543,46 +588,44 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
             }
         }
     }
+    let i = ident("i");
     let refs = |images: &str| {
-        format!(
-            "variables.{images}.map(i, {{'type': i.type, 'name': i.name, 'image': i.image{}}})",
-            fields
-                .iter()
-                .map(|(name, cel)| format!(", '{name}': {cel}"))
-                .collect::<String>()
-        )
+        let given = ["type", "name", "image"].map(|f| (str(f), i.clone().field(f)));
+        let parts = fields.iter().map(|(name, cel)| (str(*name), cel.clone()));
+        var(images).map("i", map(given.into_iter().chain(parts)))
     };
     // The old object's (on UPDATE only: a variable is evaluated when first read).
     let old_spec = workloads::spec("oldObject");
     let mut variables = vec![
-        json!({"name": "spec", "expression": workloads::spec("object")}),
-        json!({"name": "images", "expression": workloads::images("variables.spec")}),
-        json!({"name": "texts", "expression": workloads::image_texts("variables.spec")}),
-        json!({"name": "oldImages", "expression": workloads::images(&old_spec)}),
-        json!({"name": "oldTexts", "expression": workloads::image_texts(&old_spec)}),
-        json!({"name": "readable", "expression": readable(config, "texts")}),
-        json!({"name": "oldReadable", "expression": readable(config, "oldTexts")}),
-        json!({"name": "refs", "expression": refs("images")}),
-        json!({"name": "oldRefs", "expression": refs("oldImages")}),
+        variable("spec", &workloads::spec("object")),
+        variable("images", &workloads::images(&var("spec"))),
+        variable("texts", &workloads::image_texts(&var("spec"))),
+        variable("oldImages", &workloads::images(&old_spec)),
+        variable("oldTexts", &workloads::image_texts(&old_spec)),
+        variable("readable", &readable(config, "texts")),
+        variable("oldReadable", &readable(config, "oldTexts")),
+        variable("refs", &refs("images")),
+        variable("oldRefs", &refs("oldImages")),
     ];
-    let guard = match &first.in_group {
-        Some(in_group) => {
-            variables.insert(0, json!({"name": "inGroup", "expression": in_group}));
-            "!variables.inGroup || "
+    // Outside the cell's namespaces (another rollout group's), nothing is refused.
+    let outside_group = match first.in_group.as_bool() {
+        Some(in_group) => bool(!in_group),
+        None => {
+            variables.insert(0, variable("inGroup", &first.in_group));
+            not(var("inGroup"))
         }
-        None => "",
     };
     // Whether every image passes a check's fast path, once per policy: its own `infringing` and
     // a dependent's condition both read it. One fast path per name: a dependency never has a
     // rollout (`dependency_of`), so its parameters in a dependent's cell are those of its own
     // cell for the same namespaces (the pool's effective settings).
-    let mut passes: Vec<(&str, &str)> = Vec::new();
+    let mut passes: Vec<(&str, &Expr)> = Vec::new();
     for c in group {
-        let own = (c.check.policy.as_str(), c.check.passes.as_str());
+        let own = (c.check.policy.as_str(), &c.check.passes);
         let dep = c
             .dependency_passes
             .as_ref()
-            .map(|(name, cel)| (name.as_str(), cel.as_str()));
+            .map(|(name, cel)| (name.as_str(), cel));
         for (name, cel) in std::iter::once(own).chain(dep) {
             if !passes.iter().any(|(known, _)| *known == name) {
                 passes.push((name, cel));
@@ -590,10 +633,13 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         }
     }
     variables.extend(passes.iter().map(|(name, cel)| {
-        json!({"name": passes_variable(name), "expression": format!("variables.texts.all(t, {cel})")})
+        variable(
+            &passes_variable(name),
+            &var("texts").all("t", (*cel).clone()),
+        )
     }));
     // The old object's, for the dependencies a condition reads of it.
-    let mut old_passes: Vec<(&str, &str)> = Vec::new();
+    let mut old_passes: Vec<(&str, &Expr)> = Vec::new();
     for c in group {
         if let Some((name, cel)) = &c.dependency_passes {
             if !old_passes.iter().any(|(known, _)| known == name) {
@@ -602,47 +648,88 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
         }
     }
     variables.extend(old_passes.iter().map(|(name, cel)| {
-        json!({"name": old_passes_variable(name), "expression": format!("variables.oldTexts.all(t, {cel})")})
+        variable(
+            &old_passes_variable(name),
+            &var("oldTexts").all("t", (*cel).clone()),
+        )
     }));
     let mut validations = Vec::new();
     for c in group {
         let policy = &c.check.policy;
-        let (met, old_met, infringing, found) = (
-            format!("dependencyMet_{policy}"),
-            format!("oldDependencyMet_{policy}"),
-            format!("infringing_{policy}"),
-            format!("found_{policy}"),
+        let met = condition_variable(
+            &mut variables,
+            &format!("dependencyMet_{policy}"),
+            c.condition.as_ref(),
         );
+        let old_met = condition_variable(
+            &mut variables,
+            &format!("oldDependencyMet_{policy}"),
+            c.old_condition.as_ref(),
+        );
+        let (infringing, found) = (format!("infringing_{policy}"), format!("found_{policy}"));
         // A denial only for an infringement the old object had not (same image, same
         // container), as the webhook judges it: the old object readable and the check run on it
         // (its dependency met there too); warnings and dry-run findings for every one, as the
         // webhook reports them.
         let found_expression = if deny {
-            format!("request.operation == 'UPDATE' ? variables.{infringing}.filter(i, !(variables.oldReadable && variables.{old_met} && variables.oldImages.exists(o, o.type == i.type && o.name == i.name && o.image == i.image))) : variables.{infringing}")
+            let o = ident("o");
+            let same = |f: &str| o.clone().field(f).eq(i.clone().field(f));
+            let had = all_of([
+                var("oldReadable"),
+                old_met,
+                var("oldImages").exists("o", all_of(["type", "name", "image"].map(same))),
+            ]);
+            cond(
+                ident("request").field("operation").eq(str("UPDATE")),
+                var(&infringing).filter("i", not(had)),
+                var(&infringing),
+            )
         } else {
-            format!("variables.{infringing}")
+            var(&infringing)
         };
         variables.extend([
-            json!({"name": met, "expression": c.condition.clone().unwrap_or_else(|| "true".into())}),
-            json!({"name": old_met, "expression": c.old_condition.clone().unwrap_or_else(|| "true".into())}),
-            json!({"name": infringing, "expression": format!("variables.{} ? [] : variables.refs.filter(i, variables.{met} && {})", passes_variable(policy), c.check.infringes)}),
-            json!({"name": found, "expression": found_expression}),
-        ]);
-        // One line: kube-apiserver refuses a message with a line break and falls back to
-        // `message`.
-        validations.push(json!({
-            // `readable` (the grammar) last: most objects infringe nothing.
-            "expression": format!("{guard}size(variables.{found}) == 0 || !variables.readable"),
-            "message": format!("{policy}: the pod spec infringes the policy"),
-            "messageExpression": format!(
-                "variables.{found}.map(i, {} + ': ' + i.type + ' \"' + i.name + '\": ' + {}).join('; ')",
-                literal(policy),
-                c.check.message
+            variable(
+                &infringing,
+                &cond(
+                    var(&passes_variable(policy)),
+                    list([]),
+                    var("refs").filter("i", and(met, c.check.infringes.clone())),
+                ),
             ),
-            "reason": "Forbidden",
-        }));
+            variable(&found, &found_expression),
+        ]);
+        // The message is one line: kube-apiserver refuses a message with a line break and falls
+        // back to `message`.
+        let message = var(&found)
+            .map(
+                "i",
+                concat([
+                    str(policy.as_str()),
+                    str(": "),
+                    i.clone().field("type"),
+                    str(" \""),
+                    i.clone().field("name"),
+                    str("\": "),
+                    c.check.message.clone(),
+                ]),
+            )
+            .method("join", [str("; ")]);
+        validations.extend(validation(
+            // `readable` (the grammar) last: most objects infringe nothing.
+            any_of([
+                outside_group.clone(),
+                size(var(&found)).eq(int(0)),
+                not(var("readable")),
+            ]),
+            &format!("{policy}: the pod spec infringes the policy"),
+            message,
+            "Forbidden",
+        ));
     }
-    json!({
+    if validations.is_empty() {
+        return None;
+    }
+    Some(json!({
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": metadata(object_name),
@@ -653,14 +740,81 @@ fn policy_object(object_name: &str, group: &[CellCheck], config: &Config) -> Val
             "variables": variables,
             "validations": validations,
         },
-    })
+    }))
 }
 
 /// The policy refusing what the webhook cannot read: too many images, an invalid reference, an
 /// image ID. On UPDATE an object whose pod spec did not change is not refused again.
 fn images_policy(config: &Config, options: &Options, native: &mut Native) {
     let max = config.limits.max_images_per_pod;
-    let unchanged = "(request.operation == 'UPDATE' && variables.oldSpec == variables.spec)";
+    let unchanged = and(
+        ident("request").field("operation").eq(str("UPDATE")),
+        var("oldSpec").eq(var("spec")),
+    );
+    let count = size(var("texts"));
+    let (i, t) = (ident("i"), ident("t"));
+    // `<type> "<name>": <what>` of each image of `images` for which `holds`, joined by `; `.
+    let each = |holds: Expr, what: Vec<Expr>| {
+        let head = [
+            i.clone().field("type"),
+            str(" \""),
+            i.clone().field("name"),
+            str("\": "),
+        ];
+        var("images")
+            .filter("i", holds)
+            .map("i", concat(head.into_iter().chain(what)))
+            .method("join", [str("; ")])
+    };
+    let validations: Vec<Value> = [
+        validation(
+            or(count.clone().le(max_images(config)), unchanged.clone()),
+            "the pod spec pulls more images than limits.maxImagesPerPod accepts",
+            concat([
+                str("the pod spec pulls "),
+                string(size(var("images"))),
+                str(format!(" images (containers, initContainers, ephemeralContainers and image volumes); at most {max} are accepted (limits.maxImagesPerPod)")),
+            ]),
+            "Invalid",
+        ),
+        validation(
+            any_of([
+                count.clone().gt(max_images(config)),
+                unchanged.clone(),
+                var("texts").all("t", image_cel::is_valid(&t)),
+            ]),
+            "the pod spec has an invalid image reference",
+            each(
+                not(image_cel::is_valid(&i.clone().field("image"))),
+                vec![
+                    str("invalid image reference \""),
+                    i.clone().field("image"),
+                    str("\""),
+                ],
+            ),
+            "Invalid",
+        ),
+        validation(
+            any_of([
+                count.gt(max_images(config)),
+                unchanged,
+                not(var("texts").exists("t", image_cel::is_image_id(&t))),
+            ]),
+            "the pod spec names an image by its ID",
+            each(
+                image_cel::is_image_id(&i.clone().field("image")),
+                vec![
+                    str("image \""),
+                    i.clone().field("image"),
+                    str("\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference"),
+                ],
+            ),
+            "Invalid",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     native.objects.push(json!({
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -670,28 +824,12 @@ fn images_policy(config: &Config, options: &Options, native: &mut Native) {
             "matchConstraints": workloads::match_constraints(),
             "matchConditions": workloads::match_conditions(),
             "variables": [
-                {"name": "spec", "expression": workloads::spec("object")},
-                {"name": "oldSpec", "expression": workloads::spec("oldObject")},
-                {"name": "images", "expression": workloads::images("variables.spec")},
-                {"name": "texts", "expression": workloads::image_texts("variables.spec")},
+                variable("spec", &workloads::spec("object")),
+                variable("oldSpec", &workloads::spec("oldObject")),
+                variable("images", &workloads::images(&var("spec"))),
+                variable("texts", &workloads::image_texts(&var("spec"))),
             ],
-            "validations": [
-                {
-                    "expression": format!("size(variables.texts) <= {max} || {unchanged}"),
-                    "messageExpression": format!("'the pod spec pulls ' + string(size(variables.images)) + ' images (containers, initContainers, ephemeralContainers and image volumes); at most {max} are accepted (limits.maxImagesPerPod)'"),
-                    "reason": "Invalid",
-                },
-                {
-                    "expression": format!("size(variables.texts) > {max} || {unchanged} || variables.texts.all(t, {})", image_cel::is_valid("t")),
-                    "messageExpression": format!("variables.images.filter(i, !{}).map(i, i.type + ' \"' + i.name + '\": invalid image reference \"' + i.image + '\"').join('; ')", image_cel::is_valid("i.image")),
-                    "reason": "Invalid",
-                },
-                {
-                    "expression": format!("size(variables.texts) > {max} || {unchanged} || !variables.texts.exists(t, {})", image_cel::is_image_id("t")),
-                    "messageExpression": format!("variables.images.filter(i, {}).map(i, i.type + ' \"' + i.name + '\": image \"' + i.image + '\" is an image ID, which the runtime resolves from the images already on the node without asking any registry; give a registry reference').join('; ')", image_cel::is_image_id("i.image")),
-                    "reason": "Invalid",
-                },
-            ],
+            "validations": validations,
         },
     }));
     native.objects.push(json!({

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::image_cel::literal;
+use super::cel::{all_of, and, has, ident, list, not, str, Expr};
 use super::Options;
 use crate::config::selector::{LabelSelector, Operator};
 use crate::config::{Config, UnlabelledNamespaces};
@@ -88,36 +88,30 @@ pub fn requirements_of(selector: &LabelSelector) -> Vec<Value> {
     out
 }
 
-/// CEL over the request's `namespaceObject`: whether `selector` selects the namespace, with
+/// Over the request's `namespaceObject`: whether `selector` selects the namespace, with
 /// Kubernetes' semantics (`NotIn` and `DoesNotExist` hold for a missing label).
-pub fn selects_cel(selector: &LabelSelector) -> String {
-    let has = |key: &str| {
-        format!(
-            "(has(namespaceObject.metadata.labels) && {} in namespaceObject.metadata.labels)",
-            literal(key)
-        )
-    };
+pub fn selects_cel(selector: &LabelSelector) -> Expr {
+    let labels = ident("namespaceObject").field("metadata").field("labels");
+    let has_label = |key: &str| and(has(labels.clone()), str(key).within(labels.clone()));
     let value_in = |key: &str, values: &[String]| {
-        let list: Vec<String> = values.iter().map(|v| literal(v)).collect();
-        format!(
-            "(has(namespaceObject.metadata.labels) && {key} in namespaceObject.metadata.labels && namespaceObject.metadata.labels[{key}] in [{}])",
-            list.join(", "),
-            key = literal(key)
+        and(
+            has_label(key),
+            labels
+                .clone()
+                .index(str(key))
+                .within(list(values.iter().map(|v| str(v.as_str())))),
         )
     };
-    let mut terms: Vec<String> = selector
+    let mut terms: Vec<Expr> = selector
         .match_labels
         .iter()
         .map(|(key, value)| value_in(key, std::slice::from_ref(value)))
         .collect();
     terms.extend(selector.match_expressions.iter().map(|r| match r.operator {
         Operator::In => value_in(&r.key, &r.values),
-        Operator::NotIn => format!("!{}", value_in(&r.key, &r.values)),
-        Operator::Exists => has(&r.key),
-        Operator::DoesNotExist => format!("!{}", has(&r.key)),
+        Operator::NotIn => not(value_in(&r.key, &r.values)),
+        Operator::Exists => has_label(&r.key),
+        Operator::DoesNotExist => not(has_label(&r.key)),
     }));
-    if terms.is_empty() {
-        return "true".into();
-    }
-    terms.join(" && ")
+    all_of(terms)
 }

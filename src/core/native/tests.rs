@@ -17,6 +17,12 @@ fn rules(config: &str) -> RuleSet {
     .unwrap()
 }
 
+/// CEL text without its whitespace: the long form ([`cel::Expr::long`]) and the one-line form
+/// of an expression are the same text then.
+fn squash(cel: &str) -> String {
+    cel.split_whitespace().collect()
+}
+
 fn names(native: &Native) -> Vec<String> {
     native
         .names()
@@ -101,31 +107,35 @@ fn a_dependency_on_a_compiled_policy_is_compiled_one_on_placement_is_not() {
         })
         .unwrap();
     assert_eq!(both["spec"]["validations"].as_array().unwrap().len(), 2);
-    let variable = |name: &str| {
+    let find = |name: &str| {
         both["spec"]["variables"]
             .as_array()
             .unwrap()
             .iter()
             .find(|v| v["name"] == name)
-            .unwrap()["expression"]
-            .as_str()
-            .unwrap()
+            .map(|v| v["expression"].as_str().unwrap())
     };
-    assert_eq!(variable("dependencyMet_allowedrepositories"), "true");
+    let variable = |name: &str| find(name).unwrap_or_else(|| panic!("no variable {name}"));
+    // A policy without a dependency has no condition to meet: no variable for it, and its
+    // infringements are not filtered by one.
+    assert_eq!(find("dependencyMet_allowedrepositories"), None);
+    assert!(!variable("infringing_allowedrepositories").contains("dependencyMet"));
     let met = variable("dependencyMet_latesttag");
     // Met unless an image is not under the raw fast path and its normalised repository infringes.
     assert!(
-        met.starts_with("!(!variables.passes_allowedrepositories && variables.refs.exists(i, "),
+        squash(met).starts_with(&squash(
+            "!(!variables.passes_allowedrepositories && variables.refs.exists(i, "
+        )),
         "{met}"
     );
     // The fast path is worked out once per policy: the dependency's condition and the policy's
     // own `infringing` read the same variable.
     assert_eq!(
         variable("passes_allowedrepositories"),
-        "variables.texts.all(t, (t.startsWith('registry.example.com/')))"
+        "variables.texts.all(t, t.startsWith('registry.example.com/'))"
     );
-    assert!(variable("infringing_allowedrepositories")
-        .starts_with("variables.passes_allowedrepositories ? [] : "));
+    assert!(squash(variable("infringing_allowedrepositories"))
+        .starts_with(&squash("variables.passes_allowedrepositories ? [] : ")));
     assert!(met.contains("'registry.example.com'"), "{met}");
     // Both checks and the dependency read one `refs`: each image's reference carries each part
     // once.
@@ -372,10 +382,13 @@ fn every_message_is_built_only_when_its_validation_refuses() {
         .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
     {
         for validation in object["spec"]["validations"].as_array().unwrap() {
-            let expression = validation["expression"].as_str().unwrap();
+            let expression = squash(validation["expression"].as_str().unwrap());
             let message = validation["messageExpression"].as_str().unwrap();
+            // `expression ? '' : message`, the condition in parentheses where precedence needs.
+            let guarded = squash(message);
             assert!(
-                message.starts_with(&format!("({expression}) ? '' : (")),
+                guarded.starts_with(&format!("{expression}?'':"))
+                    || guarded.starts_with(&format!("({expression})?'':")),
                 "{}: {message}",
                 object["metadata"]["name"]
             );
@@ -384,4 +397,21 @@ fn every_message_is_built_only_when_its_validation_refuses() {
     }
     // placement's three, the images policy's three, one per shipped policy
     assert_eq!(messages, 8);
+}
+
+/// A validation that always holds checks nothing and is left out; any other refuses with its
+/// message, which is built only when the validation fails.
+#[test]
+fn a_validation_that_always_holds_is_left_out() {
+    use cel::{bool, ident, str};
+    assert_eq!(validation(bool(true), "m", str("why"), "Invalid"), None);
+    let refused = validation(ident("ok"), "m", str("why"), "Invalid").unwrap();
+    assert_eq!(
+        refused,
+        serde_json::json!({"expression": "ok", "message": "m",
+            "messageExpression": "ok ? '' : 'why'", "reason": "Invalid"})
+    );
+    // `false` is kept: it refuses every request.
+    let always = validation(bool(false), "m", str("why"), "Invalid").unwrap();
+    assert_eq!(always["messageExpression"], "'why'");
 }

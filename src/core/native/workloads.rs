@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use super::cel::{concat, cond, has, ident, list, map, or, str, string, Expr};
+
 /// `matchConstraints` for Pod CREATE/UPDATE (and `pods/ephemeralcontainers`) and the workloads'
 /// CREATE/UPDATE.
 pub fn match_constraints() -> Value {
@@ -23,50 +25,78 @@ pub fn match_constraints() -> Value {
 /// `matchConditions` every pod-spec policy shares: a ReplicationController without a template
 /// has no pod spec (the webhook finds nothing in it).
 pub fn match_conditions() -> Value {
-    json!([{"name": "has-pod-spec",
-        "expression": "object.kind != 'ReplicationController' || has(object.spec.template)"}])
+    let object = ident("object");
+    let has_pod_spec = or(
+        object
+            .clone()
+            .field("kind")
+            .ne(str("ReplicationController")),
+        has(object.field("spec").field("template")),
+    );
+    json!([{"name": "has-pod-spec", "expression": has_pod_spec.long()}])
 }
 
-/// CEL: the pod spec of `object` (`object` or `oldObject`).
-pub fn spec(object: &str) -> String {
-    format!(
-        "({object}.kind == 'Pod' ? {object}.spec : {object}.kind == 'CronJob' ? {object}.spec.jobTemplate.spec.template.spec : {object}.spec.template.spec)"
+/// The pod spec of `object` (`object` or `oldObject`).
+pub fn spec(object: &str) -> Expr {
+    let object = ident(object);
+    let kind = || object.clone().field("kind");
+    let spec = object.clone().field("spec");
+    cond(
+        kind().eq(str("Pod")),
+        spec.clone(),
+        cond(
+            kind().eq(str("CronJob")),
+            spec.clone()
+                .field("jobTemplate")
+                .field("spec")
+                .field("template")
+                .field("spec"),
+            spec.field("template").field("spec"),
+        ),
     )
 }
 
-/// CEL: the images the pod spec held in variable `spec` pulls, each `{'type', 'name',
-/// 'image'}` (`type` as messages name it), in the order the webhook lists them.
-pub fn images(spec: &str) -> String {
+/// The images the pod spec `spec` pulls, each `{'type', 'name', 'image'}` (`type` as messages
+/// name it), in the order the webhook lists them.
+pub fn images(spec: &Expr) -> Expr {
     image_sources(spec, |kind, item, text| {
-        format!("{{'type': '{kind}', 'name': string({item}.name), 'image': {text}}}")
+        map([
+            (str("type"), str(kind)),
+            (str("name"), string(item.field("name"))),
+            (str("image"), text),
+        ])
     })
 }
 
-/// CEL: the text of each image [`images`] lists, in the same order: what the cheap checks read
-/// (the grammar, the fast paths) without building a map per image.
-pub fn image_texts(spec: &str) -> String {
-    image_sources(spec, |_, _, text| text.to_owned())
+/// The text of each image [`images`] lists, in the same order: what the cheap checks read (the
+/// grammar, the fast paths) without building a map per image.
+pub fn image_texts(spec: &Expr) -> Expr {
+    image_sources(spec, |_, _, text| text)
 }
 
-/// CEL: one list item per image the pod spec in `spec` pulls (init containers, containers,
-/// ephemeral containers, image volumes, in the webhook's order), each `item(type, element,
-/// image text)`: the one place that says which fields pull an image.
-fn image_sources(spec: &str, item: impl Fn(&str, &str, &str) -> String) -> String {
+/// One list item per image the pod spec `spec` pulls (init containers, containers, ephemeral
+/// containers, image volumes, in the webhook's order), each `item(type, element, image text)`:
+/// the one place that says which fields pull an image.
+fn image_sources(spec: &Expr, item: impl Fn(&str, Expr, Expr) -> Expr) -> Expr {
+    let or_empty = |field: &str| spec.clone().opt_field(field).method("orValue", [list([])]);
     let containers = |field: &str, kind: &str| {
-        format!(
-            "{spec}.?{field}.orValue([]).map(c, {})",
-            item(kind, "c", "string(c.?image.orValue(''))")
-        )
+        let c = ident("c");
+        let text = string(c.clone().opt_field("image").method("orValue", [str("")]));
+        or_empty(field).map("c", item(kind, c, text))
     };
-    format!(
-        "{} + {} + {} + {spec}.?volumes.orValue([]).filter(v, has(v.image)).map(v, {})",
+    let v = ident("v");
+    let volume_text = string(
+        v.clone()
+            .field("image")
+            .opt_field("reference")
+            .method("orValue", [str("")]),
+    );
+    concat([
         containers("initContainers", "initContainer"),
         containers("containers", "container"),
         containers("ephemeralContainers", "ephemeralContainer"),
-        item(
-            "image volume",
-            "v",
-            "string(v.image.?reference.orValue(''))"
-        ),
-    )
+        or_empty("volumes")
+            .filter("v", has(v.clone().field("image")))
+            .map("v", item("image volume", v, volume_text)),
+    ])
 }
