@@ -40,11 +40,36 @@ fn in_users_words(reason: &str) -> String {
         "duplicate mapping key: ",
         "a key given twice in the same mapping: ",
     );
-    reason.replace(
+    let mut reason = reason.replace(
         "comment intercepting the multiline text",
         "a comment inside a multi-line text (a `|` or `>` block, or a quoted or plain scalar over several lines): indent it as the text, or move it out",
-    )
+    );
+    for (library, user) in TYPE_WORDS {
+        reason = reason.replace(library, user);
+    }
+    reason
 }
+
+/// The YAML library's names for what it expected, and the user's.
+const TYPE_WORDS: [(&str, &str); 14] = [
+    (
+        "expected mapping start",
+        "expected a mapping (key: value lines)",
+    ),
+    ("expected sequence start", "expected a list"),
+    ("expected string scalar", "expected a string"),
+    ("invalid boolean", "expected true or false"),
+    ("invalid u64", "expected a whole number, 0 or more"),
+    ("invalid u32", "expected a whole number, 0 or more"),
+    ("invalid u16", "expected a whole number, 0 or more"),
+    ("invalid u8", "expected a whole number, 0 or more"),
+    ("invalid usize", "expected a whole number, 0 or more"),
+    ("invalid i64", "expected a whole number"),
+    ("invalid i32", "expected a whole number"),
+    ("invalid isize", "expected a whole number"),
+    ("invalid f64", "expected a number"),
+    ("invalid f32", "expected a number"),
+];
 
 /// Each document of a stream, in order (an empty document is `None` for `Option<T>`).
 pub fn each<T: DeserializeOwned>(text: &str) -> Vec<Result<T, String>> {
@@ -103,6 +128,41 @@ mod tests {
         let docs = parse("a: 1\n---\n---\n{\"b\": [2]}\n", "t").unwrap();
         assert_eq!(docs, vec![json!({"a": 1}), json!({"b": [2]})]);
         assert!(parse("", "t").unwrap().is_empty());
+    }
+
+    #[test]
+    fn type_errors_are_in_the_user_s_words() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Doc {
+            count: Option<u64>,
+            on: Option<bool>,
+            name: Option<String>,
+            list: Option<Vec<String>>,
+            map: Option<std::collections::BTreeMap<String, String>>,
+        }
+        for (text, want) in [
+            (
+                "count: 1.5",
+                "at `count`: expected a whole number, 0 or more",
+            ),
+            (
+                "count: -1",
+                "at `count`: expected a whole number, 0 or more",
+            ),
+            ("on: maybe", "at `on`: expected true or false"),
+            ("name: {a: 1}", "at `name`: expected a string"),
+            ("list: {a: 1}", "at `list`: expected a list"),
+            ("map: [1]", "at `map`: expected a mapping"),
+        ] {
+            let err = parse_one::<Doc>(text, "f.yaml").unwrap_err().to_string();
+            assert!(err.starts_with("f.yaml: "), "{text}: {err}");
+            assert!(err.contains(want), "{text}: {err}");
+            assert!(
+                !err.contains("invalid") && !err.contains("scalar"),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]
