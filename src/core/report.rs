@@ -238,7 +238,7 @@ fn report(
 
 /// About what one result adds to a report as JSON.
 fn entry_bytes(r: &AuditResult) -> usize {
-    const FIXED: usize = 300; // field names, source, severity, timestamp, punctuation
+    const FIXED: usize = 330; // field names, source, severity, timestamp, resultID, punctuation
     let resource = &r.resource;
     let properties: usize = r
         .properties
@@ -257,7 +257,41 @@ fn entry_bytes(r: &AuditResult) -> usize {
         + properties
 }
 
+/// The result property readers take as a result's identity when it is there (Policy Reporter's
+/// `resultID`). Without it Policy Reporter makes one from the report's `scope` (for a namespace
+/// report, the Namespace), the policy, rule, result and message, so two objects of one
+/// namespace with the same outcome and message would collapse into one result.
+pub const RESULT_ID: &str = "resultID";
+
+/// A result's identity: a digest of the resource it is about and of what it says (so a changed
+/// outcome or message is a new result, as readers expect), 16 hex digits.
+fn result_id(r: &AuditResult) -> String {
+    use sha2::{Digest, Sha256};
+    let resource = &r.resource;
+    let mut digest = Sha256::new();
+    for part in [
+        resource.api_version.as_str(),
+        resource.kind.as_str(),
+        resource.namespace.as_str(),
+        resource.name.as_str(),
+        resource.uid.as_str(),
+        r.policy.as_str(),
+        r.rule.as_str(),
+        r.result.as_str(),
+        r.message.as_str(),
+    ] {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
+    digest.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn entry(r: &AuditResult, timestamp: Timestamp) -> ReportResult {
+    let mut properties = r.properties.clone();
+    properties.insert(RESULT_ID.to_string(), result_id(r));
     ReportResult {
         source: SOURCE,
         policy: r.policy.clone(),
@@ -267,7 +301,7 @@ fn entry(r: &AuditResult, timestamp: Timestamp) -> ReportResult {
         severity: r.severity,
         timestamp,
         resources: vec![r.resource.clone()],
-        properties: r.properties.clone(),
+        properties,
     }
 }
 
@@ -314,7 +348,16 @@ mod tests {
             .map(|r| r.metadata.namespace.as_str())
             .collect();
         assert_eq!(namespaces, ["a", "b"]);
-        let a = serde_json::to_value(&reports[0]).unwrap();
+        let mut a = serde_json::to_value(&reports[0]).unwrap();
+        // Each result's identity (checked apart, below).
+        for result in a["results"].as_array_mut().unwrap() {
+            let id = result["properties"]
+                .as_object_mut()
+                .unwrap()
+                .remove(RESULT_ID)
+                .unwrap();
+            assert_eq!(id.as_str().unwrap().len(), 16, "{id}");
+        }
         assert_eq!(
             a,
             json!({
@@ -344,6 +387,48 @@ mod tests {
             })
         );
         assert_eq!(reports[1].summary.pass, 1);
+    }
+
+    #[test]
+    fn each_result_has_an_identity_of_its_own_that_a_later_pass_keeps() {
+        // Two pods of one namespace with the same policy, outcome and message: a reader that
+        // builds identities from the report's scope would see one result.
+        let mut twin = result("a", "p2", "repos", Verdict::Pass);
+        twin.message = "no infringement".into();
+        let mut other = twin.clone();
+        other.resource.name = "p3".into();
+        other.resource.uid = "uid-p3".into();
+        let ids = |results: &[AuditResult]| -> Vec<String> {
+            reports(results, ReportApi::PolicyReport, T, 10)[0]
+                .results
+                .iter()
+                .map(|r| r.properties[RESULT_ID].clone())
+                .collect()
+        };
+        let first = ids(&[twin.clone(), other.clone()]);
+        assert_ne!(first[0], first[1]);
+        // The next pass, later: the same results keep their identities.
+        let later = reports(
+            &[twin.clone(), other],
+            ReportApi::PolicyReport,
+            Timestamp {
+                seconds: 1_800_000_000,
+                nanos: 0,
+            },
+            10,
+        );
+        assert_eq!(
+            later[0]
+                .results
+                .iter()
+                .map(|r| r.properties[RESULT_ID].clone())
+                .collect::<Vec<_>>(),
+            first
+        );
+        // A changed outcome is a new result.
+        let mut failed = twin.clone();
+        failed.result = Verdict::Fail;
+        assert_ne!(ids(&[failed])[0], ids(&[twin])[0]);
     }
 
     #[test]
