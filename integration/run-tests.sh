@@ -90,12 +90,14 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}" bash integration/fuzz/smoke.sh
 if [[ -n ${CI:-} ]]; then rm -rf target/fuzz-build; fi
 step "helm chart"
 await go-tools
-# kind's node image (its Go programs and Debian rootfs) and poolguard's image (a musl release
-# build), for step 5, while steps 3 and 4 mostly wait on servers.
+# kind's node image (its Go programs and Debian rootfs), poolguard's image (a musl release build)
+# and Policy Reporter (from ../shared/vendor), for step 5, while steps 3 and 4 mostly wait on
+# servers.
 background kind-images bash -c 'integration/kind/kind.sh >/dev/null &&
     integration/kind/build-node-image.sh >/dev/null &&
     POOLGUARD_CP_BUILD_KUBECTL=1 integration/controlplane/build.sh kubelet kube-proxy kubeadm >/dev/null &&
-    integration/image/build.sh >/dev/null'
+    integration/image/build.sh >/dev/null &&
+    integration/policy-reporter/build.sh >/dev/null'
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
 step "alerts and the metrics scrape (integration/monitoring/test.sh)"

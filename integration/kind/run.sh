@@ -33,6 +33,10 @@
 #    ServiceAccounts; kube-proxy's nftables rules on a worker route the ClusterIP; the
 #    controller's background audit reports a pod bound before the install to another pool's
 #    worker, and a controller pod holds the audit Lease;
+# 4d. Policy Reporter (built from ../shared/vendor, run against the cluster with its defaults)
+#    lists every result the controller wrote and counts them in its /metrics, for PolicyReports
+#    and then, after a helm upgrade to audit.reportApi=openreports, for openreports.io Reports
+#    (../policy-reporter/check.sh);
 # 5. tests/e2e.rs, tests/bypasses.rs, tests/fail_closed.rs (the Deployment scaled to 0 and back)
 #    and the under_load harness: rollout restart, deleting a replica's pod, SIGKILL of a
 #    replica's poolguard, draining a replica's worker to completion, stopping a replica's whole
@@ -113,6 +117,7 @@ node_image="$(integration/kind/build-node-image.sh | tail -n1)"
 cp_bin="$(POOLGUARD_CP_BUILD_KUBECTL=1 integration/controlplane/build.sh kubelet kube-proxy kubeadm | tail -n1)"
 export PATH="${cp_bin}:${PATH}"
 helm="${HELM:-$(bash integration/helm/helm.sh | tail -n1)}"
+policy_reporter="$(integration/policy-reporter/build.sh | tail -n1)"
 archive="$(integration/image/build.sh | tail -n1)"
 image="$(tar -xOf "${archive}" index.json | jq -r '.manifests[0].annotations["org.opencontainers.image.ref.name"]')"
 [[ "${image}" == *:* ]] || die "cannot read the image's name from ${archive}"
@@ -351,6 +356,37 @@ holder="$(kubectl -n "${ns}" get lease "${lease}" -o jsonpath='{.spec.holderIden
 [[ -n "${holder}" && "${holder}" == "${controller_pod}" ]] \
     && ok "the audit Lease ${ns}/${lease} is held by the controller's pod ${holder}" \
     || bad "the audit Lease is held by '${holder}', not the controller's pod ${controller_pod}"
+
+# --- 4d. Policy Reporter reads what the audit wrote, for both report APIs ---------------------
+begin "Policy Reporter"
+export POOLGUARD_POLICY_REPORTER="${policy_reporter}"
+if integration/policy-reporter/check.sh "${KUBECONFIG}" policyreport; then
+    ok "Policy Reporter lists and counts every result of poolguard's PolicyReports"
+else
+    bad "Policy Reporter and poolguard's PolicyReports differ (above)"
+fi
+# Policy Reporter reads every report API the cluster serves: the PolicyReport CRDs (kept on
+# uninstall) go, with their reports, before the controller writes openreports.io Reports.
+kubectl delete crd policyreports.wgpolicyk8s.io clusterpolicyreports.wgpolicyk8s.io --wait=true >/dev/null
+"${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard -n "${ns}" \
+    -f "${work}/values.yaml" --set audit.reportApi=openreports --wait --timeout 5m >/dev/null \
+    || bad "helm upgrade to audit.reportApi=openreports failed"
+deadline=$((SECONDS + 180))
+until kubectl -n "${audit_ns}" get reports.openreports.io poolguard-audit >/dev/null 2>&1 || ((SECONDS >= deadline)); do
+    sleep 1
+done
+if integration/policy-reporter/check.sh "${KUBECONFIG}" openreports; then
+    ok "Policy Reporter lists and counts every result of poolguard's openreports.io Reports"
+else
+    bad "Policy Reporter and poolguard's openreports.io Reports differ (above)"
+fi
+# Back to the install's values (PolicyReports) for the steps that follow.
+"${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard -n "${ns}" \
+    -f "${work}/values.yaml" --wait --timeout 5m >/dev/null \
+    || bad "helm upgrade back to audit.reportApi=policyreport failed"
+kubectl -n "${ns}" rollout status deployment/"${release}" --timeout=180s >/dev/null
+mapfile -t pods < <(kubectl -n "${ns}" get pods -l "${sel}" --field-selector=status.phase=Running \
+    -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
 
 # --- 5. the tests ------------------------------------------------------------------------------
 export POOLGUARD_E2E_POOLS="${pools[0]},${pools[1]}" POOLGUARD_E2E_NAMESPACE_LABEL="${label}"
