@@ -195,8 +195,9 @@ kubectl create namespace "${audit_ns}" >/dev/null
 kubectl label namespace "${audit_ns}" "${label}=${pools[0]}" >/dev/null
 other_worker="$(kubectl get nodes -l "${label}=${pools[1]}" -o jsonpath='{.items[0].metadata.name}')"
 printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "misplaced", "namespace": "%s"},
-  "spec": {"nodeName": "%s", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}' \
-    "${audit_ns}" "${other_worker}" | kubectl create -f - >/dev/null
+  "spec": {"nodeName": "%s", "nodeSelector": {"%s": "%s"},
+           "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}' \
+    "${audit_ns}" "${other_worker}" "${label}" "${pools[0]}" | kubectl create -f - >/dev/null
 webhook_total() {
     kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration -o json |
         jq --arg r "${release}" '[.items[] | select(.metadata.name | startswith($r + "-")) | .webhooks // [] | length] | add // 0'
@@ -266,11 +267,14 @@ done
 
 # --- 4c. the chart's admission path and writer, as the cluster runs them -----------------------
 begin "Service, certificates, tokens, audit"
-if "${helm}" --kubeconfig "${KUBECONFIG}" test "${release}" -n "${ns}" --timeout 90s --logs >"${work}/helm-test.out" 2>&1 \
-    && grep -q '^config ok: ' "${work}/helm-test.out"; then
-    ok "helm test: $(grep -m1 '^config ok: ' "${work}/helm-test.out")"
+# (The test pod is deleted once it succeeds, so its log is read only when it fails.)
+if "${helm}" --kubeconfig "${KUBECONFIG}" test "${release}" -n "${ns}" --timeout 90s >"${work}/helm-test.out" 2>&1 \
+    && grep -q 'Phase: *Succeeded' "${work}/helm-test.out"; then
+    ok "helm test: ${release}-config-check (poolguard config check on the installed config) $(grep -m1 'Phase:' "${work}/helm-test.out" | tr -s ' ')"
+    kubectl -n "${ns}" get pod "${release}-config-check" >/dev/null 2>&1 \
+        && bad "the succeeded helm test pod ${release}-config-check is still there"
 else
-    bad "helm test failed: $(tail -n 5 "${work}/helm-test.out")"
+    bad "helm test failed: $(tail -n 5 "${work}/helm-test.out") $(kubectl -n "${ns}" logs "${release}-config-check" 2>&1 | tail -n 3)"
 fi
 svc_ip="$(kubectl -n "${ns}" get service "${release}" -o jsonpath='{.spec.clusterIP}')"
 mapfile -t pod_ips < <(kubectl -n "${ns}" get pods -l "${sel}" -o jsonpath='{range .items[*]}{.status.podIP}{"\n"}{end}' | sort)

@@ -253,9 +253,10 @@ done
 ((ready == 2 && ${#pods[@]} == 2)) && ok "both replicas Running and Ready (kubelet's startup/readiness probes) on ${POOLGUARD_NODE_NAME}" \
     || bad "${ready} of ${#pods[@]} pods Running and Ready, expected 2 of 2"
 # helm test: poolguard config check on the installed config, policies and placement policies.
-if helm test "${release}" -n "${ns}" --timeout 90s --logs >"${work}/helm-test.out" 2>&1 \
-    && grep -q '^config ok: ' "${work}/helm-test.out"; then
-    ok "helm test: $(grep -m1 '^config ok: ' "${work}/helm-test.out")"
+# (The test pod is deleted once it succeeds.)
+if helm test "${release}" -n "${ns}" --timeout 90s >"${work}/helm-test.out" 2>&1 \
+    && grep -q 'Phase: *Succeeded' "${work}/helm-test.out"; then
+    ok "helm test: ${release}-config-check $(grep -m1 'Phase:' "${work}/helm-test.out" | tr -s ' ')"
 else
     bad "helm test failed: $(tail -n 5 "${work}/helm-test.out")"
 fi

@@ -64,7 +64,8 @@ for tool in curl jq; do
 done
 if [[ -z "${KUBECTL:-}" ]]; then
     if command -v kubectl >/dev/null; then
-        KUBECTL=kubectl
+        # The path: the function below is named kubectl too.
+        KUBECTL="$(command -v kubectl)"
     else
         KUBECTL="$("${root}/integration/controlplane/build.sh" | tail -n1)/kubectl"
     fi
