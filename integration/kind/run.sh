@@ -198,6 +198,11 @@ printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "misplaced", "n
   "spec": {"nodeName": "%s", "nodeSelector": {"%s": "%s"},
            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}' \
     "${audit_ns}" "${other_worker}" "${label}" "${pools[0]}" | kubectl create -f - >/dev/null
+# And one placed as its pool asks, whose policy results say what the misplaced pod's say: two
+# results a report reader must keep apart (Policy Reporter, 4d).
+printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "placed", "namespace": "%s"},
+  "spec": {"nodeSelector": {"%s": "%s"}, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}' \
+    "${audit_ns}" "${label}" "${pools[0]}" | kubectl create -f - >/dev/null
 webhook_total() {
     kubectl get mutatingwebhookconfiguration,validatingwebhookconfiguration -o json |
         jq --arg r "${release}" '[.items[] | select(.metadata.name | startswith($r + "-")) | .webhooks // [] | length] | add // 0'
