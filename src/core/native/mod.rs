@@ -149,4 +149,6 @@ fn metadata(name: &str) -> Value {
 }
 
 #[cfg(test)]
+mod cel_differential;
+#[cfg(test)]
 mod tests;
