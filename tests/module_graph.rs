@@ -1,8 +1,10 @@
 //! No file-level import cycle in either crate: every `.rs` file of `poolguard` (src/) and of
 //! `poolguard-core` (src/core/) is a node, every path it names into its own crate (`use
 //! crate::…`, `super::…`, `self::…`, a child module, or such a path written inline) is an edge to
-//! the file that defines the module it reaches. A module declaring or re-exporting its own
-//! submodules is structure, not an import: edges from a module into its descendants are left out.
+//! the file that defines the module it reaches, a parent's use of its children included (a
+//! `mod` declaration is not a path, but `child::f()` or `pub use child::X` is): a child that
+//! imports from its parent while the parent calls it is a loop like any other, so what both
+//! need belongs in a leaf module (as `native::object` holds what the generator's parts share).
 //! Test modules (`#[cfg(test)] mod … { … }`) are left out too: they may read whatever they test.
 //! A cycle fails the test and is printed file by file.
 
@@ -65,7 +67,7 @@ impl Crate {
                 let Some(target) = self.file_of(&absolute) else {
                     continue;
                 };
-                if target != module && !target.starts_with(module) {
+                if target != module {
                     targets.insert(target.clone());
                 }
             }
@@ -296,6 +298,36 @@ fn paths_in(code: &str) -> Vec<Vec<String>> {
                 paths.push(path);
             }
             text = &text[at + start.len()..];
+        }
+    }
+    // Paths written inline from a name of this module's scope (`placement::generate(…)` in a
+    // parent calls its child): every `a::b` whose first name does not follow `::` or `.`;
+    // `absolute` keeps those whose first name is a child module.
+    let chars: Vec<(usize, char)> = inline.char_indices().collect();
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    for (k, &(at, c)) in chars.iter().enumerate() {
+        let before = k.checked_sub(1).map(|j| chars[j].1);
+        if !(c.is_alphabetic() || c == '_')
+            || before.is_some_and(|b| ident(b) || b == ':' || b == '.')
+        {
+            continue;
+        }
+        let mut path = Vec::new();
+        let mut tail = &inline[at..];
+        loop {
+            let name: String = tail.chars().take_while(|&c| ident(c)).collect();
+            if name.is_empty() {
+                break;
+            }
+            tail = &tail[name.len()..];
+            path.push(name);
+            match tail.strip_prefix("::") {
+                Some(t) => tail = t,
+                None => break,
+            }
+        }
+        if path.len() > 1 && !["crate", "super", "self"].contains(&path[0].as_str()) {
+            paths.push(path);
         }
     }
     paths

@@ -19,7 +19,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Native, MANAGED_LABEL, MANAGED_VALUE};
+use super::object::{Native, MANAGED_LABEL, MANAGED_VALUE};
 use crate::admission::{Decision, Request, Ruling};
 use crate::labels::Labels;
 use crate::node_selector::POOL_ANNOTATION;

@@ -45,7 +45,8 @@ use cel_rust::objects::{Key, Map};
 use cel_rust::{Context, Env, ExecutionError, Program, StructDef, Value as Cel};
 use serde_json::{json, Value};
 
-use super::{generate, Native, Options};
+use super::generate;
+use super::object::{Native, Options};
 use crate::admission::{Decision, DenyCode, Request, Ruling};
 use crate::config::Config;
 use crate::labels::Labels;

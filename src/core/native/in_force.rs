@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::{Native, Requests, MANAGED_LABEL, MANAGED_VALUE};
+use super::object::{Native, Requests, MANAGED_LABEL, MANAGED_VALUE};
 
 /// Fields the API server adds with its defaults, each with the one value that is accepted
 /// without poolguard having written it. Any other field poolguard did not generate makes the

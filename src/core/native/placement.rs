@@ -11,7 +11,8 @@ use super::cel::{
     all_of, and, any_of, bool, concat, cond, has, ident, int, list, map, message, not, or, size,
     str, var, Expr,
 };
-use super::{metadata, selectors, validation, variable, workloads, Native, Options, API_VERSION};
+use super::object::{metadata, validation, variable, Native, Options, API_VERSION};
+use super::{selectors, workloads};
 use crate::config::{Config, SelectorPolicy};
 use crate::node_selector::POOL_ANNOTATION;
 

@@ -11,10 +11,10 @@ use super::cel::{
     var, Expr,
 };
 use super::image_cel;
-use super::{
-    metadata, selectors, validation, variable, workloads, Native, Options, Requests, Skipped,
-    API_VERSION,
+use super::object::{
+    metadata, validation, variable, Native, Options, Requests, Skipped, API_VERSION,
 };
+use super::{selectors, workloads};
 use crate::config::dependencies::Compliance;
 use crate::config::rollout::RolloutSpec;
 use crate::config::{Config, Enforcement};

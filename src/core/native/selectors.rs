@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::cel::{all_of, and, has, ident, list, not, str, Expr};
-use super::Options;
+use super::object::Options;
 use crate::config::selector::{LabelSelector, Operator};
 use crate::config::{Config, UnlabelledNamespaces};
 

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::{Native, MANAGED_LABEL, MANAGED_VALUE};
+use super::object::{Native, MANAGED_LABEL, MANAGED_VALUE};
 
 /// The four kinds, in apply order (a policy before its binding).
 pub const KINDS: [&str; 4] = [

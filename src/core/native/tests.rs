@@ -1,3 +1,4 @@
+use super::object::validation;
 use super::*;
 use crate::config::{Config, Enforcement};
 use crate::policy::{template, PolicySet};
