@@ -33,7 +33,7 @@ fi
 # Debian packages: command -> package.
 declare -A packages=(
     [jq]=jq [ip]=iproute2 [ss]=iproute2 [openssl]=openssl [curl]=curl [flock]=util-linux
-    [setpriv]=util-linux [python3]=python3 [runc]=runc [nft]=nftables [buildah]=buildah
+    [setpriv]=util-linux [runc]=runc [nft]=nftables [buildah]=buildah
     [musl-gcc]=musl-tools [strip]=binutils [podman]=podman [mmdebstrap]=mmdebstrap
 )
 for cmd in "${!packages[@]}"; do
@@ -43,9 +43,6 @@ done
 if ! [[ -x /usr/lib/cni/dnsname || -x /opt/cni/bin/dnsname || -x /usr/libexec/cni/dnsname ]]; then
     lack "the CNI plugin dnsname (kind's nodes resolve each other's names under podman)" \
         "apt-get install golang-github-containernetworking-plugin-dnsname"
-fi
-if command -v python3 >/dev/null && ! python3 -c 'import yaml' 2>/dev/null; then
-    lack "PyYAML (the chart checks)" "apt-get install python3-yaml (or python3 -m pip install pyyaml)"
 fi
 free_kb="$(df -Pk . | awk 'NR == 2 { print $4 }')"
 if [[ -n "$free_kb" ]] && ((free_kb < NEED_GB * 1024 * 1024)); then
