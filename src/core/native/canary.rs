@@ -273,22 +273,7 @@ fn expect(rules: &RuleSet, namespace: &str, labels: &Labels, pod: &Value) -> Exp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::policy::{template, PolicySet};
-
-    fn rules(config: &str) -> RuleSet {
-        let templates: Vec<_> = crate::policy::shipped::SOURCES
-            .iter()
-            .map(|(name, text)| template::from_yaml(text, format!("{name}.yaml").into()).unwrap())
-            .collect();
-        RuleSet::new(
-            Config::parse(config, "t").unwrap(),
-            PolicySet::compile(&templates).unwrap(),
-            Default::default(),
-            "t",
-        )
-        .unwrap()
-    }
+    use crate::native::tests::rules;
 
     const EXAMPLE: &str = "namespaceLabel: agentpool\nnodeSelectorKey: agentpool\npolicies:\n  allowedrepositories: {parameters: {repositories: [registry.k8s.io/]}}\n  latesttag: {parameters: {}}\n";
     const IMAGE: &str = "registry.k8s.io/pause:3.10";

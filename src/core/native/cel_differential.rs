@@ -47,11 +47,10 @@ use serde_json::{json, Value};
 
 use super::generate;
 use super::object::{Native, Options};
+use super::tests::rules;
 use crate::admission::{Decision, DenyCode, Request, Ruling};
-use crate::config::Config;
 use crate::labels::Labels;
 use crate::node_selector::POOL_ANNOTATION;
-use crate::policy::{template, PolicySet};
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
 use crate::webhook::Webhook;
@@ -61,20 +60,6 @@ mod image_reference_table;
 
 /// The example config (`poolguard native --config testdata/config/example.yaml`).
 const EXAMPLE: &str = include_str!("../../../testdata/config/example.yaml");
-
-fn rules(config: &str) -> RuleSet {
-    let templates: Vec<_> = crate::policy::shipped::SOURCES
-        .iter()
-        .map(|(name, text)| template::from_yaml(text, format!("{name}.yaml").into()).unwrap())
-        .collect();
-    RuleSet::new(
-        Config::parse(config, "t").unwrap(),
-        PolicySet::compile(&templates).unwrap(),
-        Default::default(),
-        "t",
-    )
-    .unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------
 // The CEL environment

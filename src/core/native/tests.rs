@@ -4,7 +4,8 @@ use crate::config::{Config, Enforcement};
 use crate::policy::{template, PolicySet};
 use crate::rollout::machine::GroupStatus;
 
-fn rules(config: &str) -> RuleSet {
+/// The rules of `config` with the shipped policies (also the other native tests' rules).
+pub(super) fn rules(config: &str) -> RuleSet {
     let templates: Vec<_> = crate::policy::shipped::SOURCES
         .iter()
         .map(|(name, text)| template::from_yaml(text, format!("{name}.yaml").into()).unwrap())
