@@ -1362,6 +1362,11 @@ fn differential(name: &str, config: &str, cases: &[Case]) {
         tolerated.len(),
     );
     assert!(
+        tolerated.is_empty(),
+        "{name}: messages of more than one line, which kube-apiserver replaces by the static one:\n{}",
+        tolerated.join("\n")
+    );
+    assert!(
         wrong.is_empty(),
         "{name}: {} disagreements in {} cases:\n{}",
         wrong.len(),

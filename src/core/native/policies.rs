@@ -788,7 +788,12 @@ fn images_policy(config: &Config, options: &Options, native: &mut Native) {
                 not(image_cel::is_valid(&i.clone().field("image"))),
                 vec![
                     str("invalid image reference \""),
-                    i.clone().field("image"),
+                    // Line breaks escaped: kube-apiserver shows a message of one line only
+                    // (else the static one), and the webhook's message escapes them too.
+                    i.clone()
+                        .field("image")
+                        .method("replace", [str("\r"), str("\\r")])
+                        .method("replace", [str("\n"), str("\\n")]),
                     str("\""),
                 ],
             ),
