@@ -1,6 +1,8 @@
 //! The two webhooks as one entry point: which decision a request gets.
 
-use crate::admission::{Decision, Request};
+use serde_json::Value;
+
+use crate::admission::{Decision, DenyCode, Request, Ruling};
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
 use crate::{mutate, pool_authority, validate};
@@ -75,6 +77,40 @@ impl RuleSet {
                 validate::validate(req, scope, self, limit)
             }
             Webhook::Validate => validate::validate(req, scope, self, limit),
+        }
+    }
+
+    /// What admission does with `object`: the mutating webhook's decision (when `mutating`:
+    /// where the API server sends the request to it), then the validating webhook's on the
+    /// object as mutated. `review` makes the AdmissionReview request for an object. `Ok` is the
+    /// object as it would be stored, `Err` the refusal's message.
+    pub fn admit(
+        &self,
+        object: &Value,
+        mutating: bool,
+        review: impl Fn(&Value) -> Value,
+        scope: Scope,
+        budget: Budget,
+    ) -> Result<Value, String> {
+        let decide = |webhook: Webhook, object: &Value| -> Decision {
+            let review = review(object);
+            match Request::from_value(&review) {
+                Ok(req) => self.decide(webhook, &req, scope, budget),
+                Err(e) => Decision::deny(DenyCode::BadRequest, e.0),
+            }
+        };
+        let mut stored = object.clone();
+        if mutating {
+            match decide(Webhook::Mutate, object).ruling {
+                Ruling::Deny { message, .. } => return Err(message),
+                Ruling::Allow { patch: Some(patch) } => json_patch::patch(&mut stored, &patch)
+                    .map_err(|e| format!("the mutating webhook's patch does not apply: {e}"))?,
+                Ruling::Allow { patch: None } => {}
+            }
+        }
+        match decide(Webhook::Validate, &stored).ruling {
+            Ruling::Deny { message, .. } => Err(message),
+            Ruling::Allow { .. } => Ok(stored),
         }
     }
 }

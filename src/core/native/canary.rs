@@ -20,12 +20,10 @@
 use serde_json::{json, Value};
 
 use super::object::{Native, MANAGED_LABEL, MANAGED_VALUE};
-use crate::admission::{Decision, Request, Ruling};
 use crate::labels::Labels;
 use crate::node_selector::POOL_ANNOTATION;
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
-use crate::webhook::Webhook;
 
 /// The image of the foreign-image canary: a registry that cannot exist (`.invalid`), so no
 /// allow-list names it.
@@ -224,8 +222,8 @@ fn expect(rules: &RuleSet, namespace: &str, labels: &Labels, pod: &Value) -> Exp
         labels: Some(labels),
         pools: None,
     };
-    let decide = |webhook: Webhook, object: &Value| -> Decision {
-        let review = json!({
+    let review = |object: &Value| {
+        json!({
             "uid": "poolguard-native-canary",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -234,29 +232,12 @@ fn expect(rules: &RuleSet, namespace: &str, labels: &Labels, pod: &Value) -> Exp
             "operation": "CREATE",
             "userInfo": {"username": USER},
             "object": object,
-        });
-        match Request::from_value(&review) {
-            Ok(req) => rules.decide(webhook, &req, scope, Budget::FULL),
-            Err(e) => Decision::deny(crate::admission::DenyCode::BadRequest, e.0),
-        }
+        })
     };
-    let mutated = decide(Webhook::Mutate, pod);
-    let mut stored = pod.clone();
-    match &mutated.ruling {
-        Ruling::Deny { message, .. } => return Expected::Refused(message.clone()),
-        Ruling::Allow { patch: Some(patch) } => {
-            if let Err(e) = json_patch::patch(&mut stored, patch) {
-                return Expected::Refused(format!(
-                    "the mutating webhook's patch does not apply: {e}"
-                ));
-            }
-        }
-        Ruling::Allow { patch: None } => {}
-    }
-    let validated = decide(Webhook::Validate, &stored);
-    if let Ruling::Deny { message, .. } = &validated.ruling {
-        return Expected::Refused(message.clone());
-    }
+    let stored = match rules.admit(pod, true, review, scope, Budget::FULL) {
+        Ok(stored) => stored,
+        Err(message) => return Expected::Refused(message),
+    };
     Expected::Admitted {
         node_selector: stored
             .pointer("/spec/nodeSelector")

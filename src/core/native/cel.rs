@@ -671,57 +671,39 @@ impl Expr {
                         newline(out, indent + 2);
                         body.layout(out, ANY, indent + 2, width);
                     }
-                    _ => {
-                        for (i, arg) in args.iter().enumerate() {
-                            if i > 0 {
-                                out.push(',');
-                            }
-                            newline(out, indent + 2);
-                            arg.layout(out, ANY, indent + 2, width);
-                        }
-                    }
+                    _ => layout_joined(out, args, indent, |out, arg| {
+                        arg.layout(out, ANY, indent + 2, width)
+                    }),
                 }
                 newline(out, indent);
                 out.push(')');
             }
             Node::List(items) => {
                 out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, indent + 2);
-                    item.layout(out, ANY, indent + 2, width);
-                }
+                layout_joined(out, items, indent, |out, item| {
+                    item.layout(out, ANY, indent + 2, width)
+                });
                 newline(out, indent);
                 out.push(']');
             }
             Node::Map(entries) => {
                 out.push('{');
-                for (i, (key, value)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, indent + 2);
+                layout_joined(out, entries, indent, |out, (key, value)| {
                     key.layout(out, ANY, indent + 2, width);
                     out.push_str(": ");
                     value.layout(out, ANY, indent + 2, width);
-                }
+                });
                 newline(out, indent);
                 out.push('}');
             }
             Node::Message { name, fields } => {
                 out.push_str(name);
                 out.push('{');
-                for (i, (field, value)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, indent + 2);
+                layout_joined(out, fields, indent, |out, (field, value)| {
                     out.push_str(field);
                     out.push_str(": ");
                     value.layout(out, ANY, indent + 2, width);
-                }
+                });
                 newline(out, indent);
                 out.push('}');
             }
@@ -751,6 +733,22 @@ fn write_joined<T>(out: &mut String, items: &[T], mut write: impl FnMut(&mut Str
             out.push_str(", ");
         }
         write(out, item);
+    }
+}
+
+/// `items` one per line, indented below `indent`, comma-separated, each written by `layout`.
+fn layout_joined<T>(
+    out: &mut String,
+    items: &[T],
+    indent: usize,
+    mut layout: impl FnMut(&mut String, &T),
+) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        newline(out, indent + 2);
+        layout(out, item);
     }
 }
 

@@ -48,12 +48,10 @@ use serde_json::{json, Value};
 use super::generate;
 use super::object::{Native, Options};
 use super::tests::rules;
-use crate::admission::{Decision, DenyCode, Request, Ruling};
 use crate::labels::Labels;
 use crate::node_selector::POOL_ANNOTATION;
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
-use crate::webhook::Webhook;
 
 #[path = "../tests/data/image_reference_table.rs"]
 mod image_reference_table;
@@ -480,30 +478,18 @@ fn webhook(rules: &RuleSet, case: &Case) -> Outcome {
         labels: Some(&case.labels),
         pools: None,
     };
-    let decide = |webhook: Webhook, object: &Value| -> Decision {
-        let review = case.review(object);
-        match Request::from_value(&review) {
-            Ok(req) => rules.decide(webhook, &req, scope, Budget::FULL),
-            Err(e) => Decision::deny(DenyCode::BadRequest, e.0),
-        }
-    };
     let key = &rules.config.namespace_label;
-    let mut object = case.object.clone();
     let labelled = case.labels.get(key).is_some_and(|v| !v.is_empty());
-    if case.kind.2 == "Pod" && case.operation == "CREATE" && labelled {
-        match decide(Webhook::Mutate, &object).ruling {
-            Ruling::Deny { message, .. } => return Outcome::Refused(message),
-            Ruling::Allow { patch: Some(patch) } => {
-                if let Err(e) = json_patch::patch(&mut object, &patch) {
-                    return Outcome::Refused(format!("the webhook's patch does not apply: {e}"));
-                }
-            }
-            Ruling::Allow { patch: None } => {}
-        }
-    }
-    match decide(Webhook::Validate, &object).ruling {
-        Ruling::Deny { message, .. } => Outcome::Refused(message),
-        Ruling::Allow { .. } => Outcome::Admitted(object),
+    let mutating = case.kind.2 == "Pod" && case.operation == "CREATE" && labelled;
+    match rules.admit(
+        &case.object,
+        mutating,
+        |o| case.review(o),
+        scope,
+        Budget::FULL,
+    ) {
+        Ok(object) => Outcome::Admitted(object),
+        Err(message) => Outcome::Refused(message),
     }
 }
 
