@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocator;
+pub mod app;
 pub mod audit;
 pub mod certs;
 pub mod cli;

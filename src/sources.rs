@@ -162,7 +162,7 @@ impl Sources {
             strict: &files,
             tolerated: &cluster,
         };
-        gatekeeper::rules(config, policies, placement, files, &origin)
+        RuleSet::with_gatekeeper(config, policies, placement, files, &origin)
     }
 }
 

@@ -5,7 +5,9 @@
 //! `mod` declaration is not a path, but `child::f()` or `pub use child::X` is): a child that
 //! imports from its parent while the parent calls it is a loop like any other, so what both
 //! need belongs in a leaf module (as `native::object` holds what the generator's parts share).
-//! Test modules (`#[cfg(test)] mod … { … }`) are left out too: they may read whatever they test.
+//! Test modules (`#[cfg(test)] mod … { … }`, and files declared `#[cfg(test)] mod name;`) are left
+//! out too: they may read whatever they test. A second check collapses the files to their
+//! top-level modules: those form layers, no two importing each other through any chain.
 //! A cycle fails the test and is printed file by file.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,6 +45,26 @@ impl Crate {
             }
             modules.insert(segments, file);
         }
+        // Files declared `#[cfg(test)] mod name;` are test modules like inline ones.
+        let mut test_only = Vec::new();
+        for (module, file) in &modules {
+            let code = code_only(&std::fs::read_to_string(file).unwrap());
+            let mut rest = code.as_str();
+            while let Some(at) = rest.find("#[cfg(test)]") {
+                rest = &rest[at + "#[cfg(test)]".len()..];
+                let decl = rest.trim_start();
+                let decl = decl.strip_prefix("pub ").unwrap_or(decl);
+                if let Some(name) = decl.strip_prefix("mod ").and_then(|d| d.split_once(';')) {
+                    let name = name.0.trim();
+                    if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                        let mut child = module.clone();
+                        child.push(name.to_owned());
+                        test_only.push(child);
+                    }
+                }
+            }
+        }
+        modules.retain(|module, _| !test_only.iter().any(|t| module.starts_with(t)));
         Crate { modules }
     }
 
@@ -517,4 +539,102 @@ fn the_checker_finds_a_cycle() {
     let found = report("t", &Crate::read(dir.path(), &[]));
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("a.rs") && found[0].contains("b.rs") && found[0].contains("c.rs"));
+}
+
+/// Each file's edges collapsed to the top-level modules they belong to (`policy/set.rs` is
+/// `policy`), edges within one module left out.
+fn top_level(
+    edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let top = |m: &Vec<String>| m.iter().take(1).cloned().collect::<Vec<String>>();
+    let mut out: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (from, targets) in edges {
+        let entry = out.entry(top(from)).or_default();
+        for to in targets {
+            if top(to) != top(from) && !to.is_empty() {
+                entry.insert(top(to));
+            }
+        }
+    }
+    out
+}
+
+/// The cycles among a crate's top-level modules, each module with the files that close it.
+fn top_level_report(name: &str, krate: &Crate) -> Vec<String> {
+    let edges = krate.edges();
+    let graph = top_level(&edges);
+    cycles(&graph)
+        .into_iter()
+        .map(|component| {
+            let crossing: Vec<String> = edges
+                .iter()
+                .flat_map(|(from, targets)| targets.iter().map(move |to| (from, to)))
+                .filter(|(from, to)| {
+                    let top = |m: &Vec<String>| m.iter().take(1).cloned().collect::<Vec<_>>();
+                    top(from) != top(to)
+                        && component.contains(&top(from))
+                        && component.contains(&top(to))
+                })
+                .map(|(from, to)| {
+                    format!(
+                        "  {} -> {}",
+                        shown(&krate.modules[from]),
+                        shown(&krate.modules[to])
+                    )
+                })
+                .collect();
+            let names: Vec<String> = component.iter().map(|m| m.join("::")).collect();
+            format!(
+                "{name}: top-level modules in a cycle: {}\n{}",
+                names.join(", "),
+                crossing.join("\n")
+            )
+        })
+        .collect()
+}
+
+/// Each crate's top-level modules form layers: no two of them import each other, directly or
+/// through others (`policy` is below `ruleset`, `server` below `app`).
+#[test]
+fn no_cycle_among_top_level_modules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let core = src.join("core");
+    let mut found = top_level_report("poolguard", &Crate::read(&src, &[&core]));
+    found.extend(top_level_report("poolguard-core", &Crate::read(&core, &[])));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// Files of different folders that import each other in a chain are a top-level cycle even
+/// when no file-level cycle exists; `#[cfg(test)] mod x;` files are left out.
+#[test]
+fn the_checker_finds_a_top_level_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap()
+    };
+    write("lib.rs", "pub mod a;\npub mod b;\n");
+    write(
+        "a/mod.rs",
+        "pub mod low;\npub mod high;\n#[cfg(test)]\nmod tests;\n",
+    );
+    write("a/low.rs", "pub struct X;\n");
+    write("a/high.rs", "use crate::b::Y;\n");
+    write("a/tests.rs", "use crate::b::Y;\n");
+    write("b/mod.rs", "pub struct Y;\n");
+    let krate = Crate::read(dir.path(), &[]);
+    assert!(report("t", &krate).is_empty());
+    assert!(top_level_report("t", &krate).is_empty(), "a -> b only");
+    write("b/mod.rs", "pub struct Y(crate::a::low::X);\n");
+    let krate = Crate::read(dir.path(), &[]);
+    assert!(report("t", &krate).is_empty(), "no file-level cycle");
+    let found = top_level_report("t", &krate);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("a/high.rs") && found[0].contains("b/mod.rs"),
+        "{found:?}"
+    );
+    assert!(!found[0].contains("tests.rs"), "{found:?}");
 }

@@ -6,8 +6,7 @@ use poolguard_core::admission::Request;
 use poolguard_core::config::Config;
 use poolguard_core::policy::dependencies::State;
 use poolguard_core::policy::{template, Evaluation, PolicySet};
-use poolguard_core::rollout::view::RolloutView;
-use poolguard_core::ruleset::{Budget, RuleSet};
+use poolguard_core::ruleset::{Budget, RuleSet, Subject};
 use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 use serde_json::json;
@@ -29,20 +28,17 @@ fn stackl_template_runs_unchanged() {
     )
     .unwrap();
     let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
+    let rules = RuleSet::new(config.clone(), policies.clone(), Default::default(), "t").unwrap();
     let evaluate = |image: &str| {
-        let limit = Budget::FULL.limit(&config);
-        let rollouts = RolloutView::default();
-        let placed = State::NotApplied;
-        policies.evaluate(
-            Some(&input(image)),
-            None,
-            None,
-            None,
-            placed,
-            &config,
-            &rollouts,
-            limit,
-        )
+        let document = input(image);
+        let subject = Subject {
+            document: Some(&document),
+            review: None,
+            pool: None,
+            labels: None,
+            placement: State::NotApplied,
+        };
+        rules.evaluate(subject, Budget::FULL.limit(&config))
     };
     let ok = evaluate("repo.example.com/postgres:latest");
     assert_eq!(ok[0].result, Evaluation::Ran(Ok(vec![])));

@@ -19,8 +19,9 @@ use poolguard_core::policy::rego_tests;
 use poolguard_core::report::ReportApi;
 use poolguard_core::webhook::Webhook;
 
+use crate::app as serve;
 use crate::certs::authority as certs;
-use crate::server::{self as serve, tls::TlsFiles};
+use crate::server::tls::TlsFiles;
 use crate::sources::{self, Sources, DEFAULT_POLICIES_DIR};
 
 /// Kubernetes admission webhook: puts pods on their namespace's node pool and enforces Rego

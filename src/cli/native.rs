@@ -34,7 +34,7 @@ pub async fn apply(
 ) -> Result<ExitCode> {
     let rules = sources.load()?;
     let generated = native::generate(&rules, options);
-    let client = crate::server::kube_client(kubeconfig, "give --kubeconfig").await?;
+    let client = crate::app::kube_client(kubeconfig, "give --kubeconfig").await?;
     let synced = native_objects::sync(&client, &generated).await?;
     println!(
         "applied {} objects (field manager {}), deleted {}{}",

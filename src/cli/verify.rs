@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use poolguard_core::gatekeeper::suite::{self, CaseResult};
+use poolguard_core::gator::suite::{self, CaseResult};
 
 /// Runs every suite (a `Suite` file, or a directory searched for `suite.yaml` files); prints
 /// one line per disagreeing case (every case with `verbose`), each template's load error and

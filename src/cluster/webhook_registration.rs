@@ -41,12 +41,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use poolguard_core::native;
+use poolguard_core::ruleset::RuleSet;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::native_objects;
-use crate::sources::Rules;
 use crate::telemetry::metrics::FallbackMetrics;
 
 /// The field manager of the registration's writes.
@@ -67,8 +67,8 @@ pub const SETTLE: Duration = Duration::from_secs(15);
 pub struct Fallback {
     /// Whether this replica leads the audit (the leader writes the native objects).
     pub leading: watch::Receiver<bool>,
-    /// The rules of the moment.
-    pub rules: Rules,
+    /// The rules of the moment (the server's current rule set, as the sources keep it).
+    pub rules: Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>,
     /// Where the native objects' bindings look, as the leader's writer generates them.
     pub options: native::Options,
     /// Where and with what the canary pods show that the API server enforces the objects.

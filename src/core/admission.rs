@@ -431,7 +431,7 @@ pub struct PolicyResult {
     /// dependency.
     pub pending: Option<String>,
     /// For a policy under a rollout: the group, its status and the version that ran.
-    pub rollout: Option<crate::rollout::view::RolloutMark>,
+    pub rollout: Option<crate::rollout_mark::RolloutMark>,
     /// Whether what the policy found would refuse the request were its enforcement `deny`: an
     /// infringement the old object did not have (on UPDATE, compared as the decision compares
     /// them; every one otherwise), or an error that `evaluation.onError: deny` refuses.

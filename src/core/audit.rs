@@ -1193,7 +1193,7 @@ policies:
             .enumerate()
             .map(|(i, text)| (format!("file-{i}.yaml").into(), text.to_string()))
             .collect();
-        crate::gatekeeper::rules(
+        crate::ruleset::RuleSet::with_gatekeeper(
             Config::default(),
             PolicySet::default(),
             Default::default(),

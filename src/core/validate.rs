@@ -17,7 +17,7 @@ use crate::placement_policy::{self, Chosen, PlacementSet};
 use crate::pod_images;
 use crate::policy::dependencies::State;
 use crate::policy::{input, Evaluation, Outcome};
-use crate::ruleset::RuleSet;
+use crate::ruleset::{RuleSet, Subject};
 use crate::scope::Scope;
 
 /// Longest policy error quoted in a denial or warning (Rego errors can quote whole sources).
@@ -292,14 +292,14 @@ pub fn check(
     let document = input::document(object, &images, pool);
     let placed = State::of_placement(placement.as_ref(), path.len() == 1);
     Checks {
-        policies: Ok(policies.evaluate(
-            Some(&document),
-            review,
-            pool,
-            labels,
-            placed,
-            config,
-            &rules.rollouts,
+        policies: Ok(rules.evaluate(
+            Subject {
+                document: Some(&document),
+                review,
+                pool,
+                labels,
+                placement: placed,
+            },
             limit,
         )),
         placement,
@@ -317,14 +317,14 @@ pub(crate) fn constraints_only(
 ) -> Vec<Outcome> {
     let config = &rules.config;
     let pool = node_selector::pool_of(labels, &config.namespace_label);
-    rules.policies.evaluate(
-        None,
-        Some(review),
-        pool,
-        labels,
-        State::NotApplied,
-        config,
-        &rules.rollouts,
+    rules.evaluate(
+        Subject {
+            document: None,
+            review: Some(review),
+            pool,
+            labels,
+            placement: State::NotApplied,
+        },
         limit,
     )
 }

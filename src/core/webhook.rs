@@ -189,7 +189,7 @@ mod tests {
                 include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
             ),
         ];
-        let (with_constraint, _) = crate::gatekeeper::rules(
+        let (with_constraint, _) = crate::ruleset::RuleSet::with_gatekeeper(
             Config::default(),
             PolicySet::default(),
             Default::default(),

@@ -15,7 +15,7 @@ use kube::Client;
 use super::store::{self, Change, Contents, Location, COMMANDS, CURRENT, PREVIOUS, STATE};
 use crate::telemetry::metrics::Metrics;
 use poolguard_core::audit_tally::Tally;
-use poolguard_core::rollout::observe::{self, ReplicaCounts};
+use poolguard_core::evidence::{self as observe, ReplicaCounts};
 use poolguard_core::rollout::view::StoredVersion;
 use poolguard_core::rollout::{self, Change as Moved, Observations, RolloutState, Transition};
 use poolguard_core::ruleset::RuleSet;

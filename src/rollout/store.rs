@@ -19,7 +19,7 @@ use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use poolguard_core::rollout::observe::ReplicaCounts;
+use poolguard_core::evidence::ReplicaCounts;
 use poolguard_core::rollout::view::StoredVersion;
 use poolguard_core::rollout::{Command, RolloutState};
 

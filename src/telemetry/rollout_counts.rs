@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use poolguard_core::admission::PolicyResult;
 use poolguard_core::config::Enforcement;
-use poolguard_core::rollout::observe::{AdmissionCounts, ReplicaCounts};
+use poolguard_core::evidence::{AdmissionCounts, ReplicaCounts};
 use poolguard_core::rollout::GroupStatus;
 
 /// Seconds of denial history kept for the last-minute count.

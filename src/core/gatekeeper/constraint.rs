@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 
-use super::matching::Match;
 use crate::config::Enforcement;
+use crate::matching::Match;
 
 /// The API group of constraints.
 pub const GROUP: &str = "constraints.gatekeeper.sh";

@@ -4,7 +4,7 @@
 //! prepared engine whose entry rule is `violation`, applying to the objects its `spec.match`
 //! selects ([`Match`]). Its `spec.parameters` and `spec.enforcementAction` become the config's
 //! `policies.<name>` settings ([`configure`]), so from there on a constraint is decided by the
-//! same code as a SIT policy: [`crate::policy::PolicySet::evaluate`] with its rollouts,
+//! same code as a SIT policy: [`crate::ruleset::RuleSet::evaluate`] with its rollouts,
 //! dependencies, memo-free evaluation within the time limit, and the audit. The input is
 //! Gatekeeper's: `input.review` (the AdmissionRequest, with `namespaceObject` when the
 //! namespace is known) and `input.parameters`.
@@ -12,14 +12,8 @@
 pub mod bodies;
 pub mod constraint;
 #[cfg(test)]
-mod decisions;
-#[cfg(test)]
 mod engine_differences;
 pub mod lint;
-pub(crate) mod matching;
-pub(crate) mod namespace_object;
-pub mod review;
-pub mod suite;
 pub mod template;
 
 use std::collections::BTreeMap;
@@ -33,7 +27,7 @@ pub(crate) use template::{CompiledTemplate, ConstraintTemplate};
 
 use crate::config::Config;
 use crate::policy::engine::ConstraintSource;
-use crate::policy::{Policy, PolicySet};
+use crate::policy::Policy;
 
 /// The templates and constraints of a set of files.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -96,7 +90,10 @@ pub fn compile(documents: &Documents) -> Result<Compiled> {
 /// [`compile`] of `strict`, then of `tolerated` one document at a time: what of `tolerated`
 /// would be an error is left out instead (a template with its constraints), with a warning
 /// saying what and why. Also the constraints kept, `strict`'s then `tolerated`'s.
-fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, Vec<Constraint>)> {
+pub(crate) fn compile_with(
+    strict: &Documents,
+    tolerated: Documents,
+) -> Result<(Compiled, Vec<Constraint>)> {
     let mut by_kind: BTreeMap<String, CompiledTemplate> = BTreeMap::new();
     let mut warnings = Vec::new();
     let mut left_out = Vec::new();
@@ -179,7 +176,7 @@ fn compile_with(strict: &Documents, tolerated: Documents) -> Result<(Compiled, V
 }
 
 /// Reads `files` one at a time: one that does not read is left out, with a warning.
-fn read_tolerant(files: &[(PathBuf, String)], warnings: &mut Vec<String>) -> Documents {
+pub(crate) fn read_tolerant(files: &[(PathBuf, String)], warnings: &mut Vec<String>) -> Documents {
     let mut out = Documents::default();
     for file in files {
         match read(std::slice::from_ref(file)) {
@@ -234,26 +231,4 @@ impl<'a> Files<'a> {
             tolerated: &[],
         }
     }
-}
-
-/// The rule set of `config` with the SIT policies `sit`, the placement policies `placement`
-/// and the Gatekeeper documents of `files`. Also the warnings: the templates' lint and what
-/// of `files.tolerated` was left out.
-pub fn rules(
-    mut config: Config,
-    sit: PolicySet,
-    placement: crate::placement_policy::PlacementSet,
-    files: Files,
-    origin: &str,
-) -> Result<(crate::ruleset::RuleSet, Vec<String>)> {
-    let strict = read(files.strict)?;
-    let mut left_out = Vec::new();
-    let tolerated = read_tolerant(files.tolerated, &mut left_out);
-    let (compiled, constraints) = compile_with(&strict, tolerated)?;
-    configure(&mut config, &constraints).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-    let policies = PolicySet::with_constraints(sit, compiled.policies)?;
-    let rules = crate::ruleset::RuleSet::new(config, policies, placement, origin)?;
-    let mut warnings = left_out;
-    warnings.extend(compiled.warnings);
-    Ok((rules, warnings))
 }

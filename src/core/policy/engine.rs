@@ -53,7 +53,7 @@ pub struct Policy {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConstraintSource {
-    pub matching: crate::gatekeeper::matching::Match,
+    pub matching: crate::matching::Match,
     /// The template's `metadata.name`.
     pub template: String,
     /// The template's kind (its constraints' kind).
@@ -395,9 +395,9 @@ impl Policy {
     }
 
     /// The policy's version under `config`, for rollouts (see
-    /// [`crate::rollout::policy_version`]).
+    /// [`crate::policy::version::policy_version`]).
     pub fn version(&self, config: &Config) -> String {
-        crate::rollout::policy_version(&self.rego, config, &self.name)
+        crate::policy::version::policy_version(&self.rego, config, &self.name)
     }
 
     /// Evaluates `infringement` on `input` within `limit` in the Rego interpreter (also for a

@@ -11,6 +11,7 @@ pub mod set;
 pub mod shipped;
 pub(crate) mod string_literal;
 pub mod template;
+pub mod version;
 
 pub(crate) use engine::{add_source, new_engine};
 pub use engine::{kind_of, Policy};

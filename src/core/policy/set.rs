@@ -1,5 +1,6 @@
-//! The loaded SIT policies as a set: their evaluation order, versions and remembered results,
-//! and the evaluation of every policy that applies to one object.
+//! The loaded policies as a set: their evaluation order, versions and remembered results, and
+//! the runner that evaluates one of them on one object. Which policies apply to an object is
+//! the decision context's to say ([`crate::ruleset::plan`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,14 +8,13 @@ use std::time::Duration;
 use anyhow::Result;
 use regorus::Value;
 
-use super::dependencies::{self, Plan, State, Unmet};
+use super::dependencies::{Plan, State, Unmet};
 use super::engine::{compile_sorted, Policy};
 use super::memo::Memo;
 use super::template::Template;
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
-use crate::labels::Labels;
-use crate::rollout::view::{RolloutMark, RolloutView};
+use crate::rollout_mark::RolloutMark;
 
 /// All loaded policies, sorted by name, with their versions and dependencies under the config
 /// they were loaded with.
@@ -180,99 +180,44 @@ impl PolicySet {
             .collect()
     }
 
-    /// Runs every policy the config gives parameters for (at cluster or `pool` level) on `input`
-    /// (the [`input::document`] of an object's pod spec), adding `review` for the policies that
-    /// read it. For an object without a pod spec (`input` `None`) only the constraints whose
-    /// match selects it run: SIT policies judge pod specs. A policy under a
-    /// rollout runs the version, and at the enforcement, that its rollout gives a namespace
-    /// with `labels` ([`RolloutView::resolve`] on `rollouts`). Each evaluation takes at most
-    /// `limit`.
-    ///
-    /// Policies run in the order of their dependencies ([`PolicySet::set_plan`]); one whose
-    /// dependency is not in the required compliance for this object — given the policies run
-    /// before it and `placement`, the placement decision's [`State`] — is Pending: not run.
-    /// Outcomes come in policy name order.
-    #[allow(clippy::too_many_arguments)]
-    pub fn evaluate(
-        &self,
-        input: Option<&serde_json::Value>,
-        review: Option<&serde_json::Value>,
-        pool: Option<&str>,
-        labels: Option<&Labels>,
-        placement: State,
-        config: &Config,
-        rollouts: &RolloutView,
-        limit: Duration,
-    ) -> Vec<Outcome> {
-        // Constraints read the namespace as Gatekeeper gives it, `namespaceObject`: made here
-        // from the namespace's labels when the review has none (once per call, and only when
-        // constraints are loaded).
-        let with_namespace = review
-            .filter(|_| self.has_constraints())
-            .and_then(|r| crate::gatekeeper::namespace_object::with_namespace_object(r, labels));
-        let review = with_namespace.as_ref().or(review);
-        let no_pod_spec = serde_json::Value::Object(Default::default());
-        let mut request = RequestInput::new(input.unwrap_or(&no_pod_spec), review);
-        let plan = &self.plan;
-        let dependent = plan.has_dependencies();
-        // What each policy was for this object, for the ones after it: only when some policy
-        // has dependencies.
-        let mut states = if dependent {
-            vec![State::NotApplied; self.policies.len()]
-        } else {
-            Vec::new()
-        };
-        let mut outcomes = Vec::new();
-        for &i in &plan.order {
-            let loaded = &self.policies[i];
-            if !loaded.applies(input.is_some(), review) {
-                continue;
-            }
-            let version = self.version(&loaded.name);
-            let Some(settings) = rollouts.resolve(loaded, version, config, pool, labels) else {
-                continue;
-            };
-            let policy = settings.policy;
-            let unmet = if dependent {
-                dependencies::unmet(&plan.needs[i], &states, placement)
-            } else {
-                None
-            };
-            let result = match unmet {
-                Some(unmet) => Evaluation::Pending(Pending {
-                    unmet,
-                    ignore_pending: plan.ignore_pending[i],
-                }),
-                None => Evaluation::Ran(self.run(policy, settings.parameters, &mut request, limit)),
-            };
-            if dependent {
-                states[i] = result.state();
-            }
-            outcomes.push(Outcome {
-                policy: policy.name.clone(),
-                enforcement: settings.enforcement,
-                result,
-                rollout: settings.rollout,
-            });
+    /// The policy at `index` in name order (the index dependencies use).
+    pub(crate) fn at(&self, index: usize) -> &Policy {
+        &self.policies[index]
+    }
+
+    /// A runner for one object: its pod spec's `document` (an empty object for an object
+    /// without one) and the AdmissionRequest `review`, each converted once for all the policies
+    /// run on them.
+    pub(crate) fn runner<'a>(
+        &'a self,
+        document: &'a serde_json::Value,
+        review: Option<&'a serde_json::Value>,
+    ) -> Runner<'a> {
+        Runner {
+            set: self,
+            request: RequestInput::new(document, review),
         }
-        if dependent {
-            // Back to name order (the names are unique).
-            outcomes.sort_by(|a, b| a.policy.cmp(&b.policy));
-        }
-        outcomes
     }
 }
 
-impl PolicySet {
-    /// One policy's messages on the request: from its Rust copy when it is shipped and takes
-    /// the input (cheaper than a memo key), else remembered, else from the interpreter.
-    fn run(
-        &self,
+/// Runs policies on one object ([`PolicySet::runner`]).
+pub(crate) struct Runner<'a> {
+    set: &'a PolicySet,
+    request: RequestInput<'a>,
+}
+
+impl Runner<'_> {
+    /// One policy's messages on the object with `parameters`, within `limit`: from its Rust copy
+    /// when it is shipped and takes the input (cheaper than a memo key), else remembered, else
+    /// from the interpreter.
+    pub(crate) fn run(
+        &mut self,
         policy: &Policy,
         parameters: &Parameters,
-        request: &mut RequestInput,
         limit: Duration,
     ) -> Result<Vec<String>, String> {
+        let request = &mut self.request;
+        let memo = &self.set.memo;
         let shipped = policy
             .shipped
             .and_then(|shipped| shipped.infringements(request.document, parameters.map()));
@@ -280,14 +225,14 @@ impl PolicySet {
             return Ok(messages);
         }
         // The memo's key: the policy, its parameters and the document, as text.
-        let key = (policy.memoizable && self.memo.keeps(0))
+        let key = (policy.memoizable && memo.keeps(0))
             .then(|| Memo::<Vec<String>>::key(policy.id, &[parameters.text(), request.text()]));
-        if let Some(messages) = key.as_deref().and_then(|k| self.memo.get(k)) {
+        if let Some(messages) = key.as_deref().and_then(|k| memo.get(k)) {
             return Ok(messages);
         }
         let result = request.run(policy, parameters, limit);
         if let (Some(key), Ok(messages)) = (key, &result) {
-            self.memo.insert(key, messages.clone());
+            memo.insert(key, messages.clone());
         }
         result
     }
@@ -359,6 +304,32 @@ mod tests {
     /// The configured per-policy time limit, uncut.
     fn limit(config: &Config) -> Duration {
         Duration::from_millis(config.evaluation.timeout_millis)
+    }
+
+    /// What the policies that apply say of a pod spec `document` under `config`, through the
+    /// decision context (no rollouts, no placement policies; the memo stays `policies'`).
+    fn evaluate(
+        policies: &PolicySet,
+        config: &Config,
+        document: Option<&serde_json::Value>,
+        review: Option<&serde_json::Value>,
+        pool: Option<&str>,
+        placement: State,
+    ) -> Vec<Outcome> {
+        let rules = crate::ruleset::RuleSet {
+            config: config.clone(),
+            policies: policies.clone(),
+            placement: Default::default(),
+            rollouts: Default::default(),
+        };
+        let subject = crate::ruleset::Subject {
+            document,
+            review,
+            pool,
+            labels: None,
+            placement,
+        };
+        rules.evaluate(subject, limit(config))
     }
 
     fn template(name: &str, rego: &str) -> Template {
@@ -598,15 +569,13 @@ mod tests {
         policies.set_memo(&cluster);
         let doc = |image: &str| json!({"services": {"web-": {"functional_requirements": {"c": {"image": image}}}}, "target": null});
         let run = |policies: &PolicySet, config: &Config, image: &str, uid: &str| {
-            let outcomes = policies.evaluate(
+            let outcomes = evaluate(
+                &policies,
+                config,
                 Some(&doc(image)),
                 Some(&json!({"uid": uid})),
                 None,
-                None,
                 State::NotApplied,
-                config,
-                &RolloutView::default(),
-                limit(config),
             );
             outcomes
                 .into_iter()
@@ -678,15 +647,13 @@ mod tests {
         .unwrap();
         let document = json!({"services": {}, "target": "gpu"});
         let review = json!({"uid": "u-1"});
-        let outcomes = policies.evaluate(
+        let outcomes = evaluate(
+            &policies,
+            &config,
             Some(&document),
             Some(&review),
             None,
-            None,
             State::NotApplied,
-            &config,
-            &RolloutView::default(),
-            limit(&config),
         );
         let by_name = |n: &str| {
             outcomes
@@ -751,7 +718,7 @@ pools:
 
     #[test]
     fn dependencies_table() {
-        use dependencies::State::{Compliant, NonCompliant, NotApplied};
+        use super::super::dependencies::State::{Compliant, NonCompliant, NotApplied};
         let rules = crate::ruleset::RuleSet::new(
             Config::parse(DEPENDENT, "t").unwrap(),
             flagged(&["s", "t", "u", "v", "w", "x", "y", "z"]),
@@ -865,33 +832,29 @@ pools:
         ];
         for (name, flags, pool, placement, want) in cases {
             let document = json!({"services": {}, "flags": flags});
-            let got: Vec<(String, String)> = rules
-                .policies
-                .evaluate(
-                    Some(&document),
-                    None,
-                    pool,
-                    None,
-                    placement,
-                    &rules.config,
-                    &RolloutView::default(),
-                    limit(&rules.config),
-                )
-                .into_iter()
-                .map(|o| {
-                    let what = match &o.result {
-                        Evaluation::Ran(Ok(found)) if found.is_empty() => "pass".to_string(),
-                        Evaluation::Ran(Ok(_)) => "fail".to_string(),
-                        Evaluation::Ran(Err(_)) => "error".to_string(),
-                        Evaluation::Pending(p) => {
-                            // ignorePending is x's alone.
-                            assert_eq!(p.ignore_pending, o.policy == "x", "{name}");
-                            pending(&p.unmet.to_string())
-                        }
-                    };
-                    (o.policy, what)
-                })
-                .collect();
+            let got: Vec<(String, String)> = evaluate(
+                &rules.policies,
+                &rules.config,
+                Some(&document),
+                None,
+                pool,
+                placement,
+            )
+            .into_iter()
+            .map(|o| {
+                let what = match &o.result {
+                    Evaluation::Ran(Ok(found)) if found.is_empty() => "pass".to_string(),
+                    Evaluation::Ran(Ok(_)) => "fail".to_string(),
+                    Evaluation::Ran(Err(_)) => "error".to_string(),
+                    Evaluation::Pending(p) => {
+                        // ignorePending is x's alone.
+                        assert_eq!(p.ignore_pending, o.policy == "x", "{name}");
+                        pending(&p.unmet.to_string())
+                    }
+                };
+                (o.policy, what)
+            })
+            .collect();
             let want: Vec<(String, String)> =
                 want.into_iter().map(|(p, w)| (p.to_string(), w)).collect();
             assert_eq!(got, want, "{name}");
@@ -911,15 +874,13 @@ pools:
         .unwrap();
         assert!(!rules.policies.plan().has_dependencies());
         assert_eq!(rules.policies.plan().order, [0, 1]);
-        let outcomes = rules.policies.evaluate(
+        let outcomes = evaluate(
+            &rules.policies,
+            &rules.config,
             Some(&json!({"flags": {"a": "fail", "b": "error"}})),
             None,
             None,
-            None,
             State::NotApplied,
-            &rules.config,
-            &RolloutView::default(),
-            limit(&rules.config),
         );
         let names: Vec<&str> = outcomes.iter().map(|o| o.policy.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
@@ -972,7 +933,7 @@ pools:
         let off = config("policies:\n  v:\n    parameters: {on: false}\n");
         assert_eq!(
             policy.version(&on),
-            crate::rollout::policy_version(rego, &on, "v")
+            crate::policy::version::policy_version(rego, &on, "v")
         );
         assert_eq!(policy.version(&on), policy.version(&warn));
         assert_ne!(policy.version(&on), policy.version(&off));

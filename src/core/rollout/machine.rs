@@ -34,25 +34,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::rollout::RolloutSpec;
 use crate::config::Enforcement;
+pub use crate::rollout_mark::GroupStatus;
 
 /// Seconds as the state machine counts them (Unix seconds, `i64`).
 fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
-}
-
-/// Where a group stands in the rollout of the current version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum GroupStatus {
-    /// Waiting for its turn (or approval): still on the previous version.
-    ToApply,
-    /// On the new version at `warn`, proving itself.
-    Progressing,
-    /// On the new version at the final enforcement.
-    Succeeded,
-    /// Was enforcing, until the safety valve dropped it back to `warn`.
-    Failed,
-    /// Did not succeed within the progress deadline; stays at `warn`. The rollout stops here.
-    TimeOut,
 }
 
 /// One group's state.
@@ -80,7 +66,7 @@ pub struct GroupState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutState {
-    /// The policy version being rolled out (see [`super::policy_version`]).
+    /// The policy version being rolled out (see [`crate::policy::version::policy_version`]).
     pub version: String,
     /// The version groups not reached yet stay on; `None` for a new policy.
     pub previous_version: Option<String>,

@@ -20,6 +20,7 @@ use crate::gatekeeper::template::{self, ConstraintTemplate};
 use crate::labels::Labels;
 use crate::policy::engine::{ConstraintSource, Policy};
 use crate::policy::template::Template;
+pub use crate::rollout_mark::RolloutMark;
 
 /// One version of a policy as stored beside the rollout state: enough to run it anywhere.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,16 +165,6 @@ pub struct PolicyRollout {
 #[derive(Clone, Default)]
 pub struct RolloutView {
     pub policies: BTreeMap<String, PolicyRollout>,
-}
-
-/// Which rollout group and status a decision was made under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolloutMark {
-    /// The group's name; empty for a namespace in no group.
-    pub group: String,
-    pub status: Option<GroupStatus>,
-    /// The version that ran.
-    pub version: String,
 }
 
 /// What runs for one policy in one namespace.

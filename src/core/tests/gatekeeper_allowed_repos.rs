@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use poolguard_core::config::Config;
-use poolguard_core::gatekeeper::{self, review};
+use poolguard_core::gatekeeper;
+use poolguard_core::gator::review;
 use poolguard_core::image;
 use poolguard_core::policy::{template, Evaluation, Outcome, PolicySet};
 use poolguard_core::ruleset::RuleSet;
@@ -79,7 +80,7 @@ fn pair(repos: &[&str]) -> Pair {
         (PathBuf::from("template.yaml"), TEMPLATE.to_string()),
         (PathBuf::from("constraint.json"), constraint.to_string()),
     ];
-    let (gatekeeper, warnings) = gatekeeper::rules(
+    let (gatekeeper, warnings) = poolguard_core::ruleset::RuleSet::with_gatekeeper(
         Config::parse("{}", "cfg.yaml").unwrap(),
         PolicySet::default(),
         Default::default(),

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::policy::dependencies::State;
 use crate::policy::{input, Outcome};
-use crate::ruleset::RuleSet;
+use crate::ruleset::{RuleSet, Subject};
 
 /// The review of `object` outside admission, as Gatekeeper's audit and gator build it: `kind`
 /// (group, version, kind), `name`, `namespace`, `object`, and `namespaceObject` when the
@@ -47,7 +47,7 @@ pub fn namespace_of(object: &Value) -> Option<&str> {
 }
 
 /// Every policy and constraint of `rules` that applies to `review`, decided by
-/// [`crate::policy::PolicySet::evaluate`] (rollouts and dependencies included) with no pool
+/// [`crate::ruleset::RuleSet::evaluate`] (rollouts and dependencies included) with no pool
 /// and the namespace's labels from `namespaceObject`. Each evaluation takes at most `limit`.
 pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome> {
     let object = if review["object"].is_object() {
@@ -69,14 +69,14 @@ pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome
         review["kind"]["kind"].as_str().unwrap_or_default(),
     )
     .is_some();
-    rules.policies.evaluate(
-        pod_spec.then_some(&document),
-        Some(review),
-        None,
-        labels.as_ref(),
-        State::NotApplied,
-        &rules.config,
-        &rules.rollouts,
+    rules.evaluate(
+        Subject {
+            document: pod_spec.then_some(&document),
+            review: Some(review),
+            pool: None,
+            labels: labels.as_ref(),
+            placement: State::NotApplied,
+        },
         limit,
     )
 }

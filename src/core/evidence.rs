@@ -1,16 +1,16 @@
-//! Observations for the state machine from what the shells measured: the audit's results (the
-//! objects in each group, and those that violate the version being rolled out) and the
-//! admission counts the replicas report (requests a Progressing group would have had denied,
-//! denials in the last minute).
+//! A rollout's evidence: observations for the state machine from what the shells measured: the
+//! audit's results (the objects in each group, and those that violate the version being rolled out)
+//! and the admission counts the replicas report (requests a Progressing group would have had
+//! denied, denials in the last minute).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::machine::GroupObservation;
 use crate::audit::AuditResult;
 use crate::audit_tally::Tally;
 use crate::config::rollout::RolloutSpec;
+use crate::rollout::machine::GroupObservation;
 
 /// What one replica counted at admission for one policy version and group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -10,8 +10,9 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{review, Documents};
+use super::review;
 use crate::config::Config;
+use crate::gatekeeper::Documents;
 use crate::policy::{Evaluation, PolicySet};
 use crate::ruleset::{Budget, RuleSet};
 
@@ -153,7 +154,7 @@ pub struct TestReport {
     pub load: Result<(), String>,
     pub skipped: bool,
     pub cases: Vec<CaseReport>,
-    /// Lint warnings of the template ([`super::lint::warnings`]).
+    /// Lint warnings of the template ([`crate::gatekeeper::lint::warnings`]).
     pub warnings: Vec<String>,
 }
 
@@ -272,17 +273,17 @@ fn load(
         (template.to_path_buf(), read(template)?),
         (constraint.to_path_buf(), read(constraint)?),
     ];
-    let mut documents = super::read(&files)?;
+    let mut documents = crate::gatekeeper::read(&files)?;
     let Some(first) = documents.constraints.first().cloned() else {
         bail!("{}: no constraint", constraint.display());
     };
     documents.constraints.truncate(1);
-    let compiled = super::compile(&Documents {
+    let compiled = crate::gatekeeper::compile(&Documents {
         templates: documents.templates,
         constraints: documents.constraints.clone(),
     })?;
     let mut config = Config::default();
-    super::configure(&mut config, &documents.constraints)?;
+    crate::gatekeeper::configure(&mut config, &documents.constraints)?;
     let policies = PolicySet::with_constraints(PolicySet::default(), compiled.policies)?;
     let rules = RuleSet::new(config, policies, Default::default(), "suite")?;
     Ok((rules, first.name, compiled.warnings))

@@ -7,9 +7,14 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::config::Config;
+use crate::gatekeeper;
 use crate::placement_policy::PlacementSet;
 use crate::policy::PolicySet;
 use crate::rollout::view::SharedView;
+
+pub mod plan;
+
+pub use plan::{Plan, Subject};
 
 /// Everything a decision needs besides the request, its scope and its time budget.
 #[derive(Clone, Default)]
@@ -84,5 +89,41 @@ impl RuleSet {
             placement,
             rollouts: SharedView::default(),
         })
+    }
+}
+
+impl RuleSet {
+    /// The rule set of `config` with the SIT policies `sit`, the placement policies `placement`
+    /// and the Gatekeeper documents of `files` ([`crate::gatekeeper`] reads and compiles them).
+    /// Also the warnings: the templates' lint and what of `files.tolerated` was left out.
+    pub fn with_gatekeeper(
+        mut config: Config,
+        sit: PolicySet,
+        placement: PlacementSet,
+        files: gatekeeper::Files,
+        origin: &str,
+    ) -> Result<(RuleSet, Vec<String>)> {
+        let strict = gatekeeper::read(files.strict)?;
+        let mut left_out = Vec::new();
+        let tolerated = gatekeeper::read_tolerant(files.tolerated, &mut left_out);
+        let (compiled, constraints) = gatekeeper::compile_with(&strict, tolerated)?;
+        gatekeeper::configure(&mut config, &constraints)
+            .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let policies = PolicySet::with_constraints(sit, compiled.policies)?;
+        let rules = RuleSet::new(config, policies, placement, origin)?;
+        let mut warnings = left_out;
+        warnings.extend(compiled.warnings);
+        Ok((rules, warnings))
+    }
+
+    /// The policies that apply to `subject`, resolved for it ([`Plan::of`]).
+    pub fn plan(&self, subject: &Subject) -> Plan<'_> {
+        Plan::of(&self.policies, &self.config, &self.rollouts, subject)
+    }
+
+    /// Each policy that applies to `subject` and what it says of it, in policy name order;
+    /// each evaluation takes at most `limit`.
+    pub fn evaluate(&self, subject: Subject, limit: Duration) -> Vec<crate::policy::Outcome> {
+        self.plan(&subject).run(&self.policies, &subject, limit)
     }
 }

@@ -1,5 +1,6 @@
 //! The `namespaceObject` of a review, made from what poolguard knows of a namespace: its name
-//! and labels. A leaf: the policy set uses it, so it imports nothing of the policies.
+//! and labels. A leaf: the decision context uses it for the Gatekeeper constraints, so it imports nothing
+//! of the policies.
 
 use serde_json::{json, Value};
 

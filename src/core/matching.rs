@@ -56,7 +56,7 @@ struct Target<'a> {
 
 impl Target<'_> {
     fn is_namespace(&self) -> bool {
-        self.group.is_empty() && self.kind == "Namespace"
+        crate::admission::is_namespace_kind(self.group, self.kind)
     }
 
     /// The namespace declared by the object (empty: cluster-scoped).

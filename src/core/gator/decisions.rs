@@ -51,11 +51,11 @@ fn files(names: &[&str]) -> Vec<(PathBuf, String)> {
 
 fn rules(config: &str, names: &[&str]) -> anyhow::Result<RuleSet> {
     let config = Config::parse(if config.is_empty() { "{}" } else { config }, "cfg.yaml")?;
-    super::rules(
+    crate::ruleset::RuleSet::with_gatekeeper(
         config,
         PolicySet::default(),
         Default::default(),
-        super::Files::of(&files(names)),
+        crate::gatekeeper::Files::of(&files(names)),
         "cfg.yaml",
     )
     .map(|(rules, _)| rules)
@@ -72,14 +72,14 @@ fn pod(namespace: &str, labels: Value) -> Value {
 
 fn decide(rules: &RuleSet, review: &Value, ns_labels: Option<&Labels>) -> Vec<Outcome> {
     let object = &review["object"];
-    rules.policies.evaluate(
-        Some(&crate::policy::input::document(object, &[], None)),
-        Some(review),
-        None,
-        ns_labels,
-        State::NotApplied,
-        &rules.config,
-        &rules.rollouts,
+    rules.evaluate(
+        crate::ruleset::Subject {
+            document: Some(&crate::policy::input::document(object, &[], None)),
+            review: Some(review),
+            pool: None,
+            labels: ns_labels,
+            placement: State::NotApplied,
+        },
         Duration::from_secs(1),
     )
 }
@@ -332,11 +332,11 @@ fn objects_without_a_pod_spec_are_judged_by_the_constraints_that_match_them_only
         "package everything\ninfringement[{\"msg\": \"judged\"}] { true }\n".into(),
         "everything.rego".into(),
     );
-    let (rules, _) = super::rules(
+    let (rules, _) = crate::ruleset::RuleSet::with_gatekeeper(
         Config::parse("policies:\n  everything: {parameters: {}}\n", "cfg.yaml").unwrap(),
         PolicySet::compile(&[everything]).unwrap(),
         Default::default(),
-        super::Files::of(&files(&[
+        crate::gatekeeper::Files::of(&files(&[
             "requiredowner/template.yaml",
             "requiredowner/other-kinds.yaml",
         ])),
@@ -409,11 +409,11 @@ fn tolerated_documents_that_do_not_load_are_left_out_with_a_warning() {
         ),
         doc("cluster RequiredOwner unread", "kind: RequiredOwner\n"),
     ];
-    let (rules, warnings) = super::rules(
+    let (rules, warnings) = crate::ruleset::RuleSet::with_gatekeeper(
         Config::parse("{}", "cfg.yaml").unwrap(),
         PolicySet::default(),
         Default::default(),
-        super::Files {
+        crate::gatekeeper::Files {
             strict: &strict,
             tolerated: &tolerated,
         },
@@ -455,11 +455,11 @@ fn tolerated_documents_that_do_not_load_are_left_out_with_a_warning() {
     }
     // The same documents from a directory: the first fault refuses them all.
     let all: Vec<(PathBuf, String)> = strict.iter().chain(&tolerated).cloned().collect();
-    let refused = super::rules(
+    let refused = crate::ruleset::RuleSet::with_gatekeeper(
         Config::parse("{}", "cfg.yaml").unwrap(),
         PolicySet::default(),
         Default::default(),
-        super::Files::of(&all),
+        crate::gatekeeper::Files::of(&all),
         "cfg.yaml",
     );
     assert!(refused.is_err());
