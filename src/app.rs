@@ -156,7 +156,7 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     for warning in opts.sources.missing_defaults(&rules) {
         tracing::warn!("{warning}");
     }
-    tracing::info!(policies = ?rules.policies.names().collect::<Vec<_>>(), "config and policies loaded");
+    tracing::info!(policies = ?rules.policies().names().collect::<Vec<_>>(), "config and policies loaded");
     let (namespaces, client) = namespace_source(&opts).await?;
     tracing::info!(?limits, "limits");
     let app = Arc::new(ServerState::new(
@@ -293,7 +293,7 @@ async fn start_audit(
 ) -> Result<Option<JoinHandle<()>>> {
     let rolled_out = {
         let rules = app.rules.load();
-        let config = &rules.config;
+        let config = &rules.config();
         config
             .policies
             .keys()
@@ -514,7 +514,7 @@ fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerSta
         (Some(path), _) => {
             let nodes = sources::load_node_facts(path)?;
             tracing::info!(source = %path.display(), nodes = nodes.len(), "pools from a nodes file");
-            app.pools.publish(nodes, &rules().config);
+            app.pools.publish(nodes, &rules().config());
         }
         (None, Some(client)) => {
             let weak = Arc::downgrade(app);
@@ -525,7 +525,7 @@ fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerSta
             });
             node_cache::start(client, key, app.pools.clone());
         }
-        (None, None) => app.pools.publish(Vec::new(), &rules().config),
+        (None, None) => app.pools.publish(Vec::new(), &rules().config()),
     }
     Ok(())
 }
@@ -620,11 +620,8 @@ fn rules_reload(
         let loaded = sources.load()?;
         // The rollout state comes from the cluster, not the files: carried over (by
         // compare-and-swap, so a state arriving meanwhile is not lost).
-        app.rules.rcu(|old| {
-            let mut rules = loaded.clone();
-            rules.rollouts = old.rollouts.clone();
-            rules
-        });
+        app.rules
+            .rcu(|old| loaded.clone().with_rollouts(old.rollouts().clone()));
         Ok(())
     }
 }

@@ -73,7 +73,7 @@ impl Sources {
         }
         if self.placement_dir.is_none()
             && self.placement_dir().is_none()
-            && rules.config.placement.is_some()
+            && rules.config().placement.is_some()
         {
             let dir = self.policies_dir().map_or_else(
                 || format!("./{DEFAULT_POLICIES_DIR}/{PLACEMENT_SUBDIR}"),

@@ -513,7 +513,7 @@ async fn rollout_counts_need_a_namespace_that_exists_and_a_new_finding() {
     let version = app
         .rules
         .load()
-        .policies
+        .policies()
         .version("allowedrepositories")
         .to_string();
     let group = GroupState::new("all", GroupStatus::Progressing, 0, "");

@@ -28,7 +28,7 @@ fn stackl_template_runs_unchanged() {
     )
     .unwrap();
     let input = |image: &str| json!({"services": {"postgres": {"functional_requirements": {"postgres": {"image": image, "tool": "terraform"}}}}});
-    let rules = RuleSet::new(config.clone(), policies.clone(), Default::default(), "t").unwrap();
+    let rules = RuleSet::new(config.clone(), policies, Default::default(), "t").unwrap();
     let evaluate = |image: &str| {
         let document = input(image);
         let subject = Subject {
@@ -56,11 +56,6 @@ fn stackl_template_runs_unchanged() {
             {"name": "postgres", "image": "repository.example.com/postgres"},
             {"name": "ok", "image": "repo.example.com/ok"}]}}});
     let req = Request::from_value(&request).unwrap();
-    let rules = RuleSet {
-        config,
-        policies,
-        ..RuleSet::default()
-    };
     let d = rules.decide(Webhook::Validate, &req, Scope::default(), Budget::FULL);
     assert!(!d.allowed());
     assert_eq!(d.code(), Some(403));

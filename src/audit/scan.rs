@@ -78,13 +78,13 @@ impl Default for Facts {
 pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> Result<Facts> {
     let namespaces = namespace_labels(client, options).await?;
     let nodes = node_labels(client, options.page_size).await?;
-    let pools = match &rules.config.placement {
+    let pools = match &rules.config().placement {
         Some(_) => Some(PoolSet::listed(
             PoolFacts::gather(
                 &node_facts(client, options.page_size).await?,
-                &rules.config.node_selector_key,
+                &rules.config().node_selector_key,
             ),
-            &rules.config,
+            &rules.config(),
         )),
         None => None,
     };

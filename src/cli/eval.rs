@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use poolguard_core::admission::{self, Decision, Request, Ruling};
+use poolguard_core::admission::{self, Decision, PodSpecAt, Request, Ruling};
 use poolguard_core::documents;
 use poolguard_core::namespaces::NamespaceLabels;
 use poolguard_core::node_selector;
@@ -133,7 +133,7 @@ fn check_decided(webhook: Webhook, object: &Value, rules: &RuleSet) -> Result<()
     let (kind, api_version) = kind_and_api_version(object)?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     let namespace = webhook == Webhook::Validate && admission::is_namespace_kind(group, kind);
-    let constrained = webhook == Webhook::Validate && rules.policies.has_constraints();
+    let constrained = webhook == Webhook::Validate && rules.policies().has_constraints();
     if admission::pod_spec_path(group, kind).is_none() && !namespace && !constrained {
         bail!(
             "poolguard does not decide kind {kind} (apiVersion {api_version}); it decides {DECIDED_KINDS}"
@@ -183,22 +183,30 @@ fn manifest_mode(
     let req = Request::from_value(&request).map_err(|e| anyhow::anyhow!("{e}"))?;
     let decision = decide(webhook, &req, namespaces, rules);
     let labels = namespaces.0.get(namespace);
-    let pool = if placement_policy::chooses(labels, &rules.config) {
+    let pool = if placement_policy::chooses(labels, &rules.config()) {
         let scope = Scope {
             labels,
             pools: namespaces.1,
         };
         let path = admission::pod_spec_path(group, kind).unwrap_or(&["spec"]);
-        let (config, placement) = (&rules.config, &rules.placement);
+        let config = &rules.config();
         let limit = Budget::FULL.limit(config);
         match validate::pool_for(
-            object, path, namespace, scope, None, config, placement, limit,
+            PodSpecAt {
+                object,
+                path,
+                namespace,
+            },
+            scope,
+            None,
+            rules,
+            limit,
         ) {
             Ok(Some(pool)) => format!("pool {pool}, chosen by the placement policies"),
             _ => "no pool can be chosen by the placement policies".to_string(),
         }
     } else {
-        let pool = node_selector::pool_of(labels, &rules.config.namespace_label);
+        let pool = node_selector::pool_of(labels, &rules.config().namespace_label);
         pool.map_or_else(|| "no pool".to_string(), |p| format!("pool {p}"))
     };
     let verdict = match &decision.ruling {

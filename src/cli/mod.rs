@@ -1089,9 +1089,9 @@ fn run(command: Command) -> Result<ExitCode> {
                 Some(path) => PoolSet::listed(
                     PoolFacts::gather(
                         &sources::load_node_facts(path)?,
-                        &rules.config.node_selector_key,
+                        &rules.config().node_selector_key,
                     ),
-                    &rules.config,
+                    &rules.config(),
                 ),
                 None => PoolSet::default(),
             };
@@ -1147,9 +1147,9 @@ fn run(command: Command) -> Result<ExitCode> {
                         Some(path) => Some(PoolSet::listed(
                             PoolFacts::gather(
                                 &sources::load_node_facts(path)?,
-                                &rules.config.node_selector_key,
+                                &rules.config().node_selector_key,
                             ),
-                            &rules.config,
+                            &rules.config(),
                         )),
                         None => None,
                     };
@@ -1257,9 +1257,9 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             println!(
                 "config ok: {} policies ({}), {} placement policies",
-                loaded.policies.len(),
-                loaded.policies.names().collect::<Vec<_>>().join(", "),
-                loaded.placement.names().count(),
+                loaded.policies().len(),
+                loaded.policies().names().collect::<Vec<_>>().join(", "),
+                loaded.placement().names().count(),
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -359,6 +359,27 @@ pub fn pod_spec_path(group: &str, kind: &str) -> Option<&'static [&'static str]>
     }
 }
 
+/// A pod spec inside an object: the object, where its pod spec sits ([`pod_spec_path`]: the Pod
+/// itself, or a workload's template) and the namespace it is in.
+#[derive(Debug, Clone, Copy)]
+pub struct PodSpecAt<'a> {
+    pub object: &'a Value,
+    pub path: &'a [&'a str],
+    pub namespace: &'a str,
+}
+
+impl<'a> PodSpecAt<'a> {
+    /// The pod spec itself (`None` when the object has nothing there).
+    pub fn spec(&self) -> Option<&'a Value> {
+        value_at(self.object, self.path)
+    }
+
+    /// Whether the object is a Pod (its pod spec is its own `spec`), not a workload.
+    pub fn is_pod(&self) -> bool {
+        self.path.len() == 1
+    }
+}
+
 /// The value at `path` inside `object`.
 pub(crate) fn value_at<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(object, |v, key| v.get(key))

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::admission::{pod_spec_path, DenyCode};
+use crate::admission::{pod_spec_path, DenyCode, PodSpecAt};
 use crate::config::{Config, Enforcement};
 use crate::namespaces::NodeLabels;
 use crate::node_selector::Placement;
@@ -287,7 +287,7 @@ pub fn audit(
     nodes: Option<&NodeLabels>,
     rules: &RuleSet,
 ) -> Vec<AuditResult> {
-    let (config, policies, placement) = (&rules.config, &rules.policies, &rules.placement);
+    let (config, policies) = (&rules.config, &rules.policies);
     let limit = Budget::FULL.limit(config);
     let labels = scope.labels;
     let resource = Resource::of(object);
@@ -327,13 +327,14 @@ pub fn audit(
     }
     review["namespace"] = Value::from(namespace);
     let chosen = validate::pool_for(
-        object,
-        path,
-        namespace,
+        PodSpecAt {
+            object,
+            path,
+            namespace,
+        },
         scope,
         Some(&review),
-        config,
-        placement,
+        rules,
         limit,
     );
     let (pool, refusal) = match &chosen {
@@ -341,9 +342,11 @@ pub fn audit(
         Err(refusal) => (None, Some(refusal)),
     };
     let checks = validate::check(
-        object,
-        path,
-        namespace,
+        PodSpecAt {
+            object,
+            path,
+            namespace,
+        },
         pool,
         labels,
         Some(&review),
@@ -373,8 +376,7 @@ pub fn audit(
             object,
             path.len() == 1,
             &resource,
-            pool,
-            checks.placement,
+            pool.zip(checks.placement),
             nodes,
             config,
             base.clone(),
@@ -512,13 +514,13 @@ fn policy_results(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The placement row of an object: `placed` is its pool and the pod spec's placement against
+/// it (`None`: its namespace has no pool); `nodes` the node labels, to check a running pod's.
 fn placement_result(
     object: &Value,
     is_pod: bool,
     resource: &Resource,
-    pool: Option<&str>,
-    placement: Option<Placement>,
+    placed: Option<(&str, Placement)>,
     nodes: Option<&NodeLabels>,
     config: &Config,
     mut properties: BTreeMap<String, String>,
@@ -531,15 +533,15 @@ fn placement_result(
     if let Some(node) = node {
         properties.insert("node".into(), node.to_string());
     }
-    let (verdict, message) = match (pool, placement) {
-        (None, _) | (_, None) => (
+    let (verdict, message) = match placed {
+        None => (
             Verdict::Skip,
             format!(
                 "namespace {namespace:?} has no pool (no {} label)",
                 config.namespace_label
             ),
         ),
-        (Some(pool), Some(placement)) => match placement {
+        Some((pool, placement)) => match placement {
             Placement::Conflict(message) | Placement::Invalid(message) => (Verdict::Fail, message),
             Placement::Patch(_) if !is_pod => (
                 Verdict::Pass,

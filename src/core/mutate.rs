@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::admission::{value_at, Decision, DenyCode, Operation, Request};
+use crate::admission::{value_at, Decision, DenyCode, Operation, PodSpecAt, Request};
 use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen};
 use crate::ruleset::RuleSet;
@@ -33,9 +33,11 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
     if placement_policy::chooses(scope.labels, config) {
         let chosen = placement_policy::select(
             scope.pools,
-            pod,
-            &["spec"],
-            req.namespace,
+            PodSpecAt {
+                object: pod,
+                path: &["spec"],
+                namespace: req.namespace,
+            },
             placement,
             config,
             Some(req.raw),

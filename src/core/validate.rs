@@ -8,12 +8,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::admission::{
-    pod_spec_path, summary_of, value_at, Decision, DenyCode, Operation, PolicyResult, Request,
+    pod_spec_path, summary_of, value_at, Decision, DenyCode, Operation, PodSpecAt, PolicyResult,
+    Request,
 };
 use crate::config::{Config, Enforcement, OnError};
 use crate::labels::Labels;
 use crate::node_selector::{self, Placement};
-use crate::placement_policy::{self, Chosen, PlacementSet};
+use crate::placement_policy::{self, Chosen};
 use crate::pod_images;
 use crate::policy::dependencies::State;
 use crate::policy::{input, Evaluation, Outcome};
@@ -108,7 +109,7 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
     let Some(object) = req.object.filter(|_| checked_subresource) else {
         return Decision::allow();
     };
-    let mut found = findings(req, req.raw, object, path, is_pod, scope, (rules, limit));
+    let mut found = findings(req, req.raw, object, path, scope, rules, limit);
     if req.operation == Operation::Update {
         if let Some(old) = req.old_object {
             // What the old object already had is asked of the old object: policies that read
@@ -117,7 +118,7 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
             // Made only when one may read it (a review can hold megabytes).
             let old_review = reads_review(rules).then(|| review_of(req.raw, old));
             let review = old_review.as_ref().unwrap_or(req.raw);
-            let before = findings(req, review, old, path, is_pod, scope, (rules, limit));
+            let before = findings(req, review, old, path, scope, rules, limit);
             let same_spec = match path {
                 Some(path) => value_at(old, path) == value_at(object, path),
                 None => old == object,
@@ -259,11 +260,8 @@ pub struct Checks {
 /// Policies that depend on `placement` see this placement result ([`State::of_placement`]).
 /// `review` is what policies that read `input.review` get (the AdmissionRequest at admission).
 /// Each policy evaluation takes at most `limit`.
-#[allow(clippy::too_many_arguments)]
 pub fn check(
-    object: &Value,
-    path: &[&str],
-    namespace: &str,
+    at: PodSpecAt,
     pool: Option<&str>,
     labels: Option<&Labels>,
     review: Option<&Value>,
@@ -271,9 +269,10 @@ pub fn check(
     limit: Duration,
 ) -> Checks {
     let (config, policies) = (&rules.config, &rules.policies);
-    let spec = value_at(object, path);
-    let placement = pool
-        .map(|pool| node_selector::place(spec, path, namespace, pool, &config.placement_rules()));
+    let (path, spec) = (at.path, at.spec());
+    let placement = pool.map(|pool| {
+        node_selector::place(spec, path, at.namespace, pool, &config.placement_rules())
+    });
     let images = match pod_images::images(spec, path, config.limits.max_images_per_pod) {
         Ok(images) => images,
         Err(reason) => {
@@ -289,8 +288,8 @@ pub fn check(
             policies: Ok(Vec::new()),
         };
     }
-    let document = input::document(object, &images, pool);
-    let placed = State::of_placement(placement.as_ref(), path.len() == 1);
+    let document = input::document(at.object, &images, pool);
+    let placed = State::of_placement(placement.as_ref(), at.is_pod());
     Checks {
         policies: Ok(rules.evaluate(
             Subject {
@@ -332,32 +331,20 @@ pub(crate) fn constraints_only(
 /// The pool a pod spec is checked against: its namespace's; or, where the placement policies
 /// choose pools, the one they choose for it (`Err`: the denial when they cannot). `review` is
 /// what placement policies that read `input.review` get; each takes at most `limit`.
-#[allow(clippy::too_many_arguments)]
 pub fn pool_for(
-    object: &Value,
-    path: &[&str],
-    namespace: &str,
+    at: PodSpecAt,
     scope: Scope,
     review: Option<&Value>,
-    config: &Config,
-    placement: &PlacementSet,
+    rules: &RuleSet,
     limit: Duration,
 ) -> Result<Option<String>, (DenyCode, Vec<String>)> {
+    let (config, namespace) = (&rules.config, at.namespace);
     if !placement_policy::chooses(scope.labels, config) {
         return Ok(
             node_selector::pool_of(scope.labels, &config.namespace_label).map(str::to_string),
         );
     }
-    let chosen = placement_policy::select(
-        scope.pools,
-        object,
-        path,
-        namespace,
-        placement,
-        config,
-        review,
-        limit,
-    );
+    let chosen = placement_policy::select(scope.pools, at, &rules.placement, config, review, limit);
     match chosen {
         Chosen::Pool(pool, _) => Ok(Some(pool)),
         Chosen::Refused(reasons) => Err((
@@ -401,17 +388,16 @@ fn review_of(review: &Value, object: &Value) -> Value {
 
 /// What `object` (the pod spec at `path`) infringes; `review` is the AdmissionRequest whose
 /// `object` it is, as policies reading `input.review` see it.
-#[allow(clippy::too_many_arguments)]
 fn findings(
     req: &Request,
     review: &Value,
     object: &Value,
     path: Option<&[&str]>,
-    is_pod: bool,
     scope: Scope,
-    (rules, limit): (&RuleSet, Duration),
+    rules: &RuleSet,
+    limit: Duration,
 ) -> Findings {
-    let (config, placement) = (&rules.config, &rules.placement);
+    let config = &rules.config;
     let mut found = Findings::default();
     let labels = scope.labels;
     let Some(path) = path else {
@@ -422,17 +408,14 @@ fn findings(
         );
         return found;
     };
-    let chosen = placement_policy::chooses(labels, config);
-    match pool_for(
+    let at = PodSpecAt {
         object,
         path,
-        req.namespace,
-        scope,
-        Some(review),
-        config,
-        placement,
-        limit,
-    ) {
+        namespace: req.namespace,
+    };
+    let is_pod = at.is_pod();
+    let chosen = placement_policy::chooses(labels, config);
+    match pool_for(at, scope, Some(review), rules, limit) {
         Ok(pool) => found.pool = pool,
         Err((code, reasons)) => found.denials.extend(reasons.into_iter().map(|r| {
             // 403: the placement policies' verdict on what they read; 400: they could not read
@@ -448,16 +431,7 @@ fn findings(
     let pool = found.pool.clone();
     let pool = pool.as_deref();
     let spec = value_at(object, path);
-    let checks = check(
-        object,
-        path,
-        req.namespace,
-        pool,
-        labels,
-        Some(review),
-        rules,
-        limit,
-    );
+    let checks = check(at, pool, labels, Some(review), rules, limit);
     if let (Some(pool), Some(placement)) = (pool, checks.placement) {
         match placement {
             Placement::Satisfied => {}

@@ -3,9 +3,11 @@
 use serde_json::Value;
 
 use crate::admission::{Decision, DenyCode, Request, Ruling};
+use crate::config::OnError;
+use crate::labels::Labels;
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
-use crate::{mutate, pool_authority, validate};
+use crate::{mutate, placement_policy, pool_authority, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
@@ -68,15 +70,68 @@ impl RuleSet {
         match webhook {
             Webhook::Mutate => mutate::mutate(req, scope, self, limit),
             Webhook::Validate if req.is_namespace() => {
-                // Who may set the labels poolguard trusts first; then the constraints that
-                // match Namespaces (Gatekeeper's most common: required labels).
-                let authority = self.pool_authority(req);
-                if !authority.allowed() || !self.reads_namespace_labels(webhook, req) {
-                    return authority;
-                }
-                validate::validate(req, scope, self, limit)
+                self.namespace(req, || validate::validate(req, scope, self, limit))
             }
             Webhook::Validate => validate::validate(req, scope, self, limit),
+        }
+    }
+
+    /// A Namespace's validation: who may set the labels poolguard trusts first, decided from the
+    /// request alone; then, when it is allowed and constraints match Namespaces (Gatekeeper's
+    /// most common: required labels), `constraints`.
+    fn namespace(&self, req: &Request, constraints: impl FnOnce() -> Decision) -> Decision {
+        let authority = self.pool_authority(req);
+        if !authority.allowed() || !self.reads_namespace_labels(Webhook::Validate, req) {
+            return authority;
+        }
+        constraints()
+    }
+
+    /// The answer to a request whose policies could not be evaluated (`what` says why: no
+    /// evaluation slot, the deadline passed): a validating one gets `evaluation.onError`
+    /// ([`RuleSet::on_error`]). Who may change a Namespace's guarded labels runs no policy: it
+    /// is decided as always, never left to `onError` (which may allow). A mutating request is
+    /// still placed when its namespace names its pool (no policy is needed for that, and
+    /// admitted without the patch the pod would run on any node when the validating webhook is
+    /// also allowed by `onError`); a pod whose pool placement policies would choose is refused
+    /// with 503, whatever `onError` says.
+    pub fn unevaluated(
+        &self,
+        webhook: Webhook,
+        req: &Request,
+        labels: Option<&Labels>,
+        what: &str,
+    ) -> Decision {
+        match webhook {
+            Webhook::Validate if req.is_namespace() => {
+                self.namespace(req, || self.on_error(what))
+            }
+            Webhook::Validate => self.on_error(what),
+            Webhook::Mutate if placement_policy::chooses(labels, &self.config) => Decision::deny(
+                DenyCode::Unavailable,
+                format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
+            ),
+            Webhook::Mutate => {
+                let scope = Scope { labels, pools: None };
+                self.decide(webhook, req, scope, Budget::FULL)
+            }
+        }
+    }
+
+    /// `evaluation.onError` for a request that could not be decided because of `what`: the
+    /// one place the policy for evaluation failures is applied.
+    pub fn on_error(&self, what: &str) -> Decision {
+        match self.config.evaluation.on_error {
+            OnError::Deny => Decision::deny(
+                DenyCode::InternalError,
+                format!("{what}, so the request is refused (evaluation.onError: deny)"),
+            ),
+            OnError::Allow => Decision {
+                warnings: vec![format!(
+                    "{what}; allowed because evaluation.onError is allow"
+                )],
+                ..Decision::allow()
+            },
         }
     }
 
@@ -200,5 +255,80 @@ mod tests {
         let raw = namespace_create("admin");
         let req = Request::from_value(&raw).unwrap();
         assert!(with_constraint.reads_namespace_labels(Webhook::Validate, &req));
+    }
+
+    #[test]
+    fn a_request_left_unevaluated_gets_on_error_except_where_no_policy_is_needed() {
+        let rules = |on_error: &str| {
+            let config = Config::parse(
+                &format!("evaluation: {{onError: {on_error}}}\nplacement: {{pools: [gpu], chooseValue: auto, policies: {{}}}}\n"),
+                "cfg",
+            )
+            .unwrap();
+            RuleSet::new(config, PolicySet::default(), Default::default(), "cfg").unwrap()
+        };
+        let (deny, allow) = (rules("deny"), rules("allow"));
+        let pod_review = pod_create();
+        let pod = Request::from_value(&pod_review).unwrap();
+        let what = "poolguard is busy";
+        // Validation: onError, both ways, naming why.
+        let denied = deny.unevaluated(Webhook::Validate, &pod, None, what);
+        assert!(!denied.allowed());
+        assert!(format!("{denied:?}")
+            .contains("poolguard is busy, so the request is refused (evaluation.onError: deny)"));
+        let allowed = allow.unevaluated(Webhook::Validate, &pod, None, what);
+        assert!(allowed.allowed());
+        assert_eq!(
+            allowed.warnings,
+            ["poolguard is busy; allowed because evaluation.onError is allow"]
+        );
+        // Who may label a Namespace is decided as always, even when onError allows.
+        let namespace_review = namespace_create("bob");
+        let namespace = Request::from_value(&namespace_review).unwrap();
+        assert!(!allow
+            .unevaluated(Webhook::Validate, &namespace, None, what)
+            .allowed());
+        // A pod whose pool the placement policies would choose is refused whatever onError says;
+        // one whose namespace names its pool is still placed.
+        let choose: Labels = [("agentpool".to_string(), "auto".to_string())].into();
+        let refused = allow.unevaluated(Webhook::Mutate, &pod, Some(&choose), what);
+        assert!(
+            format!("{refused:?}").contains("no pool could be chosen"),
+            "{refused:?}"
+        );
+        let named: Labels = [("agentpool".to_string(), "gpu".to_string())].into();
+        let placed = allow.unevaluated(Webhook::Mutate, &pod, Some(&named), what);
+        assert!(
+            matches!(placed.ruling, Ruling::Allow { patch: Some(_) }),
+            "{placed:?}"
+        );
+    }
+
+    #[test]
+    fn the_budget_shares_the_time_left_among_the_evaluations() {
+        use crate::admission::Operation;
+        use std::time::Duration;
+        let config = Config::default();
+        let configured = Duration::from_millis(config.evaluation.timeout_millis);
+        let left = configured / 2;
+        // Three policies on CREATE: a third each (rounded up to the millisecond); on UPDATE
+        // each runs twice.
+        let create = Budget::within(&config, 3, Operation::Create, left).unwrap();
+        assert_eq!(
+            create.limit(&config).as_micros(),
+            (left / 3).as_micros().div_ceil(1000) * 1000
+        );
+        let update = Budget::within(&config, 3, Operation::Update, left).unwrap();
+        assert_eq!(
+            update.limit(&config).as_micros(),
+            (left / 6).as_micros().div_ceil(1000) * 1000
+        );
+        // Time enough: the configured limit stands; no time left: one millisecond each.
+        assert_eq!(
+            Budget::within(&config, 1, Operation::Create, configured * 2),
+            None
+        );
+        let none_left = Budget::within(&config, 5, Operation::Create, Duration::ZERO).unwrap();
+        assert_eq!(none_left.limit(&config), Duration::from_millis(1));
     }
 }

@@ -74,10 +74,10 @@ impl Controller {
     /// Steps every rollout once at `now` (Unix seconds) and writes the result.
     pub async fn step(&mut self, rules: &RuleSet, now: i64) -> Result<()> {
         let rolled_out = rules
-            .config
+            .config()
             .policies
             .keys()
-            .any(|p| rules.config.rollout(p).is_some());
+            .any(|p| rules.config().rollout(p).is_some());
         for _ in 0..ATTEMPTS {
             let contents = match store::read(&self.client, &self.at).await? {
                 Some(contents) => contents,
@@ -196,12 +196,12 @@ fn plan(
     let mut changes = Vec::new();
     let mut transitions = Vec::new();
     let mut states = Vec::new();
-    for (name, settings) in &rules.config.policies {
-        let (Some(spec), Some(policy)) = (rules.config.rollout(name), rules.policies.get(name))
+    for (name, settings) in &rules.config().policies {
+        let (Some(spec), Some(policy)) = (rules.config().rollout(name), rules.policies().get(name))
         else {
             continue;
         };
-        let version = rules.policies.version(name).to_string();
+        let version = rules.policies().version(name).to_string();
         let old = contents.state(name);
         let queued = contents.commands(name);
         let mut groups = observe::observed(tally, spec, name, &version, &counts);
@@ -226,7 +226,7 @@ fn plan(
         states.push((name.clone(), new.clone()));
         let old_version = old.as_ref().map(|o| o.version.as_str());
         if old_version != Some(new.version.as_str()) {
-            let stored = StoredVersion::of(policy, &rules.config);
+            let stored = StoredVersion::of(policy, &rules.config());
             changes.push(Change::Set(format!("{CURRENT}{name}"), json(&stored)));
             match (&new.previous_version, old_version) {
                 // The version rolled out before becomes the previous one.
@@ -247,7 +247,7 @@ fn plan(
     }
     // Policies no longer under a rollout (or gone): their keys go.
     for name in contents.policies() {
-        if rules.config.rollout(&name).is_none() {
+        if rules.config().rollout(&name).is_none() {
             for prefix in [STATE, CURRENT, PREVIOUS, COMMANDS] {
                 changes.push(Change::Remove(format!("{prefix}{name}")));
             }
@@ -317,7 +317,7 @@ mod tests {
         apply(&mut contents, step.changes);
         assert!(!step.transitions.is_empty());
         let current = contents.stored(CURRENT, "repos").unwrap();
-        assert_eq!(current.version, v1.policies.version("repos"));
+        assert_eq!(current.version, v1.policies().version("repos"));
         assert!(current.rego.contains("v1"));
         assert!(contents.stored(PREVIOUS, "repos").is_none());
         // Empty groups, minSuccessTime 0: the rollout finishes step by step.
@@ -359,8 +359,13 @@ mod tests {
         apply(&mut contents, step.changes);
         assert!(contents.state("repos").unwrap().is_paused());
         assert!(!contents.data.contains_key(&format!("{COMMANDS}repos")));
-        let mut without = v2.clone();
-        without.config = Config::parse("policies:\n  repos:\n    parameters: {}\n", "t").unwrap();
+        let without = RuleSet::new(
+            Config::parse("policies:\n  repos:\n    parameters: {}\n", "t").unwrap(),
+            v2.policies().clone(),
+            Default::default(),
+            "t",
+        )
+        .unwrap();
         let step = plan(&without, &contents, &Tally::default(), &mut seen, 202);
         apply(&mut contents, step.changes);
         assert!(
@@ -376,7 +381,7 @@ mod tests {
     #[test]
     fn would_be_denials_count_once_from_the_first_reading_on() {
         let rules = rules("v1");
-        let version = rules.policies.version("repos").to_string();
+        let version = rules.policies().version("repos").to_string();
         let counts = |n: u64| {
             format!("{{\"at\":100,\"policies\":{{\"repos\":{{\"{version}\":{{\"canary\":{{\"wouldDeny\":{n},\"deniedLastMinute\":0}}}}}}}}}}")
         };

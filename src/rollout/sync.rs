@@ -82,11 +82,7 @@ fn view(contents: &Contents, compiled: &mut Compiled) -> RolloutView {
 /// Installs `view` into the rules decisions use (the rules themselves may be reloaded from
 /// files meanwhile: the swap keeps whichever is newer of each).
 pub fn install(rules: &ArcSwap<RuleSet>, view: Arc<RolloutView>) {
-    rules.rcu(|rules| {
-        let mut rules = (**rules).clone();
-        rules.rollouts = view.clone();
-        rules
-    });
+    rules.rcu(|rules| (**rules).clone().with_rollouts(view.clone()));
 }
 
 /// Watches the ConfigMap until `shutdown`, handing each new rollout view to `on_view` (the

@@ -13,10 +13,8 @@ use axum::{Json, Router};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 
-use poolguard_core::admission::{self, BadReview, Decision, DenyCode, Operation, Request, Ruling};
-use poolguard_core::config::{Config, OnError};
+use poolguard_core::admission::{self, BadReview, Decision, DenyCode, Request, Ruling};
 use poolguard_core::labels::Labels;
-use poolguard_core::placement_policy;
 use poolguard_core::ruleset::{Budget, RuleSet};
 use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
@@ -269,7 +267,7 @@ async fn decide(
     let slot = match slot {
         Some(Err(why)) if webhook == Webhook::Validate && !req.is_namespace() => {
             count_no_slot(&app.metrics, webhook, &why);
-            return (on_error(rules, &busy(why, app.deadline)), false);
+            return (rules.on_error(&busy(why, app.deadline)), false);
         }
         slot => slot,
     };
@@ -293,7 +291,7 @@ async fn decide(
         Some(Err(why)) => {
             count_no_slot(&app.metrics, webhook, &why);
             let labels = labels.as_deref();
-            unevaluated(webhook, req, labels, rules, &busy(why, app.deadline))
+            rules.unevaluated(webhook, req, labels, &busy(why, app.deadline))
         }
         Some(Ok(slot)) => {
             let held = (slot, work.reservation.take());
@@ -327,7 +325,7 @@ async fn decide_in_time(
 ) -> Decision {
     let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
     let budget = app.deadline;
-    let pools = app.pools.facts(&rules.config);
+    let pools = app.pools.facts(&rules.config());
     let task_labels = labels.clone();
     let decide = move || {
         let _held = held;
@@ -354,7 +352,9 @@ async fn decide_in_time(
             Err(_) => {
                 app.metrics.unfinished(webhook.as_str(), "deadline");
                 let labels = labels.as_deref();
-                return unevaluated(webhook, work.req, labels, work.rules, &late(app.deadline));
+                return work
+                    .rules
+                    .unevaluated(webhook, work.req, labels, &late(app.deadline));
             }
         }
     };
@@ -450,14 +450,15 @@ fn decide_review(
         Err(e) => return (Decision::deny(DenyCode::BadRequest, e.0), Late(false)),
     };
     let late_answer = |scope: Scope| {
-        let decision = unevaluated(webhook, &req, scope.labels, rules, &late(budget));
+        let decision = rules.unevaluated(webhook, &req, scope.labels, &late(budget));
         (decision, Late(true))
     };
     if Instant::now() >= deadline {
         return late_answer(scope);
     }
     let runs = webhook.policy_count(rules);
-    let cut = within_deadline(&rules.config, runs, req.operation, deadline);
+    let left = deadline.saturating_duration_since(Instant::now());
+    let cut = Budget::within(&rules.config(), runs, req.operation, left);
     let decision = rules.decide(webhook, &req, scope, cut.unwrap_or(Budget::FULL));
     if cut.is_some() && Instant::now() >= deadline {
         return late_answer(scope);
@@ -467,26 +468,6 @@ fn decide_review(
 
 /// Whether a decision is the deadline's answer (the policies were not evaluated in time).
 struct Late(bool);
-
-/// The budget that lowers `evaluation.timeoutMillis` to what each policy evaluation may take
-/// for all of them to end by `deadline` (every policy may run, and on UPDATE each runs on the
-/// object and on the old object); `None` when the configured limit is already within that.
-fn within_deadline(
-    config: &Config,
-    policies: usize,
-    operation: Operation,
-    deadline: Instant,
-) -> Option<Budget> {
-    let per_object = if operation == Operation::Update { 2 } else { 1 };
-    let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
-    let share = deadline.saturating_duration_since(Instant::now()) / runs;
-    // Rounded up: a policy stopped by its share ends at the deadline, not just before it.
-    let share_ms = u64::try_from(share.as_micros().div_ceil(1000))
-        .unwrap_or(u64::MAX)
-        .max(1);
-    (share_ms < config.evaluation.timeout_millis)
-        .then(|| Budget::per_policy(Duration::from_millis(share_ms)))
-}
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
     if namespace.is_empty() {
@@ -517,57 +498,6 @@ fn busy(why: NoSlot, deadline: Duration) -> String {
         NoSlot::QueueFull { running, waiting } => {
             format!("poolguard is busy ({running} policy evaluations running, {waiting} waiting)")
         }
-    }
-}
-
-/// The answer to a request whose policies could not be evaluated (`what` says why): a
-/// validating one gets `evaluation.onError`. A mutating one is still placed when its namespace
-/// names its pool (no policy is needed for that, and admitted without the patch the pod would
-/// run on any node when the validating webhook is also allowed by `onError`); a pod whose pool
-/// placement policies would choose is refused with 503, whatever `onError` says.
-fn unevaluated(
-    webhook: Webhook,
-    req: &Request,
-    labels: Option<&Labels>,
-    rules: &RuleSet,
-    what: &str,
-) -> Decision {
-    match webhook {
-        // Who may change a namespace's guarded labels runs no policy: it is decided in
-        // microseconds, never left to `evaluation.onError` (which may allow). Constraints that
-        // match Namespaces could not run: `evaluation.onError` for them.
-        Webhook::Validate if req.is_namespace() => {
-            let authority = rules.pool_authority(req);
-            if !authority.allowed() || !rules.reads_namespace_labels(webhook, req) {
-                return authority;
-            }
-            on_error(rules, what)
-        }
-        Webhook::Validate => on_error(rules, what),
-        Webhook::Mutate if placement_policy::chooses(labels, &rules.config) => Decision::deny(
-            DenyCode::Unavailable,
-            format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
-        ),
-        Webhook::Mutate => {
-            let scope = Scope { labels, pools: None };
-            rules.decide(webhook, req, scope, Budget::FULL)
-        }
-    }
-}
-
-/// `evaluation.onError` for a request that could not be decided because of `what`.
-fn on_error(rules: &RuleSet, what: &str) -> Decision {
-    match rules.config.evaluation.on_error {
-        OnError::Deny => Decision::deny(
-            DenyCode::InternalError,
-            format!("{what}, so the request is refused (evaluation.onError: deny)"),
-        ),
-        OnError::Allow => Decision {
-            warnings: vec![format!(
-                "{what}; allowed because evaluation.onError is allow"
-            )],
-            ..Decision::allow()
-        },
     }
 }
 

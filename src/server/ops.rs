@@ -34,7 +34,7 @@ async fn readyz(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
 
 /// Why this replica is not ready, if it is not.
 fn not_ready(app: &ServerState) -> Option<&'static str> {
-    let chooses = app.rules.load().config.placement.is_some();
+    let chooses = app.rules.load().config().placement.is_some();
     if !app.namespaces.ready() {
         Some("the namespace cache has not synced yet")
     } else if chooses && !app.pools.ready() {
@@ -57,8 +57,8 @@ async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
     m.connections.set(gates.connections_open() as i64);
     let rules = app.rules.load();
     for (policies, ((hits, misses), bytes)) in [
-        ("sit", rules.policies.memo_stats()),
-        ("placement", rules.placement.memo_stats()),
+        ("sit", rules.policies().memo_stats()),
+        ("placement", rules.placement().memo_stats()),
     ] {
         let labels = MemoLabels { policies };
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -66,7 +66,7 @@ async fn metrics(State(app): State<Arc<ServerState>>) -> impl IntoResponse {
         m.memo_misses.get_or_create(&labels).set(clamp(misses));
         m.memo_bytes.get_or_create(&labels).set(clamp(bytes));
         let capacity = rules
-            .config
+            .config()
             .evaluation
             .result_cache_mib
             .saturating_mul(1024 * 1024);

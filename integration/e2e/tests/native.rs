@@ -767,7 +767,7 @@ const ROLLOUT_NAMESPACES: [Namespace; 5] = [
 fn rollout_view(rules: &RuleSet) -> Result<RolloutView> {
     let name = "allowedrepositories";
     let policy = rules
-        .policies
+        .policies()
         .get(name)
         .context("allowedrepositories is loaded")?;
     let previous = StoredVersion {
@@ -785,7 +785,7 @@ fn rollout_view(rules: &RuleSet) -> Result<RolloutView> {
     };
     let group = |name: &str, status| GroupState::new(name, status, 0, "");
     let state = RolloutState {
-        version: rules.policies.version(name).to_string(),
+        version: rules.policies().version(name).to_string(),
         previous_version: Some("previous".into()),
         previous_enforcement: Some(Enforcement::Deny),
         final_enforcement: Enforcement::Deny,
@@ -922,7 +922,8 @@ async fn native_objects_decide_as_the_webhooks_do() {
         for (i, round) in rounds.iter().enumerate() {
             let mut rules = rules(&round.config)?;
             if round.rollout {
-                rules.rollouts = Arc::new(rollout_view(&rules)?);
+                let view = Arc::new(rollout_view(&rules)?);
+                rules = rules.with_rollouts(view);
             }
             let generated = native::generate(&rules, &Options::default());
             apply(&env, &generated).await?;

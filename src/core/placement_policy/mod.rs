@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use regorus::{Engine, Value};
 
+use crate::admission::PodSpecAt;
 use crate::config::parameters::Parameters;
 use crate::config::{Config, UnlabelledNamespaces};
 use crate::labels::Labels;
@@ -501,12 +502,9 @@ pub enum Chosen {
 /// validating webhook and the audit check with it (a pod that selects a pool itself must select
 /// one the policies accept). `pools` is `None` while the node facts are unknown. Each policy
 /// evaluation takes at most `limit`.
-#[allow(clippy::too_many_arguments)]
 pub fn select(
     pools: Option<&PoolSet>,
-    object: &serde_json::Value,
-    path: &[&str],
-    namespace: &str,
+    at: PodSpecAt,
     policies: &PlacementSet,
     config: &Config,
     review: Option<&serde_json::Value>,
@@ -518,11 +516,12 @@ pub fn select(
                 .to_string(),
         );
     };
-    let Some((_, template_path)) = path.split_last() else {
+    let Some((_, template_path)) = at.path.split_last() else {
         return Chosen::Invalid("no pod spec path".to_string());
     };
-    let pod = crate::admission::value_at(object, template_path).unwrap_or(&serde_json::Value::Null);
-    if let Err(e) = PodRequirements::of(pod.get("spec"), &path.join(".")) {
+    let pod =
+        crate::admission::value_at(at.object, template_path).unwrap_or(&serde_json::Value::Null);
+    if let Err(e) = PodRequirements::of(pod.get("spec"), &at.path.join(".")) {
         return Chosen::Invalid(e);
     }
     let candidates = match candidates(pools, pod, policies, config, review, limit) {
@@ -566,7 +565,7 @@ pub fn select(
             }
         },
     };
-    match node_selector::place(spec, path, namespace, pool, &config.placement_rules()) {
+    match node_selector::place(spec, at.path, at.namespace, pool, &config.placement_rules()) {
         Placement::Conflict(message) => Chosen::Refused(vec![message]),
         Placement::Invalid(message) => Chosen::Invalid(message),
         placed => Chosen::Pool(pool.to_string(), placed),

@@ -903,9 +903,11 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
             );
             let chosen = select(
                 Some(set),
-                &small,
-                &["spec"],
-                "team-a",
+                PodSpecAt {
+                    object: &small,
+                    path: &["spec"],
+                    namespace: "team-a",
+                },
                 &policies,
                 &listed_config,
                 None,
@@ -918,9 +920,11 @@ fn a_node_naming_an_unlisted_pool_is_never_chosen() {
             // A pod selecting the unlisted pool itself is refused.
             let chosen = select(
                 Some(set),
-                &selects_it,
-                &["spec"],
-                "team-a",
+                PodSpecAt {
+                    object: &selects_it,
+                    path: &["spec"],
+                    namespace: "team-a",
+                },
                 &policies,
                 &listed_config,
                 None,
@@ -994,9 +998,11 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
         let set = PoolSet::new(PoolFacts::gather(nodes, "agentpool"));
         select(
             Some(&set),
-            pod,
-            &["spec"],
-            "team-a",
+            PodSpecAt {
+                object: pod,
+                path: &["spec"],
+                namespace: "team-a",
+            },
             &shipped(),
             &config,
             None,
@@ -1007,9 +1013,11 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
         let set = PoolSet::new(PoolFacts::gather(&both, "agentpool"));
         let chosen = select(
             Some(&set),
-            &small,
-            &["spec"],
-            "team-a",
+            PodSpecAt {
+                object: &small,
+                path: &["spec"],
+                namespace: "team-a",
+            },
             &policies,
             &config,
             None,

@@ -570,7 +570,7 @@ mod tests {
         let doc = |image: &str| json!({"services": {"web-": {"functional_requirements": {"c": {"image": image}}}}, "target": null});
         let run = |policies: &PolicySet, config: &Config, image: &str, uid: &str| {
             let outcomes = evaluate(
-                &policies,
+                policies,
                 config,
                 Some(&doc(image)),
                 Some(&json!({"uid": uid})),

@@ -2,15 +2,17 @@
 //! against each other once per load. [`RuleSet::decide`] (in [`crate::webhook`]) answers a
 //! request with it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 
+use crate::admission::Operation;
 use crate::config::Config;
 use crate::gatekeeper;
 use crate::placement_policy::PlacementSet;
 use crate::policy::PolicySet;
-use crate::rollout::view::SharedView;
+use crate::rollout::view::{RolloutView, SharedView};
 
 pub mod plan;
 
@@ -19,13 +21,13 @@ pub use plan::{Plan, Subject};
 /// Everything a decision needs besides the request, its scope and its time budget.
 #[derive(Clone, Default)]
 pub struct RuleSet {
-    pub config: Config,
-    pub policies: PolicySet,
+    pub(crate) config: Config,
+    pub(crate) policies: PolicySet,
     /// The placement (SAT) policies, which choose pools ([`crate::placement_policy`]).
-    pub placement: PlacementSet,
+    pub(crate) placement: PlacementSet,
     /// What the replicas know of the policies' rollouts: which version, at which enforcement,
     /// each namespace group gets ([`crate::rollout::view`]).
-    pub rollouts: SharedView,
+    pub(crate) rollouts: SharedView,
 }
 
 /// How long each policy evaluation of one decision may take: the config's
@@ -44,6 +46,26 @@ impl Budget {
         Budget {
             per_policy: Some(limit),
         }
+    }
+
+    /// The budget that lowers `evaluation.timeoutMillis` to what each of `policies` evaluations
+    /// may take for all of them to end within `left` (on UPDATE each policy runs on the object
+    /// and on the old object); `None` when the configured limit is already within that.
+    pub fn within(
+        config: &Config,
+        policies: usize,
+        operation: Operation,
+        left: Duration,
+    ) -> Option<Budget> {
+        let per_object = if operation == Operation::Update { 2 } else { 1 };
+        let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
+        let share = left / runs;
+        // Rounded up: a policy stopped by its share ends at the deadline, not just before it.
+        let share_ms = u64::try_from(share.as_micros().div_ceil(1000))
+            .unwrap_or(u64::MAX)
+            .max(1);
+        (share_ms < config.evaluation.timeout_millis)
+            .then(|| Budget::per_policy(Duration::from_millis(share_ms)))
     }
 
     /// The time limit of one policy evaluation under `config`.
@@ -93,6 +115,32 @@ impl RuleSet {
 }
 
 impl RuleSet {
+    /// The config the rules were checked against.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The SIT policies and Gatekeeper constraints.
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    /// The placement policies.
+    pub fn placement(&self) -> &PlacementSet {
+        &self.placement
+    }
+
+    /// What is known of the policies' rollouts.
+    pub fn rollouts(&self) -> &Arc<RolloutView> {
+        &self.rollouts
+    }
+
+    /// The same rules with what the replicas now know of the rollouts.
+    pub fn with_rollouts(mut self, rollouts: Arc<RolloutView>) -> RuleSet {
+        self.rollouts = rollouts;
+        self
+    }
+
     /// The rule set of `config` with the SIT policies `sit`, the placement policies `placement`
     /// and the Gatekeeper documents of `files` ([`crate::gatekeeper`] reads and compiles them).
     /// Also the warnings: the templates' lint and what of `files.tolerated` was left out.

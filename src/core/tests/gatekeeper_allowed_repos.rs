@@ -16,6 +16,7 @@ mod image_reference_table;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use poolguard_core::admission::PodSpecAt;
 use poolguard_core::config::Config;
 use poolguard_core::gatekeeper;
 use poolguard_core::gator::review;
@@ -135,9 +136,11 @@ fn gatekeeper_verdict(pair: &Pair, object: &Value) -> (Verdict, Vec<String>) {
 /// What the webhook's check of the pod spec decides with allowedrepositories.
 fn poolguard_verdict(pair: &Pair, object: &Value) -> (Verdict, Vec<String>) {
     let checks = validate::check(
-        object,
-        &["spec"],
-        "shop",
+        PodSpecAt {
+            object,
+            path: &["spec"],
+            namespace: "shop",
+        },
         None,
         None,
         None,
