@@ -13,6 +13,9 @@
 #      metrics` over a real /metrics scrape (integration/monitoring/test.sh; that the rules and the
 #      Grafana dashboard read only metrics poolguard exports is tests/referenced_metrics.rs, step 1);
 #   4. end to end against a real control plane built from pinned Go modules (integration/e2e.sh);
+#      then Karpenter NodePools that scale from zero: Karpenter's kwok provider and kwok, built
+#      from their Go modules, launch the nodes of the NodePools poolguard places pods on
+#      (integration/karpenter/test.sh);
 #   5. poolguard's own image on a kind cluster (1 control plane + 3 workers, podman, a node image
 #      built here), installed with the chart's defaults by helm: replicas on two workers, the
 #      securityContext as the runtime applied it, the e2e suites through the Service, operations
@@ -98,12 +101,17 @@ background kind-images bash -c 'integration/kind/kind.sh >/dev/null &&
     POOLGUARD_CP_BUILD_KUBECTL=1 integration/controlplane/build.sh kubelet kube-proxy kubeadm >/dev/null &&
     integration/image/build.sh >/dev/null &&
     integration/policy-reporter/build.sh >/dev/null'
+# Karpenter's kwok provider and kwok (their Go modules, a newer Go toolchain), for step 4.
+background karpenter bash integration/karpenter/build.sh
 bash integration/helm/lint.sh
 bash integration/helm/install-test.sh
 step "alerts and the metrics scrape (integration/monitoring/test.sh)"
 bash integration/monitoring/test.sh
 step "end to end"
 bash integration/e2e.sh
+step "Karpenter NodePools that scale from zero (integration/karpenter/test.sh)"
+await karpenter
+bash integration/karpenter/test.sh
 step "poolguard's image on a kind cluster, installed with the chart (integration/kind/run.sh)"
 await kind-images
 # The image's own checks (integration/image/test.sh: the Dockerfile reader on good and bad

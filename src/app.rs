@@ -21,9 +21,10 @@ use crate::certs::rotation::{Settings, Stored};
 use crate::cluster::gatekeeper_objects::{self, ClusterDocuments};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
-use crate::cluster::node_cache;
 use crate::cluster::webhook_registration::{Fallback, Registrar};
+use crate::cluster::{node_cache, nodepool_cache};
 use crate::namespaces::Namespaces;
+use crate::pools::Pools;
 use crate::server::state::ServerState;
 use crate::server::tls::{self, TlsFiles};
 pub use crate::server::Limits;
@@ -47,6 +48,10 @@ pub struct Options {
     pub namespaces_file: Option<PathBuf>,
     /// Node objects to take the pools from instead of the cluster.
     pub nodes_file: Option<PathBuf>,
+    /// Watch the cluster's Karpenter NodePools as pools too.
+    pub nodepools: bool,
+    /// The instance types NodePools launch.
+    pub instance_types_file: Option<PathBuf>,
     pub deadline: Duration,
     /// How long in-flight requests get after SIGTERM.
     pub drain: Duration,
@@ -159,13 +164,16 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     tracing::info!(policies = ?rules.policies().names().collect::<Vec<_>>(), "config and policies loaded");
     let (namespaces, client) = namespace_source(&opts).await?;
     tracing::info!(?limits, "limits");
-    let app = Arc::new(ServerState::new(
+    let pools = pools(&opts, &rules)?;
+    let mut state = ServerState::new(
         rules,
         namespaces,
         metrics.clone(),
         opts.deadline,
         limits.clone(),
-    ));
+    );
+    state.pools = pools;
+    let app = Arc::new(state);
     pool_source(&opts, client, &app)?;
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref().zip(tls.as_ref()), &app),
@@ -301,7 +309,7 @@ async fn start_audit(
             .cloned()
             .collect::<Vec<_>>()
     };
-    let Some(settings) = opts.audit.clone() else {
+    let Some(mut settings) = opts.audit.clone() else {
         if let Some(follow) = &opts.rollout_follow {
             let client = kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
                 .await
@@ -314,6 +322,8 @@ async fn start_audit(
         }
         return Ok(None);
     };
+    settings.scan.nodepools = opts.nodepools;
+    settings.scan.catalog = app.pools.catalog();
     if opts.dev && opts.kubeconfig.is_none() {
         tracing::info!("audit off: --dev without --kubeconfig reads no cluster");
         return Ok(None);
@@ -506,16 +516,46 @@ async fn namespace_source(opts: &Options) -> Result<(Namespaces, Option<kube::Cl
     Ok((namespaces, Some(client)))
 }
 
-/// The pools placement policies choose among: from a nodes file; else from the cluster's nodes
-/// (a watch cache) when the namespaces come from a cluster; else none (no pool can be chosen).
+/// The pools placement policies choose among, as read from a nodes file (with its NodePools),
+/// or to be read from the cluster (with its NodePools under `--nodepools`); the instance-type
+/// catalog says what NodePools launch.
+fn pools(opts: &Options, rules: &poolguard_core::ruleset::RuleSet) -> Result<Pools> {
+    let catalog = opts.instance_types_file.as_deref();
+    if opts.nodepools && opts.nodes_file.is_some() {
+        bail!("--nodepools reads the cluster's NodePools, --nodes-file reads nodes (and NodePools) from a file: give one of them");
+    }
+    Ok(match &opts.nodes_file {
+        Some(path) => {
+            let inventory = sources::load_inventory(path, catalog)?;
+            tracing::info!(
+                source = %path.display(),
+                nodes = inventory.nodes.len(),
+                nodepools = inventory.nodepools.len(),
+                "pools from a nodes file"
+            );
+            Pools::fixed(inventory, rules.config())
+        }
+        None => {
+            let catalog = catalog.map(sources::load_catalog).transpose()?;
+            if let (Some(catalog), Some(path)) = (&catalog, &opts.instance_types_file) {
+                tracing::info!(
+                    source = %path.display(),
+                    instance_types = catalog.instance_types.len(),
+                    "instance types NodePools launch"
+                );
+            }
+            Pools::new(opts.nodepools, catalog.map(Arc::new))
+        }
+    })
+}
+
+/// Starts reading the cluster's nodes (a watch cache) and, under `--nodepools`, its NodePools
+/// when the namespaces come from a cluster and no nodes file is given; with neither, no pool
+/// can be chosen.
 fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerState>) -> Result<()> {
     let rules = || app.rules.load_full();
     match (&opts.nodes_file, client) {
-        (Some(path), _) => {
-            let nodes = sources::load_node_facts(path)?;
-            tracing::info!(source = %path.display(), nodes = nodes.len(), "pools from a nodes file");
-            app.pools.publish(nodes, &rules().config());
-        }
+        (Some(_), _) => {}
         (None, Some(client)) => {
             let weak = Arc::downgrade(app);
             let key: node_cache::PoolKey = Arc::new(move || {
@@ -523,9 +563,15 @@ fn pool_source(opts: &Options, client: Option<kube::Client>, app: &Arc<ServerSta
                     .map(|app| app.rules.load_full())
                     .unwrap_or_default()
             });
+            if opts.nodepools {
+                nodepool_cache::start(client.clone(), key.clone(), app.pools.clone());
+            }
             node_cache::start(client, key, app.pools.clone());
         }
-        (None, None) => app.pools.publish(Vec::new(), &rules().config()),
+        (None, None) => {
+            app.pools.publish(Vec::new(), rules().config());
+            app.pools.publish_nodepools(Vec::new(), rules().config());
+        }
     }
     Ok(())
 }

@@ -8,12 +8,13 @@ use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
 use poolguard_core::gatekeeper;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
-use poolguard_core::placement_policy::{NodeFacts, PlacementSet};
+use poolguard_core::placement_policy::{Catalog, NodeFacts, NodePool, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
 use poolguard_core::ruleset::RuleSet;
 
 use crate::cluster::gatekeeper_objects::ClusterDocuments;
+use crate::pools::Inventory;
 
 /// The rules of the moment, as the loops that outlive a reload (the audit, the webhook
 /// registration) read them: they change when the config or policies are reloaded.
@@ -289,34 +290,63 @@ pub fn load_nodes(path: &Path) -> Result<NodeLabels> {
     parse_nodes_text(&text, &path.display().to_string())
 }
 
-/// The nodes' facts from Node objects in a file (`kubectl get nodes -o yaml|json`: a List, or
-/// several documents).
-pub fn load_node_facts(path: &Path) -> Result<Vec<NodeFacts>> {
+/// The nodes' facts and Karpenter NodePools (`karpenter.sh/v1`) in a file (`kubectl get
+/// nodes,nodepools -o yaml|json`: a List, or several documents, of either kind), with the
+/// instance-type catalog `catalog` (`--instance-types-file`) for what the NodePools launch.
+pub fn load_inventory(path: &Path, catalog: Option<&Path>) -> Result<Inventory> {
     let origin = path.display().to_string();
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading nodes file {origin}"))?;
-    let mut nodes = Vec::new();
+    let mut inventory = Inventory {
+        catalog: catalog.map(load_catalog).transpose()?.map(Arc::new),
+        ..Inventory::default()
+    };
     for (i, doc) in poolguard_core::documents::parse(&text, &origin)?
         .iter()
         .enumerate()
     {
         let at = format!("{origin}: document {}", i + 1);
         let items = match doc["kind"].as_str() {
-            Some("Node") => std::slice::from_ref(doc),
-            Some("List" | "NodeList") => doc["items"].as_array().map_or(&[][..], Vec::as_slice),
+            Some("Node" | "NodePool") => std::slice::from_ref(doc),
+            Some("List" | "NodeList" | "NodePoolList") => {
+                doc["items"].as_array().map_or(&[][..], Vec::as_slice)
+            }
             _ => bail!(
-                "{at}: expected a Node or a v1 List of them, found {}",
+                "{at}: expected a Node, a karpenter.sh/v1 NodePool or a v1 List of them, found {}",
                 found(doc)
             ),
         };
-        for (j, node) in items.iter().enumerate() {
-            if !node.is_object() || node["kind"].as_str().is_some_and(|k| k != "Node") {
-                bail!("{at}: items[{j}]: expected a Node, found {}", found(node));
+        for (j, item) in items.iter().enumerate() {
+            let kind = item["kind"].as_str();
+            let api_version = item["apiVersion"].as_str();
+            match (kind, api_version) {
+                (Some("NodePool"), Some("karpenter.sh/v1")) => inventory.nodepools.push(
+                    NodePool::from_object(item).map_err(|e| anyhow::anyhow!("{at}: {e}"))?,
+                ),
+                (Some("NodePool"), other) => bail!(
+                    "{at}: items[{j}]: a NodePool of apiVersion {}: only karpenter.sh/v1 NodePools are read",
+                    other.unwrap_or("(none)")
+                ),
+                (None | Some("Node"), _) if item.is_object() => inventory.nodes.push(
+                    NodeFacts::from_node(item).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?,
+                ),
+                _ => bail!(
+                    "{at}: items[{j}]: expected a Node or a NodePool, found {}",
+                    found(item)
+                ),
             }
-            nodes.push(NodeFacts::from_node(node).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?);
         }
     }
-    Ok(nodes)
+    Ok(inventory)
+}
+
+/// An instance-type catalog, in the format of Karpenter's kwok provider (a JSON array of
+/// instance types with `name`, `architecture`, `operatingSystems`, `resources`, `offerings`).
+pub fn load_catalog(path: &Path) -> Result<Catalog> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading instance types file {origin}"))?;
+    Catalog::from_json(&text, &origin).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// What a document that is not the object expected is, for an error.
@@ -377,27 +407,78 @@ mod tests {
         for (text, found) in [
             (
                 "metadata: {name: a}\n",
-                "document 1: expected a Node or a v1 List of them, found an object without `kind`",
+                "document 1: expected a Node, a karpenter.sh/v1 NodePool or a v1 List of them, found an object without `kind`",
             ),
             ("kind: Pod\n", "found kind Pod"),
             ("- kind: Node\n  metadata: {name: a}\n", "found a sequence"),
             (
                 "kind: List\nitems:\n- kind: Pod\n",
-                "document 1: items[0]: expected a Node, found kind Pod",
+                "document 1: items[0]: expected a Node or a NodePool, found kind Pod",
             ),
             (
                 "kind: List\nitems:\n- just text\n",
-                "items[0]: expected a Node, found a string",
+                "items[0]: expected a Node or a NodePool, found a string",
+            ),
+            (
+                "kind: List\nitems:\n- {apiVersion: karpenter.sh/v1beta1, kind: NodePool, metadata: {name: a}}\n",
+                "items[0]: a NodePool of apiVersion karpenter.sh/v1beta1: only karpenter.sh/v1 NodePools are read",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\nspec: {template: {spec: {requirements: [{key: a, operator: Maybe}]}}}\n",
+                "document 1: NodePool \"gpu\": spec.template.spec.requirements[0].operator \"Maybe\" is not one of",
             ),
         ] {
             let path = dir.path().join("nodes.yaml");
             std::fs::write(&path, text).unwrap();
-            let err = load_node_facts(&path).unwrap_err().to_string();
+            let err = load_inventory(&path, None).err().unwrap().to_string();
             assert!(
                 err.contains("nodes.yaml: ") && err.contains(found),
                 "{text:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_nodes_file_holds_nodes_and_nodepools_and_the_catalog_says_what_they_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes = dir.path().join("nodes.yaml");
+        std::fs::write(
+            &nodes,
+            "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {karpenter.sh/nodepool: general}}, status: {allocatable: {cpu: '2'}, conditions: [{type: Ready, status: 'True'}]}}\n---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: big}\nspec: {template: {spec: {requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [large]}]}}}\n",
+        )
+        .unwrap();
+        let catalog = dir.path().join("types.json");
+        std::fs::write(
+            &catalog,
+            r#"[{"name": "large", "architecture": "amd64", "operatingSystems": ["linux"], "resources": {"cpu": "16", "memory": "64Gi"}, "offerings": [{"Price": 1, "Available": true, "Requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}]}]"#,
+        )
+        .unwrap();
+        let config = Config::parse("nodeSelectorKey: karpenter.sh/nodepool\n", "t").unwrap();
+        let inventory = load_inventory(&nodes, Some(&catalog)).unwrap();
+        assert_eq!(inventory.nodes.len(), 1);
+        assert_eq!(inventory.nodepools.len(), 1);
+        let (pools, problems) = inventory.pools(&config);
+        assert!(problems.is_empty(), "{problems:?}");
+        let names: Vec<&str> = pools.facts().iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["big", "general"]);
+        let big = &pools.facts()[0];
+        assert_eq!((big.nodes, big.launchable.len()), (0, 1));
+        assert!(big.takes_new_pods());
+        // Without the catalog, what big launches is unknown: said, never guessed.
+        let (pools, problems) = load_inventory(&nodes, None).unwrap().pools(&config);
+        assert!(!pools.facts()[0].takes_new_pods());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("NodePool \"big\": no instance-type catalog is given"),
+            "{problems:?}"
+        );
+        // A catalog that is not one is refused, naming the file.
+        std::fs::write(&catalog, "{}").unwrap();
+        let err = load_inventory(&nodes, Some(&catalog))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("types.json"), "{err}");
     }
 
     #[test]

@@ -158,7 +158,7 @@ fn eval_chooses_pools_with_placement_policies() {
             "# Pod train in namespace ml-team (pool gpu, chosen by the placement policies): ALLOWED, patched",
             "# Pod huge in namespace ml-team (no pool can be chosen by the placement policies): DENIED (403)",
             "#   no pool can take this pod (the placement policies choose the pools of namespace \"ml-team\"):",
-            "#   fitsresources: no pool has a node with room for the pod's requests (cpu 48000m, memory 300Gi)",
+            "#   fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 48000m, memory 300Gi)",
         ]
     );
 
@@ -194,6 +194,99 @@ fn eval_chooses_pools_with_placement_policies() {
     );
     assert!(
         text(&out.stdout).contains("no pool to choose from: no node carries the label agentpool"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// docs/placement.md's Karpenter example: NodePools with no node at all are pools with what
+/// their instance types offer (testdata/karpenter): the placement policies choose general for a
+/// small pod, big for a 12-cpu one, gpu for a GPU pod, never capped (its limits are spent), and
+/// refuse a pod no NodePool can launch a node for; a pod naming another NodePool than its
+/// namespace's is refused. Without the catalog the NodePools launch nothing known, and say so.
+#[test]
+fn eval_places_pods_on_nodepools_that_have_no_node() {
+    let args = [
+        "eval",
+        "--namespaces-file",
+        "testdata/karpenter/namespaces.yaml",
+        "--nodes-file",
+        "testdata/karpenter/nodepools.yaml",
+        "--config",
+        "testdata/karpenter/config.yaml",
+        "--instance-types-file",
+        "testdata/karpenter/instance-types.json",
+    ];
+    let pods = "testdata/karpenter/pods.yaml";
+    let out = poolguard(
+        &[&args[..], &["--webhook", "admission", pods]].concat(),
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "no NodePool problem");
+    let verdicts: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("# ") && !l.starts_with("# patch"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            "# Pod web in namespace ml-team (pool general, chosen by the placement policies): ALLOWED, patched",
+            "# Pod build in namespace ml-team (pool big, chosen by the placement policies): ALLOWED, patched",
+            "# Pod train in namespace ml-team (pool gpu, chosen by the placement policies): ALLOWED, patched",
+            "# Pod huge in namespace ml-team (no pool can be chosen by the placement policies): DENIED (403)",
+            "#   no pool can take this pod (the placement policies choose the pools of namespace \"ml-team\"):",
+            "#   fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 48000m, memory 300Gi)",
+            "# Pod elsewhere in namespace batch (pool big): DENIED (403)",
+            "#   namespace \"batch\" is assigned to pool \"big\" (namespace label agentpool=big): nodeSelector karpenter.sh/nodepool=\"general\" is not allowed here",
+        ]
+    );
+    assert!(text(&out.stdout).contains("karpenter.sh/nodepool: general"));
+
+    // Without the catalog: every NodePool is said to launch nothing known, and none is chosen.
+    let out = poolguard(&[&args[..7], &["--webhook", "mutate", pods]].concat(), None);
+    let stderr = text(&out.stderr);
+    for nodepool in ["general", "big", "gpu", "capped"] {
+        assert!(
+            stderr.contains(&format!(
+                "poolguard: warning: NodePool \"{nodepool}\": no instance-type catalog is given"
+            )),
+            "{stderr}"
+        );
+    }
+    assert!(
+        !text(&out.stdout).contains("ALLOWED"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // A catalog that does not list a type a NodePool allows by name: said, never guessed.
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("types.json");
+    let text_of = std::fs::read_to_string("testdata/karpenter/instance-types.json").unwrap();
+    std::fs::write(&catalog, text_of.replace("\"gpu-8x\"", "\"gpu-9x\"")).unwrap();
+    let out = poolguard(
+        &[
+            &args[..7],
+            &[
+                "--instance-types-file",
+                catalog.to_str().unwrap(),
+                "--webhook",
+                "mutate",
+                pods,
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("\"gpu-8x\"") && stderr.contains("only its existing nodes count"),
+        "{stderr}"
+    );
+    assert!(
+        text(&out.stdout).contains("# Pod train in namespace ml-team (no pool can be chosen"),
         "{}",
         text(&out.stdout)
     );

@@ -109,6 +109,8 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         sources,
         namespaces_file: Some("testdata/namespaces.yaml".into()),
         nodes_file: None,
+        nodepools: false,
+        instance_types_file: None,
         deadline: Duration::from_secs(4),
         drain: Duration::from_secs(5),
         dev: false,

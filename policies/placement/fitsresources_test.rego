@@ -50,7 +50,7 @@ test_the_message_names_the_requests_in_readable_units if {
   result := solutions(targets, {"cpu": 64000, "memory": 256 * gi, "ephemeral-storage": 1536 * 1048576, "nvidia.com/gpu": 2, "hugepages-2Mi": 2097152})
   result == {
     "fulfilled": false,
-    "msg": "no pool has a node with room for the pod's requests (cpu 64000m, ephemeral-storage 1536Mi, hugepages-2Mi 2Mi, memory 256Gi, nvidia.com/gpu 2)",
+    "msg": "no pool has or can launch a node with room for the pod's requests (cpu 64000m, ephemeral-storage 1536Mi, hugepages-2Mi 2Mi, memory 256Gi, nvidia.com/gpu 2)",
   }
 }
 

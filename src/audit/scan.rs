@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, ListParams, PartialObjectMeta};
+use kube::api::{Api, DynamicObject, ListParams, PartialObjectMeta};
 use kube::discovery::{ApiGroup, Scope as ResourceScope};
 use kube::error::DiscoveryError;
 use kube::Client;
@@ -21,8 +21,10 @@ use serde_json::Value;
 use poolguard_core::audit::{self, AuditResult, Listed, Resource, LISTED};
 use poolguard_core::audit_tally::Tally;
 use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
-use poolguard_core::placement_policy::{NodeFacts, PoolFacts, PoolSet};
+use poolguard_core::placement_policy::{Catalog, NodeFacts, NodePool, PoolSet};
 use poolguard_core::ruleset::RuleSet;
+
+use crate::pools::Inventory;
 use poolguard_core::scope::Scope;
 
 /// Objects per list call of a kind without a pod spec (the kinds constraints name), at most:
@@ -42,6 +44,10 @@ pub struct ScanOptions {
     pub namespace_selector: String,
     /// Objects per list call.
     pub page_size: u32,
+    /// Whether the cluster's Karpenter NodePools are pools too (`--nodepools`).
+    pub nodepools: bool,
+    /// The instance types NodePools launch (`--instance-types-file`).
+    pub catalog: Option<Arc<Catalog>>,
 }
 
 /// What the audit reads of the cluster besides the objects: the audited namespaces' labels,
@@ -79,13 +85,21 @@ pub async fn facts(client: &Client, options: &ScanOptions, rules: &RuleSet) -> R
     let namespaces = namespace_labels(client, options).await?;
     let nodes = node_labels(client, options.page_size).await?;
     let pools = match &rules.config().placement {
-        Some(_) => Some(PoolSet::listed(
-            PoolFacts::gather(
-                &node_facts(client, options.page_size).await?,
-                &rules.config().node_selector_key,
-            ),
-            &rules.config(),
-        )),
+        Some(_) => {
+            let inventory = Inventory {
+                nodes: node_facts(client, options.page_size).await?,
+                nodepools: match options.nodepools {
+                    true => nodepools(client, options.page_size).await?,
+                    false => Vec::new(),
+                },
+                catalog: options.catalog.clone(),
+            };
+            let (pools, problems) = inventory.pools(rules.config());
+            for problem in problems {
+                tracing::warn!(problem = %problem, "a NodePool's facts are incomplete");
+            }
+            Some(pools)
+        }
         None => None,
     };
     let (kinds, cluster_kinds) = kinds(client, rules).await?;
@@ -461,6 +475,35 @@ async fn node_facts(client: &Client, page_size: u32) -> Result<Vec<NodeFacts>> {
                 Err(e) => {
                     tracing::warn!(error = %e, "a node cannot be read; it is left out of its pool")
                 }
+            }
+        }
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// The cluster's Karpenter NodePools, listed in pages; one that cannot be read is left out
+/// (and logged).
+async fn nodepools(client: &Client, page_size: u32) -> Result<Vec<NodePool>> {
+    let resource = crate::cluster::nodepool_cache::resource();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut params = ListParams::default().limit(page_size);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await.context("listing NodePools")?;
+        for object in page.items {
+            let read = serde_json::to_value(&object)
+                .map_err(|e| e.to_string())
+                .and_then(|mut value| {
+                    value["apiVersion"] = "karpenter.sh/v1".into();
+                    value["kind"] = "NodePool".into();
+                    NodePool::from_object(&value)
+                });
+            match read {
+                Ok(nodepool) => out.push(nodepool),
+                Err(e) => tracing::warn!(error = %e, "a NodePool cannot be read; it is no pool"),
             }
         }
         match page.metadata.continue_.filter(|t| !t.is_empty()) {

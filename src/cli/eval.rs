@@ -183,7 +183,7 @@ fn manifest_mode(
     let req = Request::from_value(&request).map_err(|e| anyhow::anyhow!("{e}"))?;
     let decision = decide(webhook, &req, namespaces, rules);
     let labels = namespaces.0.get(namespace);
-    let pool = if placement_policy::chooses(labels, &rules.config()) {
+    let pool = if placement_policy::chooses(labels, rules.config()) {
         let scope = Scope {
             labels,
             pools: namespaces.1,

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use poolguard_core::placement_policy::{PoolFacts, PoolSet};
+use poolguard_core::placement_policy::PoolSet;
 use poolguard_core::policy::rego_tests;
 use poolguard_core::report::ReportApi;
 use poolguard_core::webhook::Webhook;
@@ -183,10 +183,16 @@ struct EvalArgs {
     /// file has no labels.
     #[arg(long, value_name = "FILE")]
     namespaces_file: PathBuf,
-    /// Node objects (`kubectl get nodes -o yaml|json`): the pools placement policies choose
-    /// among, with what their nodes can do. Without it no pool can be chosen.
+    /// Node objects and Karpenter NodePools (`kubectl get nodes,nodepools -o yaml|json`): the
+    /// pools placement policies choose among, with what their nodes can do and what the
+    /// NodePools can launch (see --instance-types-file). Without it no pool can be chosen.
     #[arg(long, value_name = "FILE")]
     nodes_file: Option<PathBuf>,
+    /// The instance types NodePools launch, in the format of Karpenter's kwok provider (a JSON
+    /// array of `name`, `architecture`, `operatingSystems`, `resources`, `offerings`). Without
+    /// it a NodePool counts only its existing nodes.
+    #[arg(long, value_name = "FILE", requires = "nodes_file")]
+    instance_types_file: Option<PathBuf>,
     #[command(flatten)]
     rules: RuleArgs,
     /// Which webhook decides, or `admission` for both in turn, as the API server calls them.
@@ -211,11 +217,16 @@ struct AuditArgs {
     /// namespace not in the file has no labels, so no pool.
     #[arg(long, value_name = "FILE", requires = "manifests")]
     namespaces_file: Option<PathBuf>,
-    /// With --manifests: Node objects, read like --namespaces-file: a pod bound to a node
-    /// (spec.nodeName) must run on a node whose nodeSelectorKey label is its namespace's pool.
-    /// Without it, a pod's node is not checked.
+    /// With --manifests: Node objects (and Karpenter NodePools), read like --namespaces-file: a
+    /// pod bound to a node (spec.nodeName) must run on a node whose nodeSelectorKey label is
+    /// its namespace's pool; the placement policies choose among their pools. Without it, a
+    /// pod's node is not checked.
     #[arg(long, value_name = "FILE", requires = "manifests")]
     nodes_file: Option<PathBuf>,
+    /// With --nodes-file: the instance types its NodePools launch (as `eval
+    /// --instance-types-file`).
+    #[arg(long, value_name = "FILE", requires = "nodes_file")]
+    instance_types_file: Option<PathBuf>,
     /// The cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "FILE", conflicts_with = "manifests")]
     kubeconfig: Option<PathBuf>,
@@ -336,10 +347,12 @@ struct ServeArgs {
     /// Namespace objects to take labels from instead of the cluster.
     #[arg(long, value_name = "FILE")]
     namespaces_file: Option<PathBuf>,
-    /// Node objects to take the pools from instead of the cluster (the pools placement policies
-    /// choose among).
+    /// Node objects (and Karpenter NodePools) to take the pools from instead of the cluster
+    /// (the pools placement policies choose among).
     #[arg(long, value_name = "FILE")]
     nodes_file: Option<PathBuf>,
+    #[command(flatten)]
+    nodepools: NodePoolArgs,
     /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -411,6 +424,23 @@ struct ControllerArgs {
     /// --gatekeeper-from-cluster` (the audit and the native objects use them).
     #[arg(long)]
     gatekeeper_from_cluster: bool,
+    #[command(flatten)]
+    nodepools: NodePoolArgs,
+}
+
+/// Karpenter NodePools as pools, for `serve` and `controller` (admission and the audit).
+#[derive(Args)]
+struct NodePoolArgs {
+    /// Read the cluster's Karpenter NodePools (`karpenter.sh/v1`: a watch when serving, a list
+    /// each audit pass) as pools too: a NodePool with no node yet is a pool with what it can
+    /// launch (--instance-types-file). Needs get, list and watch on nodepools.karpenter.sh.
+    #[arg(long)]
+    nodepools: bool,
+    /// The instance types NodePools launch, in the format of Karpenter's kwok provider (a JSON
+    /// array of `name`, `architecture`, `operatingSystems`, `resources`, `offerings`). Without
+    /// it a NodePool counts only its existing nodes.
+    #[arg(long, value_name = "FILE")]
+    instance_types_file: Option<PathBuf>,
 }
 
 /// Certificates kept in a Secret (`--manage-certs`), for `serve` and `controller`.
@@ -660,6 +690,9 @@ impl ServeAuditArgs {
             scan: crate::audit::scan::ScanOptions {
                 namespace_selector: self.audit_namespace_selector,
                 page_size: self.audit_page_size,
+                // Set from --nodepools and --instance-types-file where the audit starts.
+                nodepools: false,
+                catalog: None,
             },
             report_api: self.audit_report_api.into(),
             max_results: self.audit_max_results_per_report,
@@ -970,6 +1003,8 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         sources: args.rules.sources(),
         namespaces_file: args.namespaces_file,
         nodes_file: args.nodes_file,
+        nodepools: args.nodepools.nodepools,
+        instance_types_file: args.nodepools.instance_types_file,
         deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         dev: args.dev,
@@ -1006,6 +1041,8 @@ fn controller(args: ControllerArgs) -> Result<ExitCode> {
         sources: args.rules.sources(),
         namespaces_file: None,
         nodes_file: None,
+        nodepools: args.nodepools.nodepools,
+        instance_types_file: args.nodepools.instance_types_file,
         deadline: std::time::Duration::from_millis(4000),
         drain: std::time::Duration::ZERO,
         dev: false,
@@ -1043,6 +1080,8 @@ fn cluster_audit<O: std::io::Write, E: std::io::Write>(
         let options = crate::audit::scan::ScanOptions {
             namespace_selector,
             page_size: 500,
+            nodepools: false,
+            catalog: None,
         };
         let facts =
             std::sync::Arc::new(crate::audit::scan::facts(&client, &options, &rules).await?);
@@ -1086,13 +1125,15 @@ fn run(command: Command) -> Result<ExitCode> {
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
             let pools = match &args.nodes_file {
-                Some(path) => PoolSet::listed(
-                    PoolFacts::gather(
-                        &sources::load_node_facts(path)?,
-                        &rules.config().node_selector_key,
-                    ),
-                    &rules.config(),
-                ),
+                Some(path) => {
+                    let catalog = args.instance_types_file.as_deref();
+                    let (pools, problems) =
+                        sources::load_inventory(path, catalog)?.pools(rules.config());
+                    for problem in problems {
+                        eprintln!("poolguard: warning: {problem}");
+                    }
+                    pools
+                }
                 None => PoolSet::default(),
             };
             let text = sources::read_input(&input)?;
@@ -1139,20 +1180,26 @@ fn run(command: Command) -> Result<ExitCode> {
             match (&args.manifests, &args.namespaces_file) {
                 (Some(manifests), Some(namespaces_file)) => {
                     let namespaces = sources::load_namespaces(namespaces_file)?;
-                    let nodes = match &args.nodes_file {
-                        Some(path) => Some(sources::load_nodes(path)?),
+                    let catalog = args.instance_types_file.as_deref();
+                    let inventory = match &args.nodes_file {
+                        Some(path) => Some(sources::load_inventory(path, catalog)?),
                         None => None,
                     };
-                    let pools = match &args.nodes_file {
-                        Some(path) => Some(PoolSet::listed(
-                            PoolFacts::gather(
-                                &sources::load_node_facts(path)?,
-                                &rules.config().node_selector_key,
-                            ),
-                            &rules.config(),
-                        )),
-                        None => None,
-                    };
+                    let nodes: Option<poolguard_core::namespaces::NodeLabels> =
+                        inventory.as_ref().map(|inventory| {
+                            inventory
+                                .nodes
+                                .iter()
+                                .map(|n| (n.name.clone(), n.labels.clone()))
+                                .collect()
+                        });
+                    let pools = inventory.map(|inventory| {
+                        let (pools, problems) = inventory.pools(rules.config());
+                        for problem in problems {
+                            eprintln!("poolguard: warning: {problem}");
+                        }
+                        pools
+                    });
                     let inputs = audit::Inputs {
                         manifests,
                         namespaces: &namespaces,

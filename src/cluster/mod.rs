@@ -7,4 +7,5 @@ pub mod managed_certs;
 pub mod namespace_cache;
 pub mod native_objects;
 pub mod node_cache;
+pub mod nodepool_cache;
 pub mod webhook_registration;

@@ -70,7 +70,7 @@ fn publish(store: &Store<Node>, pools: &Pools, rules: &RuleSet) {
                 .ok()
         })
         .collect();
-    pools.publish(nodes, &rules.config());
+    pools.publish(nodes, rules.config());
 }
 
 /// What the cache keeps of a node: metadata name and labels, spec taints and unschedulable,

@@ -226,7 +226,7 @@ fn plan(
         states.push((name.clone(), new.clone()));
         let old_version = old.as_ref().map(|o| o.version.as_str());
         if old_version != Some(new.version.as_str()) {
-            let stored = StoredVersion::of(policy, &rules.config());
+            let stored = StoredVersion::of(policy, rules.config());
             changes.push(Change::Set(format!("{CURRENT}{name}"), json(&stored)));
             match (&new.previous_version, old_version) {
                 // The version rolled out before becomes the previous one.

@@ -325,7 +325,7 @@ async fn decide_in_time(
 ) -> Decision {
     let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
     let budget = app.deadline;
-    let pools = app.pools.facts(&rules.config());
+    let pools = app.pools.facts(rules.config());
     let task_labels = labels.clone();
     let decide = move || {
         let _held = held;
@@ -458,7 +458,7 @@ fn decide_review(
     }
     let runs = webhook.policy_count(rules);
     let left = deadline.saturating_duration_since(Instant::now());
-    let cut = Budget::within(&rules.config(), runs, req.operation, left);
+    let cut = Budget::within(rules.config(), runs, req.operation, left);
     let decision = rules.decide(webhook, &req, scope, cut.unwrap_or(Budget::FULL));
     if cut.is_some() && Instant::now() >= deadline {
         return late_answer(scope);

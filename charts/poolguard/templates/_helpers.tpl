@@ -407,6 +407,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.gatekeeperFromCluster }}
 - --gatekeeper-from-cluster
 {{- end }}
+{{- if .Values.karpenter.nodePools }}
+- --nodepools
+{{- end }}
+{{- if .Values.karpenter.instanceTypes }}
+- --instance-types-file
+- /instance-types/instance-types.json
+{{- end }}
 - --log-format
 - {{ .Values.logFormat }}
 {{- end }}
@@ -427,6 +434,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   configMap:
     name: {{ include "poolguard.fullname" . }}-gatekeeper
 {{- end }}
+{{- if .Values.karpenter.instanceTypes }}
+- name: instance-types
+  configMap:
+    name: {{ include "poolguard.fullname" . }}-instance-types
+{{- end }}
 {{- end }}
 
 {{- define "poolguard.ruleVolumeMounts" -}}
@@ -444,6 +456,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.gatekeeperPolicies }}
 - name: gatekeeper
   mountPath: /gatekeeper
+  readOnly: true
+{{- end }}
+{{- if .Values.karpenter.instanceTypes }}
+- name: instance-types
+  mountPath: /instance-types
   readOnly: true
 {{- end }}
 {{- end }}

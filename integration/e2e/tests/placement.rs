@@ -105,7 +105,7 @@ async fn placement_policies_choose_the_pool() {
             403,
             &[
                 "no pool can take this pod",
-                "fitsresources: no pool has a node with room for the pod's requests (cpu 1000000m)",
+                "fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 1000000m)",
             ],
         )?;
         env.say(format!("  ok: {message}"));

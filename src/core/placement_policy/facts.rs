@@ -52,6 +52,11 @@ pub struct PoolFacts {
     pub shapes: Vec<(usize, Resources)>,
     /// The taints every node of the pool carries.
     pub taints: Vec<Taint>,
+    /// For a pool that launches nodes on demand (a Karpenter NodePool, see
+    /// [`super::nodepool`]): the distinct allocatable combinations of the nodes it can launch
+    /// now. Each is also in [`PoolFacts::shapes`] (with 0 nodes when no node has it yet) and
+    /// counted in [`PoolFacts::largest`]. Empty for a pool of existing nodes only.
+    pub launchable: Vec<Resources>,
 }
 
 impl NodeFacts {
@@ -177,13 +182,16 @@ impl PoolFacts {
             largest,
             shapes,
             taints,
+            launchable: Vec::new(),
         }
     }
 
     /// The pool as one of StackL's `infrastructure_targets`: `name`, `labels` (also under
     /// StackL's name `params`, so templates that match a target's params match labels),
     /// `nodes`, `ready_nodes`, `resources` (the largest allocatable per resource),
-    /// `node_shapes` (`[{"nodes": n, "allocatable": {...}}]`) and `taints`.
+    /// `node_shapes` (`[{"nodes": n, "allocatable": {...}}]`) and `taints`; for a pool that
+    /// can launch nodes, also `launchable` (`[{"allocatable": {...}}]`, the shapes it can
+    /// launch, which `node_shapes` lists too, with `"nodes": 0` when no node has one yet).
     pub fn target(&self) -> Value {
         let labels = Value::Object(
             self.labels
@@ -191,7 +199,7 @@ impl PoolFacts {
                 .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
                 .collect(),
         );
-        json!({
+        let mut target = json!({
             "name": self.name,
             "labels": labels,
             "params": labels,
@@ -205,7 +213,15 @@ impl PoolFacts {
             "taints": self.taints.iter().map(|t| json!({
                 "key": t.key, "value": t.value, "effect": t.effect,
             })).collect::<Vec<_>>(),
-        })
+        });
+        if !self.launchable.is_empty() {
+            target["launchable"] = self
+                .launchable
+                .iter()
+                .map(|allocatable| json!({"allocatable": amounts(allocatable)}))
+                .collect();
+        }
+        target
     }
 }
 

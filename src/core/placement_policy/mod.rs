@@ -4,6 +4,7 @@
 //! of the manual (docs/architecture.md, "Placement policies").
 
 pub mod facts;
+pub mod nodepool;
 pub(crate) mod quantity;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +25,9 @@ use crate::policy::memo::{Memo, Weigh};
 use crate::policy::template::Template;
 pub(crate) use facts::PodRequirements;
 pub use facts::{NodeFacts, PoolFacts};
+pub use nodepool::{
+    pools, Catalog, InstanceType, Launch, LaunchableType, NodePool, Offering, Operator, Requirement,
+};
 
 /// What a placement policy without settings gets as `input.parameters`, made once.
 static NO_PARAMETERS: std::sync::LazyLock<Parameters> =
@@ -542,22 +546,25 @@ pub fn select(
             )])
         }
         Some(own) => own,
-        // Chosen for the pod: the first accepted pool that has a node taking new pods (Ready,
-        // not cordoned). A pool whose nodes are all down or cordoned would leave the pod
-        // Pending for as long as that lasts, so it is never chosen; a pod may still name it.
-        None => match candidates
-            .iter()
-            .find(|c| pools.facts().iter().any(|f| &f.name == *c && f.ready_nodes > 0))
-        {
+        // Chosen for the pod: the first accepted pool that takes new pods: it has a node that
+        // does (Ready, not cordoned), or it can launch one (a NodePool). A pool whose nodes are
+        // all down or cordoned and that launches none would leave the pod Pending for as long
+        // as that lasts, so it is never chosen; a pod may still name it.
+        None => match candidates.iter().find(|c| {
+            pools
+                .facts()
+                .iter()
+                .any(|f| &f.name == *c && f.takes_new_pods())
+        }) {
             Some(pool) => pool.as_str(),
             None => {
                 return Chosen::Refused(vec![format!(
-                    "no pool the placement policies accept ({}) has a Ready node that is not cordoned, so none is chosen",
+                    "no pool the placement policies accept ({}) has a Ready node that is not cordoned or can launch one, so none is chosen",
                     candidates
                         .iter()
                         .map(|c| {
                             let nodes = pools.facts().iter().find(|f| &f.name == c).map_or(0, |f| f.nodes);
-                            format!("{c}: {nodes} nodes, 0 ready")
+                            format!("{c}: {nodes} nodes, 0 ready, none to launch")
                         })
                         .collect::<Vec<_>>()
                         .join("; ")

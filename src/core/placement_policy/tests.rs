@@ -174,7 +174,7 @@ fn choose_table() {
             pod(json!({"cpu": "100", "amd.com/gpu": "1"})),
             two_accelerators,
             Err(strings(&[
-                "fitsresources: no pool has a node with room for the pod's requests (amd.com/gpu 1, cpu 100000m)",
+                "fitsresources: no pool has or can launch a node with room for the pod's requests (amd.com/gpu 1, cpu 100000m)",
                 "gpuonly: the pod requests amd.com/gpu, which no pool has allocatable",
             ])),
         ),
@@ -184,7 +184,7 @@ fn choose_table() {
             pod(json!({"cpu": "1", "nvidia.com/gpu": "1"})),
             AUTO,
             Err(strings(&[
-                "fitsresources: no pool has a node with room for the pod's requests (cpu 1000m, nvidia.com/gpu 1)",
+                "fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 1000m, nvidia.com/gpu 1)",
                 "gpuonly: the pod requests nvidia.com/gpu, which no pool has allocatable",
             ])),
         ),
@@ -194,7 +194,7 @@ fn choose_table() {
             pod(json!({"cpu": "2", "memory": "200Gi"})),
             AUTO,
             Err(strings(&[
-                "fitsresources: no pool has a node with room for the pod's requests (cpu 2000m, memory 200Gi)",
+                "fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 2000m, memory 200Gi)",
             ])),
         ),
         (
@@ -722,7 +722,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
         ("a pod that selects a refused pool", pod_with(small.clone(), Some("gpu")), Some(&auto), true, 403,
             "the pod selects pool \"gpu\" (nodeSelector agentpool=gpu), which the placement policies do not accept for it; they accept general, large"),
         ("an impossible pod: the policy's message", pod_with(huge.clone(), None), Some(&auto), true, 403,
-            "fitsresources: no pool has a node with room for the pod's requests (cpu 100000m)"),
+            "fitsresources: no pool has or can launch a node with room for the pod's requests (cpu 100000m)"),
         ("an unreadable request", pod_with(json!({"cpu": "lots"}), None), Some(&auto), true, 400, "is not a valid quantity"),
         ("nodes not read yet", pod_with(small.clone(), None), Some(&auto), false, 503, "the node cache has not synced"),
     ];
@@ -1043,6 +1043,38 @@ fn a_pool_without_a_node_taking_pods_is_never_chosen() {
         matches!(choose(&both, &names_it), Chosen::Pool(pool, _) if pool == "general"),
         "a pod's own choice of an accepted pool stands"
     );
+    // A pool with no node that takes pods but that can launch one (a NodePool) is chosen; the
+    // same pool launching nothing is not.
+    let policies = PlacementSet::default();
+    let mut launching = PoolFacts::gather(&down, "agentpool");
+    launching[0].launchable = vec![[("cpu".to_string(), 2000)].into()];
+    for (launchable, want) in [(true, Some("general")), (false, None)] {
+        let mut facts = launching.clone();
+        if !launchable {
+            facts[0].launchable.clear();
+        }
+        let set = PoolSet::new(facts);
+        let at = PodSpecAt {
+            object: &small,
+            path: &["spec"],
+            namespace: "team-a",
+        };
+        let chosen = select(
+            Some(&set),
+            at,
+            &policies,
+            &config,
+            None,
+            configured(&config),
+        );
+        match (want, &chosen) {
+            (Some(want), Chosen::Pool(pool, _)) => assert_eq!(pool, want),
+            (None, Chosen::Refused(reasons)) => {
+                assert!(reasons[0].contains("or can launch one"), "{reasons:?}")
+            }
+            _ => panic!("launchable {launchable}: {chosen:?}"),
+        }
+    }
 }
 
 /// The configured per-policy time limit, uncut.

@@ -1,0 +1,92 @@
+//! The cluster's Karpenter NodePools (`karpenter.sh/v1`): a watch cache whose contents are read
+//! as [`NodePool`]s and published into [`Pools`] after every change, so that a NodePool with no
+//! node yet is a pool with what it can launch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{store::Writer, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use tokio::sync::Notify;
+
+use super::node_cache::PoolKey;
+use crate::pools::Pools;
+use poolguard_core::placement_policy::NodePool;
+use poolguard_core::ruleset::RuleSet;
+
+/// Changes closer together than this are published once (a NodePool's status changes as its
+/// nodes come and go).
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The NodePool resource: `karpenter.sh/v1`, cluster-scoped.
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+        "nodepools",
+    )
+}
+
+/// Starts watching NodePools in the background, publishing into `pools` (whose pools stay
+/// unknown until the first listing: no pool is chosen from nodes alone while the NodePools are
+/// not read). The watch retries with backoff (a cluster without the NodePool CRD logs and keeps
+/// retrying) and the last NodePools keep serving meanwhile.
+pub fn start(client: Client, key: PoolKey, pools: Pools) {
+    let resource = resource();
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let writer = Writer::new(resource);
+    let store = writer.as_reader();
+    let changed = Arc::new(Notify::new());
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|nodepool| {
+            nodepool.metadata.managed_fields = None;
+            nodepool.metadata.annotations = None;
+        })
+        .reflect(writer);
+    let notify = changed.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "NodePool watch failed (is Karpenter's NodePool CRD installed?); choosing from the last NodePools read and retrying")
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        publish(&store, &pools, &key());
+        tracing::info!(nodepools = pools.nodepools(), "NodePool cache synced");
+        loop {
+            changed.notified().await;
+            tokio::time::sleep(SETTLE).await;
+            publish(&store, &pools, &key());
+        }
+    });
+}
+
+fn publish(store: &Store<DynamicObject>, pools: &Pools, rules: &RuleSet) {
+    let nodepools = store
+        .state()
+        .iter()
+        .filter_map(|object| {
+            let mut value = serde_json::to_value(object.as_ref()).ok()?;
+            // A listed object may come without its type; the reader checks neither.
+            value["apiVersion"] = "karpenter.sh/v1".into();
+            value["kind"] = "NodePool".into();
+            NodePool::from_object(&value)
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "a NodePool cannot be read; it is no pool"),
+                )
+                .ok()
+        })
+        .collect();
+    pools.publish_nodepools(nodepools, rules.config());
+}
