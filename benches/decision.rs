@@ -30,6 +30,9 @@ use poolguard_core::scope::Scope;
 use poolguard_core::webhook::Webhook;
 use serde_json::json;
 
+/// The time decisions are made at (PolicyExceptions are live against it; none is loaded here).
+const NOW: i64 = 1_800_000_000;
+
 /// As the poolguard binary's (src/main.rs).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -167,6 +170,7 @@ fn main() {
                 let scope = Scope {
                     labels: namespaces.get(req.namespace),
                     pools: None,
+                    now: Some(NOW),
                 };
                 let d = rules.decide(webhook, &req, scope, Budget::FULL);
                 assert!(d.allowed(), "{d:?}");
@@ -297,6 +301,7 @@ fn placement(iterations: u32) {
                     let scope = Scope {
                         labels: Some(&labels),
                         pools: Some(&pools),
+                        now: Some(NOW),
                     };
                     let d = rules.decide(webhook, &req, scope, Budget::FULL);
                     assert!(d.allowed(), "{d:?}");

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
+use poolguard_core::exceptions::{ExceptionSet, PolicyException};
 use poolguard_core::gatekeeper;
 use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{Catalog, NodeFacts, NodePool, PlacementSet};
@@ -338,6 +339,68 @@ pub fn load_inventory(path: &Path, catalog: Option<&Path>) -> Result<Inventory> 
         }
     }
     Ok(inventory)
+}
+
+/// The PolicyExceptions of the files in `dir` (`*.yaml`, `*.yml`, `*.json`; several documents,
+/// or a List, to a file), checked as the validating webhook checks one being written, at `now`:
+/// one that would be refused there (no ticket, no expiry, too long, in a namespace the config
+/// does not name, naming a policy `rules` has not loaded) is an error naming it and the file. One
+/// that has expired matches nothing, and a warning says so.
+pub fn load_exceptions(
+    dir: &Path,
+    rules: &RuleSet,
+    now: i64,
+) -> Result<(ExceptionSet, Vec<String>)> {
+    let entries = std::fs::read_dir(dir).with_context(|| {
+        format!(
+            "--exceptions-dir {}: cannot read the directory",
+            dir.display()
+        )
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+        })
+        .collect();
+    files.sort();
+    let mut read = Vec::new();
+    let mut warnings = Vec::new();
+    for path in files {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {origin}"))?;
+        for (i, doc) in poolguard_core::documents::parse(&text, &origin)?
+            .iter()
+            .enumerate()
+        {
+            let at = format!("{origin}: document {}", i + 1);
+            let items = match doc["kind"].as_str() {
+                Some("List" | "PolicyExceptionList") => {
+                    doc["items"].as_array().map_or(&[][..], Vec::as_slice)
+                }
+                _ => std::slice::from_ref(doc),
+            };
+            for item in items {
+                let exception =
+                    PolicyException::from_object(item).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+                exception
+                    .admissible(rules.config(), &|p| rules.knows(p), now)
+                    .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+                if !exception.live(now) {
+                    warnings.push(format!(
+                        "{at}: PolicyException {}/{} expired at {}; it matches nothing",
+                        exception.namespace, exception.name, exception.expires_text
+                    ));
+                }
+                read.push(exception);
+            }
+        }
+    }
+    let (set, left_out) = ExceptionSet::new(read, rules.config(), &|p| rules.knows(p), now);
+    warnings.extend(left_out);
+    Ok((set, warnings))
 }
 
 /// An instance-type catalog, in the format of Karpenter's kwok provider (a JSON array of

@@ -1874,3 +1874,144 @@ fn what_serve_or_controller_cannot_honour_is_refused_in_words() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// docs/policies.md's exception example, offline: a foreign image refused by `eval` is admitted
+/// with --exceptions-dir, with a warning naming the exception and its ticket; `audit
+/// --manifests` reports it as `skip` with the exception's properties; an exception the
+/// validating webhook would refuse (no ticket, too long, unknown policy) is bad input (exit 2,
+/// one line naming what is wrong).
+#[test]
+fn exceptions_offline_admit_warn_and_skip_and_bad_ones_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        path("config.yaml"),
+        "policies:\n  allowedrepositories:\n    enforcement: deny\n    parameters: {repositories: [registry.example.com/]}\nexceptions: {namespaces: [poolguard], maxDuration: 720h}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        path("namespaces.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {agentpool: pool1}}\n",
+    )
+    .unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: billing-1, namespace: shop}\nspec:\n  nodeSelector: {agentpool: pool1}\n  containers: [{name: c, image: quay.io/legacy/billing:3.1}]\n";
+    std::fs::write(manifests.join("pod.yaml"), pod).unwrap();
+    let exceptions = dir.path().join("exceptions");
+    std::fs::create_dir(&exceptions).unwrap();
+    let in_days = |days: u64| {
+        let at = std::time::SystemTime::now() + std::time::Duration::from_secs(days * 86_400);
+        humantime::format_rfc3339_seconds(at).to_string()
+    };
+    let exception = |spec: &str| {
+        format!("apiVersion: poolguard.io/v1alpha1\nkind: PolicyException\nmetadata: {{name: legacy-billing, namespace: poolguard}}\nspec:\n{spec}")
+    };
+    let good = |expires: &str| {
+        exception(&format!("  policies: [allowedrepositories]\n  ticket: OPS-42\n  expires: \"{expires}\"\n  match: {{namespaces: [shop], images: [\"quay.io/legacy/*\"]}}\n"))
+    };
+    let eval = |with_exceptions: bool| {
+        let mut args = vec![
+            "eval".to_string(),
+            "--namespaces-file".into(),
+            path("namespaces.yaml"),
+            "--config".into(),
+            path("config.yaml"),
+            "--policies-dir".into(),
+            "policies".into(),
+            "--webhook".into(),
+            "validate".into(),
+            manifests.join("pod.yaml").to_str().unwrap().into(),
+        ];
+        if with_exceptions {
+            args.extend(["--exceptions-dir".into(), path("exceptions")]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        poolguard(&args, None)
+    };
+    assert_eq!(
+        eval(false).status.code(),
+        Some(1),
+        "refused without the exception"
+    );
+
+    std::fs::write(exceptions.join("legacy.yaml"), good(&in_days(1))).unwrap();
+    let out = eval(true);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains(
+            "(allowed by PolicyException poolguard/legacy-billing (ticket OPS-42, expires "
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+    let audit = poolguard(
+        &[
+            "audit",
+            "--manifests",
+            manifests.to_str().unwrap(),
+            "--namespaces-file",
+            &path("namespaces.yaml"),
+            "--config",
+            &path("config.yaml"),
+            "--policies-dir",
+            "policies",
+            "--exceptions-dir",
+            &path("exceptions"),
+            "--output",
+            "json",
+        ],
+        None,
+    );
+    let results: Value = serde_json::from_slice(&audit.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&audit.stderr)));
+    let row = results
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["policy"] == "allowedrepositories")
+        .unwrap()
+        .clone();
+    assert_eq!(row["result"], "skip", "{row}");
+    assert_eq!(
+        row["properties"]["exception"], "poolguard/legacy-billing",
+        "{row}"
+    );
+    assert_eq!(row["properties"]["ticket"], "OPS-42", "{row}");
+
+    // What the cluster would refuse is bad input here too.
+    for (file, want) in [
+        (
+            exception(&format!(
+                "  policies: [allowedrepositories]\n  expires: \"{}\"\n",
+                in_days(1)
+            )),
+            "spec.ticket is required",
+        ),
+        (
+            good(&in_days(60)),
+            "more than exceptions.maxDuration (30days) away",
+        ),
+        (
+            good(&in_days(1)).replace("[allowedrepositories]", "[allowedrepos]"),
+            "names allowedrepos that poolguard has not loaded",
+        ),
+    ] {
+        std::fs::write(exceptions.join("legacy.yaml"), file).unwrap();
+        let out = eval(true);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert!(
+            stderr.contains("legacy.yaml: document 1: PolicyException poolguard/legacy-billing: ")
+                && stderr.contains(want),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}

@@ -40,6 +40,7 @@ fn run(file: &str, webhook: Webhook, rules: &RuleSet) -> Decision {
         Scope {
             labels: namespaces().get(req.namespace),
             pools: None,
+            now: None,
         },
         Budget::FULL,
     )
@@ -289,6 +290,7 @@ fn decide_inline(
         Scope {
             labels: namespaces().get("mapped"),
             pools: None,
+            now: None,
         },
         Budget::FULL,
     )
@@ -483,6 +485,7 @@ fn relabel_between_mutation_and_validation_is_not_a_conflict() {
             Scope {
                 labels: ns.get("gpu-team"),
                 pools: None,
+                now: None,
             },
             Budget::FULL,
         );
@@ -548,6 +551,7 @@ fn enforcement_modes_and_evaluation_failures() {
             Scope {
                 labels: None,
                 pools: None,
+                now: None,
             },
             Budget::FULL,
         );
@@ -639,6 +643,7 @@ fn image_volumes_in_workload_templates_are_checked() {
         Scope {
             labels: namespaces().get("mapped"),
             pools: None,
+            now: None,
         },
         Budget::FULL,
     );
@@ -851,6 +856,7 @@ fn updates_that_keep_what_poolguard_reads_are_allowed() {
             Scope {
                 labels: namespaces().get("mapped"),
                 pools: None,
+                now: None,
             },
             Budget::FULL,
         )
@@ -1003,6 +1009,7 @@ fn namespace_subresources_are_decided_as_the_namespace() {
             Scope {
                 labels: namespaces().get(req.namespace),
                 pools: None,
+                now: None,
             },
             Budget::FULL,
         )

@@ -37,6 +37,8 @@ fn stackl_template_runs_unchanged() {
             pool: None,
             labels: None,
             placement: State::NotApplied,
+            target: None,
+            now: None,
         };
         rules.evaluate(subject, Budget::FULL.limit(&config))
     };

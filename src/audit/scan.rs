@@ -409,6 +409,7 @@ fn audit_page(
         let scope = Scope {
             labels: facts.namespaces.get(namespace),
             pools: facts.pools.as_ref(),
+            now: Some(crate::wall_clock::unix_now()),
         };
         results.extend(audit::audit(&object, scope, Some(&facts.nodes), rules));
     }

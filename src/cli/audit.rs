@@ -232,6 +232,7 @@ fn audit_one(object: Value, at: &str, inputs: &Inputs, rules: &RuleSet) -> Vec<A
     let scope = Scope {
         labels: inputs.namespaces.get(namespace),
         pools: inputs.pools,
+        now: Some(crate::wall_clock::unix_now()),
     };
     audit::audit(&object, scope, inputs.nodes, rules)
 }

@@ -187,6 +187,7 @@ fn manifest_mode(
         let scope = Scope {
             labels,
             pools: namespaces.1,
+            now: Some(crate::wall_clock::unix_now()),
         };
         let path = admission::pod_spec_path(group, kind).unwrap_or(&["spec"]);
         let config = &rules.config();
@@ -255,6 +256,7 @@ fn decide(
     let scope = Scope {
         labels: namespaces.get(req.namespace),
         pools,
+        now: Some(crate::wall_clock::unix_now()),
     };
     rules.decide(webhook, req, scope, Budget::FULL)
 }

@@ -193,6 +193,10 @@ struct EvalArgs {
     /// it a NodePool counts only its existing nodes.
     #[arg(long, value_name = "FILE", requires = "nodes_file")]
     instance_types_file: Option<PathBuf>,
+    /// PolicyExceptions (poolguard.io/v1alpha1; *.yaml, *.yml, *.json) that count, as in the
+    /// cluster: one the validating webhook would refuse is an error.
+    #[arg(long, value_name = "DIR")]
+    exceptions_dir: Option<PathBuf>,
     #[command(flatten)]
     rules: RuleArgs,
     /// Which webhook decides, or `admission` for both in turn, as the API server calls them.
@@ -227,6 +231,10 @@ struct AuditArgs {
     /// --instance-types-file`).
     #[arg(long, value_name = "FILE", requires = "nodes_file")]
     instance_types_file: Option<PathBuf>,
+    /// With --manifests: PolicyExceptions (as `eval --exceptions-dir`); the results they allow
+    /// are `skip`, with the exception, its ticket and expiry.
+    #[arg(long, value_name = "DIR", requires = "manifests")]
+    exceptions_dir: Option<PathBuf>,
     /// The cluster's kubeconfig. Default: in-cluster config, else KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "FILE", conflicts_with = "manifests")]
     kubeconfig: Option<PathBuf>,
@@ -1107,6 +1115,23 @@ fn cluster_audit<O: std::io::Write, E: std::io::Write>(
     })
 }
 
+/// `rules` with the PolicyExceptions of `dir`, when given (a warning on stderr for each that
+/// matches nothing).
+fn with_exceptions(
+    rules: poolguard_core::ruleset::RuleSet,
+    dir: Option<&std::path::Path>,
+) -> Result<poolguard_core::ruleset::RuleSet> {
+    let Some(dir) = dir else {
+        return Ok(rules);
+    };
+    let now = crate::wall_clock::unix_now();
+    let (exceptions, warnings) = sources::load_exceptions(dir, &rules, now)?;
+    for warning in warnings {
+        eprintln!("poolguard: warning: {warning}");
+    }
+    Ok(rules.with_exceptions(std::sync::Arc::new(exceptions)))
+}
+
 fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Serve(args) => serve(*args),
@@ -1120,7 +1145,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 None => "-".to_string(),
             };
             let sources = args.rules.sources();
-            let rules = sources.load()?;
+            let rules = with_exceptions(sources.load()?, args.exceptions_dir.as_deref())?;
             warn_missing_defaults(&sources, &rules);
             let namespaces = sources::load_namespaces(&args.namespaces_file)?;
             // Without a nodes file there are no pools to choose from.
@@ -1166,7 +1191,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Audit(args) => {
             let sources = args.rules.sources();
-            let rules = sources.load()?;
+            let rules = with_exceptions(sources.load()?, args.exceptions_dir.as_deref())?;
             warn_missing_defaults(&sources, &rules);
             let reports = audit::ReportOptions {
                 api: args.report_api.into(),

@@ -271,6 +271,11 @@ impl<'a> Request<'a> {
     pub fn is_namespace(&self) -> bool {
         is_namespace_kind(self.group, self.kind)
     }
+
+    /// Whether the request is for a PolicyException (`poolguard.io`).
+    pub fn is_policy_exception(&self) -> bool {
+        self.group == crate::exceptions::GROUP && self.kind == crate::exceptions::KIND
+    }
 }
 
 fn object_field<'a>(raw: &'a Value, field: &str) -> Result<Option<&'a Value>, BadReview> {
@@ -298,7 +303,7 @@ fn type_name(v: &Value) -> &'static str {
 /// The resources poolguard decides on: (group, kind, resource). A request whose `resource` and
 /// `kind` disagree about any of them is refused: decisions follow the kind, webhook rules the
 /// resource.
-const RESOURCES: [(&str, &str, &str); 9] = [
+const RESOURCES: [(&str, &str, &str); 10] = [
     ("", "Pod", "pods"),
     ("", "ReplicationController", "replicationcontrollers"),
     ("", "Namespace", "namespaces"),
@@ -308,6 +313,7 @@ const RESOURCES: [(&str, &str, &str); 9] = [
     ("apps", "DaemonSet", "daemonsets"),
     ("batch", "Job", "jobs"),
     ("batch", "CronJob", "cronjobs"),
+    ("poolguard.io", "PolicyException", "policyexceptions"),
 ];
 
 /// `request.resource`, when given, must name the resource of `request.kind` (for the kinds
@@ -396,6 +402,10 @@ pub struct Decision {
     pub dryrun: Vec<String>,
     /// What each policy that ran on the object found (for metrics).
     pub policy_results: Vec<PolicyResult>,
+    /// The PolicyExceptions that allowed what would have been refused, one line each
+    /// (`policy: PolicyException namespace/name (ticket T, expires E)`): the response's audit
+    /// annotation `policyexceptions`.
+    pub exceptions: Vec<String>,
 }
 
 /// Allowed, perhaps with a patch, or denied with a status and a message: a denial cannot carry
@@ -455,8 +465,11 @@ pub struct PolicyResult {
     pub rollout: Option<crate::rollout_mark::RolloutMark>,
     /// Whether what the policy found would refuse the request were its enforcement `deny`: an
     /// infringement the old object did not have (on UPDATE, compared as the decision compares
-    /// them; every one otherwise), or an error that `evaluation.onError: deny` refuses.
+    /// them; every one otherwise), or an error that `evaluation.onError: deny` refuses. False
+    /// when a PolicyException allowed it (`excepted`).
     pub denies: bool,
+    /// The PolicyException that allowed what the policy found.
+    pub excepted: Option<crate::exceptions::ExceptionMark>,
 }
 
 impl Decision {
@@ -466,6 +479,7 @@ impl Decision {
             warnings: Vec::new(),
             dryrun: Vec::new(),
             policy_results: Vec::new(),
+            exceptions: Vec::new(),
         }
     }
 
@@ -533,6 +547,10 @@ pub fn respond(uid: &str, decision: &Decision) -> Value {
     }
     if !decision.warnings.is_empty() {
         response["warnings"] = json!(decision.warnings);
+    }
+    if !decision.exceptions.is_empty() {
+        response["auditAnnotations"] =
+            json!({ "policyexceptions": decision.exceptions.join("; ") });
     }
     json!({ "apiVersion": API_VERSION, "kind": KIND, "response": response })
 }

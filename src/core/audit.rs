@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use crate::admission::{pod_spec_path, DenyCode, PodSpecAt};
 use crate::config::{Config, Enforcement};
+use crate::exceptions::ExceptionMark;
 use crate::namespaces::NodeLabels;
 use crate::node_selector::Placement;
 use crate::policy::{Evaluation, Outcome};
@@ -289,7 +290,6 @@ pub fn audit(
 ) -> Vec<AuditResult> {
     let (config, policies) = (&rules.config, &rules.policies);
     let limit = Budget::FULL.limit(config);
-    let labels = scope.labels;
     let resource = Resource::of(object);
     let (group, version) = resource
         .api_version
@@ -314,7 +314,7 @@ pub fn audit(
             review["namespace"] = Value::from(namespace);
         }
         let mut results = Vec::new();
-        for outcome in validate::constraints_only(&review, labels, rules, limit) {
+        for outcome in validate::constraints_only(&review, scope, rules, limit) {
             policy_results(outcome, &resource, &BTreeMap::new(), rules, &mut results);
         }
         return results;
@@ -348,7 +348,7 @@ pub fn audit(
             namespace,
         },
         pool,
-        labels,
+        scope,
         Some(&review),
         rules,
         limit,
@@ -372,15 +372,23 @@ pub fn audit(
             severity: Severity::High,
             properties: base.clone(),
         },
-        None => placement_result(
-            object,
-            path.len() == 1,
-            &resource,
-            pool.zip(checks.placement),
-            nodes,
-            config,
-            base.clone(),
-        ),
+        None => {
+            let mut r = placement_result(
+                object,
+                path.len() == 1,
+                &resource,
+                pool.zip(checks.placement),
+                nodes,
+                config,
+                base.clone(),
+            );
+            if let (Verdict::Fail, Some(mark)) = (r.result, &checks.placement_exception) {
+                r.result = Verdict::Skip;
+                r.message = cap(format!("allowed by {mark}: {}", r.message));
+                mark_exception(&mut r.properties, mark);
+            }
+            r
+        }
     }];
     match checks.policies {
         Err(reason) => {
@@ -459,7 +467,16 @@ fn policy_results(
         Evaluation::Ran(Ok(found)) if found.is_empty() => {
             (Verdict::Pass, "no infringement".to_string(), Some(0))
         }
-        Evaluation::Ran(Ok(found)) => (Verdict::Fail, found.join("; "), Some(found.len())),
+        Evaluation::Ran(Ok(found)) => match &outcome.exception {
+            // Allowed by a PolicyException: reported as skip, with what it found and which
+            // exception; once it expires the same object fails again.
+            Some(mark) => (
+                Verdict::Skip,
+                format!("allowed by {mark}: {}", found.join("; ")),
+                Some(found.len()),
+            ),
+            None => (Verdict::Fail, found.join("; "), Some(found.len())),
+        },
         Evaluation::Ran(Err(error)) => (
             Verdict::Error,
             format!("could not be evaluated: {}", one_line(error)),
@@ -501,8 +518,13 @@ fn policy_results(
         r.properties
             .insert("infringements".into(), count.to_string());
     }
+    if let (Some(mark), Verdict::Skip) = (&outcome.exception, r.result) {
+        mark_exception(&mut r.properties, mark);
+    }
     match outcome.result {
-        Evaluation::Ran(Ok(found)) if constraint && !found.is_empty() => {
+        Evaluation::Ran(Ok(found))
+            if constraint && outcome.exception.is_none() && !found.is_empty() =>
+        {
             for (i, message) in found.into_iter().enumerate() {
                 let mut one = r.clone();
                 one.message = cap(message);
@@ -512,6 +534,14 @@ fn policy_results(
         }
         _ => results.push(r),
     }
+}
+
+/// The properties a result allowed by a PolicyException carries: `exception`
+/// (namespace/name), `ticket` and `expires`.
+fn mark_exception(properties: &mut BTreeMap<String, String>, mark: &ExceptionMark) {
+    properties.insert("exception".into(), mark.exception.clone());
+    properties.insert("ticket".into(), mark.ticket.clone());
+    properties.insert("expires".into(), mark.expires.clone());
 }
 
 /// The placement row of an object: `placed` is its pool and the pod spec's placement against
@@ -710,6 +740,7 @@ pools:
         Scope {
             labels,
             pools: None,
+            now: None,
         }
     }
 

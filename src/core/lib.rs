@@ -17,6 +17,7 @@ pub mod audit_tally;
 pub mod config;
 pub mod documents;
 pub mod evidence;
+pub mod exceptions;
 pub mod gatekeeper;
 pub mod gator;
 pub mod image;

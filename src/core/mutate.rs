@@ -68,6 +68,22 @@ pub fn mutate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -> 
         pool,
         &config.placement_rules(),
     );
+    if let Placement::Conflict(message) = &placed {
+        // A PolicyException for `placement` allows the pod as it is, without the pool's
+        // selector, saying so.
+        let at = PodSpecAt {
+            object: pod,
+            path: &["spec"],
+            namespace: req.namespace,
+        };
+        if let Some(mark) = crate::validate::placement_exception(at, scope, rules) {
+            return Decision {
+                warnings: vec![format!("{message} (allowed by {mark})")],
+                exceptions: vec![format!("{}: {mark}", crate::exceptions::PLACEMENT)],
+                ..Decision::allow()
+            };
+        }
+    }
     with_annotation(pod, pool, placed)
 }
 
@@ -116,6 +132,7 @@ mod tests {
                 let scope = Scope {
                     labels: Some(&labels),
                     pools: None,
+                    now: None,
                 };
                 let rules = RuleSet {
                     config: config.clone(),

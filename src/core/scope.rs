@@ -10,4 +10,7 @@ pub struct Scope<'a> {
     pub labels: Option<&'a Labels>,
     /// The pools and what their nodes can do; `None` while the nodes are unknown.
     pub pools: Option<&'a PoolSet>,
+    /// The time (Unix seconds), which PolicyExceptions are live against; `None`: no exception
+    /// counts.
+    pub now: Option<i64>,
 }

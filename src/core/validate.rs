@@ -12,7 +12,7 @@ use crate::admission::{
     Request,
 };
 use crate::config::{Config, Enforcement, OnError};
-use crate::labels::Labels;
+use crate::exceptions::{ExceptionMark, PolicyException, Target, PLACEMENT};
 use crate::node_selector::{self, Placement};
 use crate::placement_policy::{self, Chosen};
 use crate::pod_images;
@@ -75,6 +75,8 @@ struct Findings {
     pool: Option<String>,
     /// Every policy infringement found, whatever the enforcement: (policy, message).
     infringements: Vec<(String, String)>,
+    /// The PolicyExceptions that allowed findings ([`Decision::exceptions`]).
+    exceptions: Vec<String>,
 }
 
 /// Decides one validating request.
@@ -148,6 +150,7 @@ pub fn validate(req: &Request, scope: Scope, rules: &RuleSet, limit: Duration) -
         warnings: found.warnings,
         dryrun: found.dryrun,
         policy_results: found.evaluations,
+        exceptions: found.exceptions,
         ..decision
     }
 }
@@ -247,6 +250,9 @@ pub struct Checks {
     /// The pod spec's placement against the namespace's pool; `None` when the namespace has no
     /// pool (nothing to check).
     pub placement: Option<Placement>,
+    /// The live PolicyException that excepts the placement (when it is not satisfied): a
+    /// conflict it matches is allowed, with a warning naming it.
+    pub placement_exception: Option<ExceptionMark>,
     /// Each applied policy's outcome, in policy name order (policies the config gives no
     /// parameters for the pool are not run, so not listed; policies whose dependencies are
     /// unmet are listed as Pending); or, when the pod spec cannot be read (a field of the wrong
@@ -263,7 +269,7 @@ pub struct Checks {
 pub fn check(
     at: PodSpecAt,
     pool: Option<&str>,
-    labels: Option<&Labels>,
+    scope: Scope,
     review: Option<&Value>,
     rules: &RuleSet,
     limit: Duration,
@@ -278,31 +284,78 @@ pub fn check(
         Err(reason) => {
             return Checks {
                 placement,
+                placement_exception: None,
                 policies: Err(reason),
             }
         }
     };
+    let references: Vec<&str> = images.iter().map(|i| i.reference).collect();
+    let target = Target {
+        namespace: at.namespace,
+        labels: scope.labels,
+        kind: at.object["kind"].as_str().unwrap_or_default(),
+        name: at.object["metadata"]["name"].as_str().unwrap_or_default(),
+        images: &references,
+    };
+    let placement_exception = match &placement {
+        Some(Placement::Satisfied) | None => None,
+        Some(_) => scope
+            .now
+            .and_then(|now| rules.exceptions.find(PLACEMENT, &target, now))
+            .map(PolicyException::mark),
+    };
     if policies.is_empty() {
         return Checks {
             placement,
+            placement_exception,
             policies: Ok(Vec::new()),
         };
     }
     let document = input::document(at.object, &images, pool);
-    let placed = State::of_placement(placement.as_ref(), at.is_pod());
+    let placed = match placement_exception {
+        // Placement allowed by an exception is Compliant to the policies that depend on it.
+        Some(_) => State::Compliant,
+        None => State::of_placement(placement.as_ref(), at.is_pod()),
+    };
     Checks {
         policies: Ok(rules.evaluate(
             Subject {
                 document: Some(&document),
                 review,
                 pool,
-                labels,
+                labels: scope.labels,
                 placement: placed,
+                target: Some(target),
+                now: scope.now,
             },
             limit,
         )),
         placement,
+        placement_exception,
     }
+}
+
+/// The live PolicyException for `placement` that matches the pod spec `at` in `scope`, if any.
+pub(crate) fn placement_exception(
+    at: PodSpecAt,
+    scope: Scope,
+    rules: &RuleSet,
+) -> Option<ExceptionMark> {
+    let now = scope.now.filter(|_| !rules.exceptions.is_empty())?;
+    let limit = rules.config.limits.max_images_per_pod;
+    let images = pod_images::images(at.spec(), at.path, limit).ok()?;
+    let references: Vec<&str> = images.iter().map(|i| i.reference).collect();
+    let target = Target {
+        namespace: at.namespace,
+        labels: scope.labels,
+        kind: at.object["kind"].as_str().unwrap_or_default(),
+        name: at.object["metadata"]["name"].as_str().unwrap_or_default(),
+        images: &references,
+    };
+    rules
+        .exceptions
+        .find(PLACEMENT, &target, now)
+        .map(PolicyException::mark)
 }
 
 /// The outcomes for an object without a pod spec (the AdmissionRequest `review` holds it): no
@@ -310,12 +363,20 @@ pub fn check(
 /// pool's settings. The audit judges such objects with the same call.
 pub(crate) fn constraints_only(
     review: &Value,
-    labels: Option<&Labels>,
+    scope: Scope,
     rules: &RuleSet,
     limit: Duration,
 ) -> Vec<Outcome> {
     let config = &rules.config;
+    let labels = scope.labels;
     let pool = node_selector::pool_of(labels, &config.namespace_label);
+    let target = Target {
+        namespace: review["namespace"].as_str().unwrap_or_default(),
+        labels,
+        kind: review["kind"]["kind"].as_str().unwrap_or_default(),
+        name: review["name"].as_str().unwrap_or_default(),
+        images: &[],
+    };
     rules.evaluate(
         Subject {
             document: None,
@@ -323,6 +384,8 @@ pub(crate) fn constraints_only(
             pool,
             labels,
             placement: State::NotApplied,
+            target: Some(target),
+            now: scope.now,
         },
         limit,
     )
@@ -403,7 +466,7 @@ fn findings(
     let Some(path) = path else {
         policy_findings(
             &mut found,
-            constraints_only(review, labels, rules, limit),
+            constraints_only(review, scope, rules, limit),
             config,
         );
         return found;
@@ -431,7 +494,8 @@ fn findings(
     let pool = found.pool.clone();
     let pool = pool.as_deref();
     let spec = value_at(object, path);
-    let checks = check(at, pool, labels, Some(review), rules, limit);
+    let checks = check(at, pool, scope, Some(review), rules, limit);
+    let denials_before = found.denials.len();
     if let (Some(pool), Some(placement)) = (pool, checks.placement) {
         match placement {
             Placement::Satisfied => {}
@@ -469,6 +533,21 @@ fn findings(
             }
         }
     }
+    // A PolicyException for `placement` allows what the placement check found (never an
+    // unreadable pod spec): each finding is a warning naming it.
+    if let Some(mark) = &checks.placement_exception {
+        let placement = found.denials.split_off(denials_before);
+        for denial in placement {
+            if matches!(denial.kind, Kind::Found(Finding::Placement(_))) {
+                found
+                    .warnings
+                    .push(format!("{} (allowed by {mark})", denial.reason));
+                found.exceptions.push(format!("{PLACEMENT}: {mark}"));
+            } else {
+                found.denials.push(denial);
+            }
+        }
+    }
     match checks.policies {
         Ok(outcomes) => policy_findings(&mut found, outcomes, config),
         Err(reason) => found
@@ -483,6 +562,31 @@ fn findings(
 fn policy_findings(found: &mut Findings, outcomes: Vec<Outcome>, config: &Config) {
     for outcome in outcomes {
         let name = &outcome.policy;
+        // Allowed by a PolicyException: still counted and shown, never refused.
+        if let (Some(mark), Evaluation::Ran(Ok(messages))) = (&outcome.exception, &outcome.result) {
+            if !messages.is_empty() {
+                found.evaluations.push(PolicyResult {
+                    policy: name.clone(),
+                    enforcement: outcome.enforcement,
+                    infringements: messages.len(),
+                    error: false,
+                    pending: None,
+                    rollout: outcome.rollout.clone(),
+                    denies: false,
+                    excepted: Some(mark.clone()),
+                });
+                found
+                    .infringements
+                    .extend(messages.iter().map(|m| (name.clone(), m.clone())));
+                found.warnings.extend(
+                    messages
+                        .iter()
+                        .map(|m| format!("{name}: {m} (allowed by {mark})")),
+                );
+                found.exceptions.push(format!("{name}: {mark}"));
+                continue;
+            }
+        }
         let result = match outcome.result {
             Evaluation::Ran(result) => result,
             // Not evaluated, not enforced: only counted and logged.
@@ -495,6 +599,7 @@ fn policy_findings(found: &mut Findings, outcomes: Vec<Outcome>, config: &Config
                     pending: Some(pending.unmet.to_string()),
                     rollout: outcome.rollout,
                     denies: false,
+                    excepted: None,
                 });
                 continue;
             }
@@ -510,6 +615,7 @@ fn policy_findings(found: &mut Findings, outcomes: Vec<Outcome>, config: &Config
                 Ok(messages) => !messages.is_empty(),
                 Err(_) => config.evaluation.on_error == OnError::Deny,
             },
+            excepted: None,
         });
         if let Ok(messages) = &result {
             found

@@ -2,12 +2,13 @@
 
 use serde_json::Value;
 
+use crate::admission::Operation;
 use crate::admission::{Decision, DenyCode, Request, Ruling};
 use crate::config::OnError;
 use crate::labels::Labels;
 use crate::ruleset::{Budget, RuleSet};
 use crate::scope::Scope;
-use crate::{mutate, placement_policy, pool_authority, validate};
+use crate::{exceptions, mutate, placement_policy, pool_authority, validate};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Webhook {
@@ -72,7 +73,30 @@ impl RuleSet {
             Webhook::Validate if req.is_namespace() => {
                 self.namespace(req, || validate::validate(req, scope, self, limit))
             }
+            Webhook::Validate if req.is_policy_exception() => self.exception(req, scope),
             Webhook::Validate => validate::validate(req, scope, self, limit),
+        }
+    }
+
+    /// A PolicyException being created or updated: refused (403, saying why) unless it has a
+    /// ticket and an expiry within `exceptions.maxDuration`, is in a namespace of
+    /// `exceptions.namespaces`, and names only loaded policies (or `placement`).
+    fn exception(&self, req: &Request, scope: Scope) -> Decision {
+        if !matches!(req.operation, Operation::Create | Operation::Update) {
+            return Decision::allow();
+        }
+        let Some(object) = req.object else {
+            return Decision::deny(DenyCode::BadRequest, "the PolicyException has no object");
+        };
+        let Some(now) = scope.now else {
+            return Decision::deny(
+                DenyCode::InternalError,
+                "no clock to check the PolicyException's expiry against",
+            );
+        };
+        match exceptions::check_written(object, &self.config, &|p| self.knows(p), now) {
+            Ok(()) => Decision::allow(),
+            Err(why) => Decision::deny(DenyCode::Forbidden, why),
         }
     }
 
@@ -112,7 +136,7 @@ impl RuleSet {
                 format!("{what}, so no pool could be chosen for the pod; it is refused whatever evaluation.onError says"),
             ),
             Webhook::Mutate => {
-                let scope = Scope { labels, pools: None };
+                let scope = Scope { labels, pools: None, now: None };
                 self.decide(webhook, req, scope, Budget::FULL)
             }
         }
@@ -219,6 +243,7 @@ mod tests {
                 let scope = Scope {
                     labels,
                     pools: None,
+                    now: None,
                 };
                 rules.decide(Webhook::Validate, &req, scope, Budget::FULL)
             };

@@ -302,6 +302,7 @@ async fn decide(
             let scope = Scope {
                 labels: labels.as_deref(),
                 pools: None,
+                now: Some(crate::wall_clock::unix_now()),
             };
             rules.decide(webhook, req, scope, Budget::FULL)
         }
@@ -332,6 +333,7 @@ async fn decide_in_time(
         let scope = Scope {
             labels: task_labels.as_deref(),
             pools: pools.as_deref(),
+            now: Some(crate::wall_clock::unix_now()),
         };
         decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
     };

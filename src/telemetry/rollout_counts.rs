@@ -138,6 +138,7 @@ mod tests {
             error: false,
             pending: None,
             denies: infringements > 0,
+            excepted: None,
             rollout: Some(RolloutMark {
                 group: "g".into(),
                 status: Some(status),

@@ -123,6 +123,7 @@ fn reference(
     let scope = Scope {
         labels: Some(labels),
         pools: None,
+        now: None,
     };
     let decide = |which, object: &Value| {
         let raw = review(object);

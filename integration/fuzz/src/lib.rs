@@ -132,6 +132,7 @@ pub fn decide_and_check(review: &Value, rules: &RuleSet, namespaces: &NamespaceL
     let scope = Scope {
         labels: namespaces.get(req.namespace),
         pools: None,
+now: None,
     };
     for webhook in [Webhook::Mutate, Webhook::Validate] {
         let decision = rules.decide(webhook, &req, scope, Budget::FULL);

@@ -46,6 +46,39 @@ pub struct Config {
     /// namespace's label, as without this section.
     #[serde(default)]
     pub placement: Option<PlacementSettings>,
+    /// Where PolicyExceptions count and how long one may last ([`crate::exceptions`]).
+    #[serde(default)]
+    pub exceptions: ExceptionSettings,
+}
+
+/// Where PolicyExceptions count and how long one may last.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExceptionSettings {
+    /// The namespaces whose PolicyExceptions count (none by default: the chart names its
+    /// release namespace). Whoever may create PolicyExceptions there may except any object.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// The longest an exception may last, from when it is written (`spec.expires` at most this
+    /// far away). Default 30 days.
+    #[serde(
+        default = "default_max_exception",
+        deserialize_with = "rollout::whole_seconds"
+    )]
+    pub max_duration: std::time::Duration,
+}
+
+fn default_max_exception() -> std::time::Duration {
+    std::time::Duration::from_secs(30 * 86_400)
+}
+
+impl Default for ExceptionSettings {
+    fn default() -> ExceptionSettings {
+        ExceptionSettings {
+            namespaces: Vec::new(),
+            max_duration: default_max_exception(),
+        }
+    }
 }
 
 /// When and how poolguard chooses a pool for a pod (see [`crate::placement_policy`]).
@@ -147,6 +180,7 @@ impl Default for Config {
             limits: Limits::default(),
             pool_authority: PoolAuthority::default(),
             placement: None,
+            exceptions: ExceptionSettings::default(),
         }
     }
 }

@@ -172,7 +172,9 @@ impl<'de> Deserialize<'de> for MaxFailures {
 }
 
 /// A humantime duration (`"10m"`, `"2h"`, `"30s"`) of whole seconds.
-fn whole_seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn whole_seconds<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     let duration = humantime::parse_duration(&text).map_err(|e| {
         de::Error::custom(format!(

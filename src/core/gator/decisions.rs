@@ -79,6 +79,8 @@ fn decide(rules: &RuleSet, review: &Value, ns_labels: Option<&Labels>) -> Vec<Ou
             pool: None,
             labels: ns_labels,
             placement: State::NotApplied,
+            target: None,
+            now: None,
         },
         Duration::from_secs(1),
     )

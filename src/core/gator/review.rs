@@ -76,6 +76,9 @@ pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome
             pool: None,
             labels: labels.as_ref(),
             placement: State::NotApplied,
+            // Suites name no PolicyExceptions.
+            target: None,
+            now: None,
         },
         limit,
     )

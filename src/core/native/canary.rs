@@ -221,6 +221,7 @@ fn expect(rules: &RuleSet, namespace: &str, labels: &Labels, pod: &Value) -> Exp
     let scope = Scope {
         labels: Some(labels),
         pools: None,
+        now: None,
     };
     let review = |object: &Value| {
         json!({

@@ -477,6 +477,7 @@ fn webhook(rules: &RuleSet, case: &Case) -> Outcome {
     let scope = Scope {
         labels: Some(&case.labels),
         pools: None,
+        now: None,
     };
     let key = &rules.config.namespace_label;
     let labelled = case.labels.get(key).is_some_and(|v| !v.is_empty());

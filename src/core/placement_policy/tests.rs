@@ -691,6 +691,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
         let scope = Scope {
             labels,
             pools: known.then_some(&pools),
+            now: None,
         };
         rules.decide(webhook, &req, scope, Budget::FULL)
     };
@@ -780,6 +781,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
         let scope = Scope {
             labels: Some(&auto),
             pools: Some(&pools),
+            now: None,
         };
         let results = crate::audit::audit(&object, scope, None, &rules);
         (results[0].result, results[0].message.clone())

@@ -14,6 +14,7 @@ use super::memo::Memo;
 use super::template::Template;
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
+use crate::exceptions::ExceptionMark;
 use crate::rollout_mark::RolloutMark;
 
 /// All loaded policies, sorted by name, with their versions and dependencies under the config
@@ -37,6 +38,9 @@ pub struct Outcome {
     pub result: Evaluation,
     /// The rollout group, status and version, for a policy under a rollout.
     pub rollout: Option<RolloutMark>,
+    /// The live PolicyException that excepts the object from this policy: what it found is
+    /// allowed, with a warning naming the exception.
+    pub exception: Option<ExceptionMark>,
 }
 
 /// Whether a policy ran on an object, and what it found.
@@ -321,6 +325,7 @@ mod tests {
             policies: policies.clone(),
             placement: Default::default(),
             rollouts: Default::default(),
+            exceptions: Default::default(),
         };
         let subject = crate::ruleset::Subject {
             document,
@@ -328,6 +333,8 @@ mod tests {
             pool,
             labels: None,
             placement,
+            target: None,
+            now: None,
         };
         rules.evaluate(subject, limit(config))
     }

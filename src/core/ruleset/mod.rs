@@ -9,6 +9,7 @@ use anyhow::Result;
 
 use crate::admission::Operation;
 use crate::config::Config;
+use crate::exceptions::ExceptionSet;
 use crate::gatekeeper;
 use crate::placement_policy::PlacementSet;
 use crate::policy::PolicySet;
@@ -28,6 +29,8 @@ pub struct RuleSet {
     /// What the replicas know of the policies' rollouts: which version, at which enforcement,
     /// each namespace group gets ([`crate::rollout::view`]).
     pub(crate) rollouts: SharedView,
+    /// The PolicyExceptions that count ([`crate::exceptions`]).
+    pub(crate) exceptions: Arc<ExceptionSet>,
 }
 
 /// How long each policy evaluation of one decision may take: the config's
@@ -110,6 +113,7 @@ impl RuleSet {
             policies,
             placement,
             rollouts: SharedView::default(),
+            exceptions: Arc::default(),
         })
     }
 }
@@ -133,6 +137,24 @@ impl RuleSet {
     /// What is known of the policies' rollouts.
     pub fn rollouts(&self) -> &Arc<RolloutView> {
         &self.rollouts
+    }
+
+    /// The PolicyExceptions that count.
+    pub fn exceptions(&self) -> &Arc<ExceptionSet> {
+        &self.exceptions
+    }
+
+    /// The same rules with `exceptions` (as read from the cluster or files, checked against
+    /// these rules' config and policies: [`ExceptionSet::new`]).
+    pub fn with_exceptions(mut self, exceptions: Arc<ExceptionSet>) -> RuleSet {
+        self.exceptions = exceptions;
+        self
+    }
+
+    /// Whether `policy` is a loaded SIT policy or Gatekeeper constraint (an exception may name
+    /// it).
+    pub fn knows(&self, policy: &str) -> bool {
+        self.policies.get(policy).is_some()
     }
 
     /// The same rules with what the replicas now know of the rollouts.
@@ -166,7 +188,7 @@ impl RuleSet {
 
     /// The policies that apply to `subject`, resolved for it ([`Plan::of`]).
     pub fn plan(&self, subject: &Subject) -> Plan<'_> {
-        Plan::of(&self.policies, &self.config, &self.rollouts, subject)
+        Plan::of(self, subject)
     }
 
     /// Each policy that applies to `subject` and what it says of it, in policy name order;

@@ -9,11 +9,13 @@ use serde_json::Value;
 
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
+use crate::exceptions::{PolicyException, Target};
 use crate::labels::Labels;
 use crate::policy::dependencies::{self, Need, State};
 use crate::policy::{Evaluation, Outcome, Pending, Policy, PolicySet};
 use crate::rollout::view::RolloutView;
 use crate::rollout_mark::RolloutMark;
+use crate::ruleset::RuleSet;
 
 /// An object as the policies judge it.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +33,10 @@ pub struct Subject<'a> {
     pub labels: Option<&'a Labels>,
     /// The placement decision's state, for policies that depend on `placement`.
     pub placement: State,
+    /// The object as PolicyExceptions match it, and the time they are live against; with
+    /// either `None` no exception counts.
+    pub target: Option<Target<'a>>,
+    pub now: Option<i64>,
 }
 
 /// One policy of a plan, as it applies to the object.
@@ -43,6 +49,8 @@ struct Step<'r> {
     rollout: Option<RolloutMark>,
     needs: &'r [Need],
     ignore_pending: bool,
+    /// The live PolicyException that excepts the object from this policy.
+    exception: Option<&'r PolicyException>,
 }
 
 /// The policies that apply to one object, in the order they run.
@@ -61,13 +69,16 @@ impl<'r> Plan<'r> {
     /// Every loaded policy that applies to `subject`: the SIT policies when it has a pod spec
     /// and the config gives them parameters for its pool (at cluster or pool level), the
     /// constraints whose match selects it. A policy under a rollout gets the version and
-    /// enforcement its rollout gives the namespace's group ([`RolloutView::resolve`]).
-    pub(crate) fn of(
-        policies: &'r PolicySet,
-        config: &'r Config,
-        rollouts: &'r RolloutView,
-        subject: &Subject,
-    ) -> Plan<'r> {
+    /// enforcement its rollout gives the namespace's group ([`RolloutView::resolve`]); one a
+    /// live PolicyException matches for the object is marked with it.
+    pub(crate) fn of(rules: &'r RuleSet, subject: &Subject) -> Plan<'r> {
+        let (policies, config, rollouts): (&PolicySet, &Config, &RolloutView) =
+            (&rules.policies, &rules.config, &rules.rollouts);
+        let exceptions = &rules.exceptions;
+        let excepting = subject
+            .target
+            .zip(subject.now)
+            .filter(|_| !exceptions.is_empty());
         // Constraints read the namespace as Gatekeeper gives it, `namespaceObject`: made here
         // from the namespace's labels when the review has none (only when constraints are
         // loaded).
@@ -98,6 +109,8 @@ impl<'r> Plan<'r> {
                 rollout: settings.rollout,
                 needs: if dependent { &order.needs[index] } else { &[] },
                 ignore_pending: dependent && order.ignore_pending[index],
+                exception: excepting
+                    .and_then(|(target, now)| exceptions.find(&loaded.name, &target, now)),
             });
         }
         Plan {
@@ -154,13 +167,19 @@ impl<'r> Plan<'r> {
                 None => Evaluation::Ran(runner.run(step.policy, step.parameters, limit)),
             };
             if dependent {
-                states[step.index] = result.state();
+                // What an exception allows is Compliant to the policies that depend on it (the
+                // outcome says which exception).
+                states[step.index] = match (&result, step.exception) {
+                    (Evaluation::Ran(Ok(_)), Some(_)) => State::Compliant,
+                    _ => result.state(),
+                };
             }
             outcomes.push(Outcome {
                 policy: step.policy.name.clone(),
                 enforcement: step.enforcement,
                 result,
                 rollout: step.rollout,
+                exception: step.exception.map(PolicyException::mark),
             });
         }
         if dependent {

@@ -23,6 +23,7 @@ use poolguard_core::gator::review;
 use poolguard_core::image;
 use poolguard_core::policy::{template, Evaluation, Outcome, PolicySet};
 use poolguard_core::ruleset::RuleSet;
+use poolguard_core::scope::Scope;
 use poolguard_core::validate;
 use serde_json::{json, Value};
 
@@ -142,7 +143,7 @@ fn poolguard_verdict(pair: &Pair, object: &Value) -> (Verdict, Vec<String>) {
             namespace: "shop",
         },
         None,
-        None,
+        Scope::default(),
         None,
         &pair.poolguard,
         LIMIT,
