@@ -31,7 +31,7 @@
 #   POOLGUARD_E2E_FILTER  test name filters for tests/e2e.rs (whitespace-separated)
 #   POOLGUARD_E2E_REPEAT  run tests/e2e.rs this many times (flake hunting), default 1
 #   POOLGUARD_E2E_SUITES  the test files to run (whitespace-separated), default all:
-#                         native e2e bypasses match_conditions cert_renewal audit rollout gatekeeper
+#                         native e2e bypasses match_conditions cert_renewal audit exceptions rollout gatekeeper
 #                         faults placement fail_closed (native runs before the webhooks are registered)
 set -euo pipefail
 
@@ -235,7 +235,7 @@ pick_port metrics_port
 pg_env_written=1
 "${ctl}" start "${work}"
 
-suites=" ${POOLGUARD_E2E_SUITES:-native e2e bypasses match_conditions cert_renewal audit rollout gatekeeper faults placement fail_closed} "
+suites=" ${POOLGUARD_E2E_SUITES:-native e2e bypasses match_conditions cert_renewal audit exceptions rollout gatekeeper faults placement fail_closed} "
 suite() { [[ "${suites}" == *" $1 "* ]]; }
 
 # The native fast path, while no webhook of poolguard is registered: the generated
@@ -286,6 +286,11 @@ log "webhooks active; poolguard set up in $(since "${t_pg}")s"
     > "${work}/report-crds.yaml" || die "rendering the report CRDs from charts/poolguard failed"
 kubectl apply -f "${work}/report-crds.yaml"
 kubectl wait --for condition=established --timeout=30s crd/policyreports.wgpolicyk8s.io
+# The PolicyException CRD, as the chart installs it (tests/exceptions.rs writes exceptions).
+"${HELM}" template poolguard charts/poolguard --show-only templates/policyexception-crd.yaml \
+    > "${work}/policyexception-crd.yaml" || die "rendering the PolicyException CRD from charts/poolguard failed"
+kubectl apply -f "${work}/policyexception-crd.yaml"
+kubectl wait --for condition=established --timeout=30s crd/policyexceptions.poolguard.io
 
 # --- 4. the tests ------------------------------------------------------------------
 export POOLGUARD_E2E_POOLS="${pools_csv}"
@@ -330,6 +335,10 @@ if suite audit; then
     log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
     POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="${config}" \
         cargo test --locked -p poolguard-e2e --test audit -- --nocapture
+fi
+if suite exceptions; then
+    log "running tests/exceptions.rs (a poolguard replica reading PolicyExceptions: admitted with a warning, reported skip, refused and reported fail once expired; bad exceptions refused)"
+    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test exceptions -- --nocapture
 fi
 if suite rollout; then
     log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"

@@ -22,7 +22,7 @@ use crate::cluster::gatekeeper_objects::{self, ClusterDocuments};
 use crate::cluster::managed_certs::SelfCert;
 use crate::cluster::namespace_cache::ClusterNamespaces;
 use crate::cluster::webhook_registration::{Fallback, Registrar};
-use crate::cluster::{node_cache, nodepool_cache};
+use crate::cluster::{exception_cache, node_cache, nodepool_cache};
 use crate::namespaces::Namespaces;
 use crate::pools::Pools;
 use crate::server::state::ServerState;
@@ -52,6 +52,8 @@ pub struct Options {
     pub nodepools: bool,
     /// The instance types NodePools launch.
     pub instance_types_file: Option<PathBuf>,
+    /// Watch the cluster's PolicyExceptions.
+    pub policy_exceptions: bool,
     pub deadline: Duration,
     /// How long in-flight requests get after SIGTERM.
     pub drain: Duration,
@@ -174,6 +176,15 @@ pub async fn start(mut opts: Options) -> Result<Running> {
     );
     state.pools = pools;
     let app = Arc::new(state);
+    if opts.policy_exceptions {
+        let client = match &client {
+            Some(client) => client.clone(),
+            None => kube_client(opts.kubeconfig.as_deref(), SERVE_CLUSTER_HINT)
+                .await
+                .context("--policy-exceptions needs the Kubernetes API")?,
+        };
+        exception_cache::start(client, app.rules.clone(), metrics.clone());
+    }
     pool_source(&opts, client, &app)?;
     let watcher = reload::watch(
         reload_targets(&opts, tls_files.as_ref().zip(tls.as_ref()), &app),
@@ -666,8 +677,15 @@ fn rules_reload(
         let loaded = sources.load()?;
         // The rollout state comes from the cluster, not the files: carried over (by
         // compare-and-swap, so a state arriving meanwhile is not lost).
-        app.rules
-            .rcu(|old| loaded.clone().with_rollouts(old.rollouts().clone()));
+        app.rules.rcu(|old| {
+            // The rollouts and PolicyExceptions come from the cluster, not the files:
+            // carried over (the exceptions are checked against the new config within
+            // exception_cache::REFRESH).
+            loaded
+                .clone()
+                .with_rollouts(old.rollouts().clone())
+                .with_exceptions(old.exceptions().clone())
+        });
         Ok(())
     }
 }

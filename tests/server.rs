@@ -110,6 +110,7 @@ fn options(tls: TlsFiles, sources: Sources) -> Options {
         namespaces_file: Some("testdata/namespaces.yaml".into()),
         nodes_file: None,
         nodepools: false,
+        policy_exceptions: false,
         instance_types_file: None,
         deadline: Duration::from_secs(4),
         drain: Duration::from_secs(5),

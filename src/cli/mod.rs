@@ -360,7 +360,7 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     nodes_file: Option<PathBuf>,
     #[command(flatten)]
-    nodepools: NodePoolArgs,
+    sources: ClusterSourceArgs,
     /// Operations address (plain HTTP) [default: 0.0.0.0:9090, or 127.0.0.1:9090 with --dev]
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
@@ -433,12 +433,18 @@ struct ControllerArgs {
     #[arg(long)]
     gatekeeper_from_cluster: bool,
     #[command(flatten)]
-    nodepools: NodePoolArgs,
+    sources: ClusterSourceArgs,
 }
 
-/// Karpenter NodePools as pools, for `serve` and `controller` (admission and the audit).
+/// What `serve` and `controller` read from the cluster besides nodes and namespaces: Karpenter
+/// NodePools as pools (admission and the audit), and PolicyExceptions.
 #[derive(Args)]
-struct NodePoolArgs {
+struct ClusterSourceArgs {
+    /// Read the cluster's PolicyExceptions (poolguard.io/v1alpha1, a watch of every namespace;
+    /// get, list and watch on policyexceptions.poolguard.io): those in the namespaces the
+    /// config's `exceptions.namespaces` names count, in admission and the audit.
+    #[arg(long)]
+    policy_exceptions: bool,
     /// Read the cluster's Karpenter NodePools (`karpenter.sh/v1`: a watch when serving, a list
     /// each audit pass) as pools too: a NodePool with no node yet is a pool with what it can
     /// launch (--instance-types-file). Needs get, list and watch on nodepools.karpenter.sh.
@@ -1011,8 +1017,9 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         sources: args.rules.sources(),
         namespaces_file: args.namespaces_file,
         nodes_file: args.nodes_file,
-        nodepools: args.nodepools.nodepools,
-        instance_types_file: args.nodepools.instance_types_file,
+        nodepools: args.sources.nodepools,
+        instance_types_file: args.sources.instance_types_file,
+        policy_exceptions: args.sources.policy_exceptions,
         deadline: std::time::Duration::from_millis(args.deadline_ms.max(1)),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         dev: args.dev,
@@ -1049,8 +1056,9 @@ fn controller(args: ControllerArgs) -> Result<ExitCode> {
         sources: args.rules.sources(),
         namespaces_file: None,
         nodes_file: None,
-        nodepools: args.nodepools.nodepools,
-        instance_types_file: args.nodepools.instance_types_file,
+        nodepools: args.sources.nodepools,
+        instance_types_file: args.sources.instance_types_file,
+        policy_exceptions: args.sources.policy_exceptions,
         deadline: std::time::Duration::from_millis(4000),
         drain: std::time::Duration::ZERO,
         dev: false,

@@ -1,5 +1,6 @@
 //! The cluster side: what poolguard reads from and writes to the Kubernetes API.
 
+pub mod exception_cache;
 #[cfg(test)]
 mod fake_api;
 pub mod gatekeeper_objects;

@@ -20,6 +20,7 @@ pub mod evidence;
 pub mod exceptions;
 pub mod gatekeeper;
 pub mod gator;
+pub mod globs;
 pub mod image;
 pub mod labels;
 pub mod matching;

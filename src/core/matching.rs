@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::selector::LabelSelector;
+use crate::globs::glob_matches;
 use crate::labels::Labels;
 
 /// `spec.match` of a constraint. Every criterion given must hold; an empty match selects every
@@ -89,18 +90,6 @@ fn labels_of(object: &Value) -> Labels {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Gatekeeper's namespace and name globs: a leading or trailing `*` matches any suffix or
-/// prefix; otherwise the whole name.
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
-    match (pattern.strip_prefix('*'), pattern.strip_suffix('*')) {
-        _ if pattern == "*" => true,
-        (Some(suffix), _) if !suffix.ends_with('*') => name.ends_with(suffix),
-        (_, Some(prefix)) if !prefix.starts_with('*') => name.starts_with(prefix),
-        (Some(_), Some(_)) => name.contains(&pattern[1..pattern.len() - 1]),
-        _ => pattern == name,
-    }
 }
 
 impl Match {

@@ -16,7 +16,7 @@ use crate::telemetry::rollout_counts::RolloutCounts;
 /// What the request handlers share.
 pub struct ServerState {
     /// Replaced whole on a config or policy reload.
-    pub rules: ArcSwap<RuleSet>,
+    pub rules: Arc<ArcSwap<RuleSet>>,
     pub namespaces: Namespaces,
     /// The pools placement policies choose among (unknown until set).
     pub pools: Pools,
@@ -46,7 +46,7 @@ impl ServerState {
             .evaluation_queue_capacity
             .set(clamp(limits.max_queued_evaluations));
         ServerState {
-            rules: ArcSwap::from_pointee(rules),
+            rules: Arc::new(ArcSwap::from_pointee(rules)),
             namespaces,
             pools: Pools::unknown(),
             metrics,

@@ -77,6 +77,14 @@ pub struct AuditResultLabels {
     pub result: String,
 }
 
+/// One PolicyException: `namespace/name` (not `namespace`, which scrapes set to the target's
+/// own) and its ticket.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExceptionLabels {
+    pub exception: String,
+    pub ticket: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -215,6 +223,8 @@ pub struct Metrics {
     pub rollout_status: Family<RolloutStatusLabels, Gauge>,
     pub rollout_failures: Family<RolloutGroupLabels, Gauge>,
     pub rollout_transitions: Family<RolloutTransitionLabels, Counter>,
+    /// Seconds until each PolicyException that counts expires ([`Metrics::exceptions`]).
+    pub exception_expiry: Family<ExceptionLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -411,6 +421,12 @@ impl Metrics {
             "audit_interval_seconds",
             "Time between two audit passes (--audit-interval); 0 while the audit is off",
         );
+        let exception_expiry = Family::<ExceptionLabels, Gauge>::default();
+        registry.register(
+            "policy_exception_expiry_seconds",
+            "Seconds until each PolicyException that counts expires (refreshed every 30 s; an expired one matches nothing and leaves the series)",
+            Declared(exception_expiry.clone()),
+        );
         let rollout_status = Family::<RolloutStatusLabels, Gauge>::default();
         registry.register(
             "rollout_group_status",
@@ -434,6 +450,7 @@ impl Metrics {
             rollout_status,
             rollout_failures,
             rollout_transitions,
+            exception_expiry,
             audit_results,
             audit_objects,
             memo_hits,
@@ -561,6 +578,20 @@ impl Metrics {
         }
     }
 
+    /// The PolicyExceptions that count now, each with the seconds left until it expires (the
+    /// series of those that no longer count are removed).
+    pub fn exceptions(&self, exceptions: &poolguard_core::exceptions::ExceptionSet, now: i64) {
+        self.exception_expiry.clear();
+        for e in exceptions.iter().filter(|e| e.live(now)) {
+            self.exception_expiry
+                .get_or_create(&ExceptionLabels {
+                    exception: format!("{}/{}", e.namespace, e.name),
+                    ticket: e.ticket.clone(),
+                })
+                .set(e.expires - now);
+        }
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -609,6 +640,7 @@ mod tests {
             "# TYPE poolguard_ready gauge",
             "# TYPE poolguard_audit_interval_seconds gauge",
             "# TYPE poolguard_result_memo_capacity_bytes gauge",
+            "# TYPE poolguard_policy_exception_expiry_seconds gauge",
         ] {
             assert!(text.contains(family), "{family} missing from:\n{text}");
         }

@@ -187,6 +187,13 @@ poolguard.guardedLabels but the pool label (which poolguard always guards).
 */}}
 {{- define "poolguard.config" -}}
 {{- $config := deepCopy .Values.config }}
+{{- if .Values.exceptions.enabled }}
+{{- if $config.exceptions }}
+{{- fail "config.exceptions is set from the exceptions values (exceptions.namespaces, exceptions.maxDuration) while exceptions.enabled is true: set those instead" }}
+{{- end }}
+{{- $namespaces := .Values.exceptions.namespaces | default (list .Release.Namespace) }}
+{{- $_ := set $config "exceptions" (dict "namespaces" $namespaces "maxDuration" .Values.exceptions.maxDuration) }}
+{{- end }}
 {{- $guarded := rest (include "poolguard.guardedLabels" . | fromJsonArray) }}
 {{- if $guarded }}
 {{- $authority := default (dict) $config.poolAuthority }}
@@ -409,6 +416,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if .Values.karpenter.nodePools }}
 - --nodepools
+{{- end }}
+{{- if .Values.exceptions.enabled }}
+- --policy-exceptions
 {{- end }}
 {{- if .Values.karpenter.instanceTypes }}
 - --instance-types-file

@@ -121,7 +121,7 @@ async fn placement_policies_choose_the_pool() {
             env.create_pod(&ns, &many_gpus).await,
             403,
             &[
-                "fitsresources: no pool has a node with room",
+                "fitsresources: no pool has or can launch a node with room",
                 "nvidia.com/gpu 8",
             ],
         )?;

@@ -26,7 +26,14 @@ pub use object::{Native, Options, Requests, Skipped, API_VERSION, MANAGED_LABEL,
 pub fn generate(rules: &RuleSet, options: &Options) -> Native {
     let mut native = Native::default();
     let config = &rules.config;
-    placement::generate(config, options, &mut native);
+    match object::excepted(rules, crate::exceptions::PLACEMENT) {
+        Some(why) => native.skipped.push(Skipped {
+            what: "placement".into(),
+            why,
+            requests: Requests::Pods,
+        }),
+        None => placement::generate(config, options, &mut native),
+    }
     policies::generate(rules, options, &mut native);
     if config.placement.is_some() {
         native.skipped.push(Skipped {

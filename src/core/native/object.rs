@@ -110,3 +110,21 @@ pub(super) fn metadata(name: &str) -> Value {
         "labels": {MANAGED_LABEL: MANAGED_VALUE},
     })
 }
+
+/// Why `policy` stays on the webhook when PolicyExceptions name it: the webhook reads them live
+/// and stops honouring one when it expires, which objects compiled ahead of time cannot do
+/// (CEL has no clock); compiled, the objects would refuse what an exception allows.
+pub(crate) fn excepted(rules: &crate::ruleset::RuleSet, policy: &str) -> Option<String> {
+    let names: Vec<String> = rules
+        .exceptions
+        .iter()
+        .filter(|e| e.policies.iter().any(|p| p == policy))
+        .map(|e| format!("{}/{}", e.namespace, e.name))
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "PolicyExceptions name it ({}): the webhook decides it, reading them and their expiry live",
+            names.join(", ")
+        )
+    })
+}

@@ -30,6 +30,10 @@ pub fn generate(rules: &RuleSet, options: &Options, native: &mut Native) {
     images_policy(config, options, native);
     let mut checks = Vec::new();
     for name in rules.policies.names() {
+        if let Some(why) = super::object::excepted(rules, name) {
+            skip(native, name, &why);
+            continue;
+        }
         let Some(policy) = rules.policies.get(name).filter(|p| is_shipped(name, p)) else {
             skip(
                 native,
@@ -75,6 +79,7 @@ fn dependency_of<'r>(
         .policies
         .get(&dep.policy)
         .is_some_and(|p| is_shipped(&dep.policy, p))
+        && super::object::excepted(rules, &dep.policy).is_none()
         && target.is_none_or(|s| {
             s.rollout.is_none() && s.dependencies.as_ref().is_none_or(Vec::is_empty)
         });

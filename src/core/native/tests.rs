@@ -417,3 +417,62 @@ fn a_validation_that_always_holds_is_left_out() {
     let always = validation(bool(false), "m", str("why"), "Invalid").unwrap();
     assert_eq!(always["messageExpression"], "'why'");
 }
+
+/// A policy (or placement) that PolicyExceptions name is not compiled: the webhook decides it,
+/// reading the exceptions and their expiry live; `poolguard native` says so, and a policy that
+/// depends on it stays on the webhook too. Without exceptions both are compiled.
+#[test]
+fn what_exceptions_name_stays_on_the_webhook() {
+    use crate::exceptions::{ExceptionSet, PolicyException};
+    let config = "policies:\n  allowedrepositories: {parameters: {repositories: [registry.example.com/]}}\n  latesttag:\n    parameters: {}\n    dependencies: [{policy: allowedrepositories}]\nexceptions: {namespaces: [poolguard]}\n";
+    let plain = generate(&rules(config), &Options::default());
+    assert!(
+        plain
+            .skipped
+            .iter()
+            .all(|s| !s.what.contains("allowedrepositories") && s.what != "placement"),
+        "{:?}",
+        plain.skipped
+    );
+    let exception = |policies: serde_json::Value| {
+        PolicyException::from_object(&serde_json::json!({
+            "apiVersion": "poolguard.io/v1alpha1", "kind": "PolicyException",
+            "metadata": {"name": "legacy", "namespace": "poolguard"},
+            "spec": {"policies": policies, "ticket": "OPS-1", "expires": "2027-01-02T00:00:00Z"}}))
+        .unwrap()
+    };
+    let base = rules(config);
+    let (set, _) = ExceptionSet::new(
+        vec![exception(serde_json::json!([
+            "allowedrepositories",
+            "placement"
+        ]))],
+        base.config(),
+        &|_| true,
+        1_798_761_600,
+    );
+    let excepted = generate(
+        &base.with_exceptions(std::sync::Arc::new(set)),
+        &Options::default(),
+    );
+    let why = |what: &str| {
+        excepted
+            .skipped
+            .iter()
+            .find(|s| s.what == what)
+            .map(|s| s.why.clone())
+            .unwrap_or_else(|| panic!("{what} not skipped: {:?}", excepted.skipped))
+    };
+    assert!(why("policy allowedrepositories")
+        .starts_with("PolicyExceptions name it (poolguard/legacy)"));
+    assert!(why("placement").contains("reading them and their expiry live"));
+    assert!(why("policy latesttag")
+        .contains("depends on a policy (or placement) that stays on the webhook"));
+    let generated = names(&excepted);
+    assert!(
+        generated.iter().all(|n| !n.contains("allowedrepositories")
+            && !n.contains("poolguard-pool")
+            && !n.contains("poolguard-placement")),
+        "{generated:?}"
+    );
+}

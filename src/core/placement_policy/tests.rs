@@ -764,7 +764,7 @@ fn the_webhooks_and_the_audit_in_a_choosing_namespace() {
             "they accept gpu"),
         ("a template some pool can take", json!({"metadata": {"name": "d"}, "spec": {"template": pod_with(small.clone(), None)}}), "Deployment", 0, ""),
         ("a template no pool can take", json!({"metadata": {"name": "d"}, "spec": {"template": pod_with(huge.clone(), None)}}), "Deployment", 403,
-            "no pool can take its pods (the placement policies choose the pools of namespace \"team-a\"): fitsresources: no pool has a node with room"),
+            "no pool can take its pods (the placement policies choose the pools of namespace \"team-a\"): fitsresources: no pool has or can launch a node with room"),
     ];
     for (name, object, kind, code, want) in &cases {
         let d = run(Webhook::Validate, object, kind, Some(&auto), true);

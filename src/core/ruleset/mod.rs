@@ -188,7 +188,8 @@ impl RuleSet {
 
     /// The policies that apply to `subject`, resolved for it ([`Plan::of`]).
     pub fn plan(&self, subject: &Subject) -> Plan<'_> {
-        Plan::of(self, subject)
+        let (policies, config) = (&self.policies, &self.config);
+        Plan::of(policies, config, &self.rollouts, &self.exceptions, subject)
     }
 
     /// Each policy that applies to `subject` and what it says of it, in policy name order;

@@ -9,13 +9,12 @@ use serde_json::Value;
 
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
-use crate::exceptions::{PolicyException, Target};
+use crate::exceptions::{ExceptionSet, PolicyException, Target};
 use crate::labels::Labels;
 use crate::policy::dependencies::{self, Need, State};
 use crate::policy::{Evaluation, Outcome, Pending, Policy, PolicySet};
 use crate::rollout::view::RolloutView;
 use crate::rollout_mark::RolloutMark;
-use crate::ruleset::RuleSet;
 
 /// An object as the policies judge it.
 #[derive(Debug, Clone, Copy)]
@@ -71,10 +70,13 @@ impl<'r> Plan<'r> {
     /// constraints whose match selects it. A policy under a rollout gets the version and
     /// enforcement its rollout gives the namespace's group ([`RolloutView::resolve`]); one a
     /// live PolicyException matches for the object is marked with it.
-    pub(crate) fn of(rules: &'r RuleSet, subject: &Subject) -> Plan<'r> {
-        let (policies, config, rollouts): (&PolicySet, &Config, &RolloutView) =
-            (&rules.policies, &rules.config, &rules.rollouts);
-        let exceptions = &rules.exceptions;
+    pub(crate) fn of(
+        policies: &'r PolicySet,
+        config: &'r Config,
+        rollouts: &'r RolloutView,
+        exceptions: &'r ExceptionSet,
+        subject: &Subject,
+    ) -> Plan<'r> {
         let excepting = subject
             .target
             .zip(subject.now)

@@ -798,15 +798,12 @@ fn check_case(
             "the controller runs as {fullname}-controller"
         );
     }
-    crds(
-        name,
-        api,
-        audit_on,
-        sample,
-        serve_dep,
-        &kind("CustomResourceDefinition"),
-        checks,
-    );
+    // The report CRDs; the PolicyException CRD (exceptions.enabled) is not the audit's.
+    let report_crds: Vec<&Value> = kind("CustomResourceDefinition")
+        .into_iter()
+        .filter(|d| d["metadata"]["name"] != "policyexceptions.poolguard.io")
+        .collect();
+    crds(name, api, audit_on, sample, serve_dep, &report_crds, checks);
     true
 }
 

@@ -391,6 +391,28 @@ fn webhooks(case: &Case, checks: &mut Checks) {
                     );
                     continue;
                 }
+                if wh_name == "exceptions.poolguard.io" {
+                    // PolicyExceptions written in any namespace (the release namespace holds
+                    // them), nothing else; fails closed (only exceptions wait for poolguard).
+                    check!(
+                        checks,
+                        !mutating
+                            && wh["rules"]
+                                == json!([{"apiGroups": ["poolguard.io"], "apiVersions": ["v1alpha1"],
+                                       "operations": ["CREATE", "UPDATE"],
+                                       "resources": ["policyexceptions"],
+                                       "scope": "Namespaced"}]),
+                        "{wh_name} sees PolicyException CREATE/UPDATE only"
+                    );
+                    check!(
+                        checks,
+                        wh.get("namespaceSelector").is_none()
+                            && wh.get("objectSelector").is_none()
+                            && wh["failurePolicy"] == "Fail",
+                        "{wh_name} fails closed for every namespace"
+                    );
+                    continue;
+                }
                 let sel = &wh["namespaceSelector"];
                 if mutating && !choose_unlabelled {
                     check!(
@@ -1123,11 +1145,13 @@ fn rbac(case: &Case, checks: &mut Checks) {
             }
         }
     }
-    // The serving ClusterRole: the namespaces, the nodes and (gatekeeperFromCluster) the
-    // Gatekeeper objects, read only; nothing else.
+    // The serving ClusterRole: the namespaces, the nodes, the PolicyExceptions (exceptions.enabled,
+    // on in every case) and (gatekeeperFromCluster) the Gatekeeper objects, read only; nothing
+    // else.
     let mut reads = vec![
         json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": ["poolguard.io"], "resources": ["policyexceptions"], "verbs": ["get", "list", "watch"]}),
     ];
     if name == "gatekeeper-cluster" {
         reads.extend(gatekeeper_reads());

@@ -254,7 +254,8 @@ pub fn problems(doc: &Value) -> Vec<String> {
 }
 
 /// The webhooks of a configuration: a name, clientConfig and rules each; the namespaceSelector's
-/// expressions (every webhook but the pool-authority ones, which have an objectSelector).
+/// expressions (every webhook but the pool-authority ones, which have an objectSelector, and the
+/// PolicyException one, which has none).
 fn webhooks(doc: &Value, what: &str, problems: &mut Vec<String>) {
     for wh in super::arr(&doc["webhooks"]) {
         let what = format!("{what}: webhook {}", super::plain(&wh["name"]));
@@ -268,7 +269,12 @@ fn webhooks(doc: &Value, what: &str, problems: &mut Vec<String>) {
             ],
             problems,
         );
-        let selector = if super::text(&wh["name"]).ends_with("pool-authority.poolguard.io") {
+        let name = super::text(&wh["name"]);
+        if name == "exceptions.poolguard.io" {
+            // PolicyExceptions in every namespace: no selector to read.
+            continue;
+        }
+        let selector = if name.ends_with("pool-authority.poolguard.io") {
             Key("objectSelector")
         } else {
             Key("namespaceSelector")

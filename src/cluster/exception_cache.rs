@@ -1,0 +1,118 @@
+//! The cluster's PolicyExceptions (`poolguard.io/v1alpha1`, every namespace): a watch cache whose
+//! contents are read as [`PolicyException`]s and installed into the rules decisions use, checked
+//! against those rules' config and policies at the time of installing ([`ExceptionSet::new`]).
+//! Installed again after every change and every [`REFRESH`], so that an exception that expired,
+//! or a config reload that changed where exceptions count, takes effect within that time; the
+//! metric of seconds to expiry is refreshed with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{store::Writer, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use tokio::sync::Notify;
+
+use crate::telemetry::metrics::Metrics;
+use poolguard_core::exceptions::{self, ExceptionSet, PolicyException};
+use poolguard_core::ruleset::RuleSet;
+
+/// How often the exceptions are checked and installed again without a change.
+pub const REFRESH: Duration = Duration::from_secs(30);
+
+/// The PolicyException resource.
+pub fn resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(exceptions::GROUP, exceptions::VERSION, exceptions::KIND),
+        "policyexceptions",
+    )
+}
+
+/// Starts watching PolicyExceptions in the background, installing them into `rules`. Until the
+/// first listing no exception counts; the watch retries with backoff (a cluster without the
+/// CRD logs and keeps retrying) and the last exceptions read keep counting meanwhile.
+pub fn start(client: Client, rules: Arc<ArcSwap<RuleSet>>, metrics: Arc<Metrics>) {
+    let resource = resource();
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let writer = Writer::new(resource);
+    let store = writer.as_reader();
+    let changed = Arc::new(Notify::new());
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|exception| exception.metadata.managed_fields = None)
+        .reflect(writer);
+    let notify = changed.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "PolicyException watch failed (is the CRD installed?); deciding with the last exceptions read and retrying")
+                }
+            }
+        }
+    });
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut last_problems = Vec::new();
+        loop {
+            last_problems = install(&store, &rules, &metrics, last_problems);
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(REFRESH) => {}
+            }
+        }
+    });
+}
+
+/// Reads the store, installs what counts now, and logs what is left out when it differs from
+/// `logged` (the lines logged last time, which it returns updated).
+fn install(
+    store: &Store<DynamicObject>,
+    rules: &ArcSwap<RuleSet>,
+    metrics: &Metrics,
+    logged: Vec<String>,
+) -> Vec<String> {
+    let now = crate::wall_clock::unix_now();
+    let mut problems = Vec::new();
+    let read: Vec<PolicyException> = store
+        .state()
+        .iter()
+        .filter_map(|object| {
+            let mut value = serde_json::to_value(object.as_ref()).ok()?;
+            value["apiVersion"] = format!("{}/{}", exceptions::GROUP, exceptions::VERSION).into();
+            value["kind"] = exceptions::KIND.into();
+            PolicyException::from_object(&value)
+                .map_err(|e| problems.push(format!("{e}; it is ignored")))
+                .ok()
+        })
+        .collect();
+    let mut installed = Arc::new(ExceptionSet::default());
+    let mut left_out = Vec::new();
+    // May run more than once (compare-and-swap): each run replaces what the last one found.
+    rules.rcu(|current| {
+        let (set, out) =
+            ExceptionSet::new(read.clone(), current.config(), &|p| current.knows(p), now);
+        installed = Arc::new(set);
+        left_out = out;
+        (**current).clone().with_exceptions(installed.clone())
+    });
+    metrics.exceptions(&installed, now);
+    problems.extend(left_out);
+    if problems != logged {
+        for line in &problems {
+            tracing::warn!(problem = %line, "a PolicyException does not count");
+        }
+        tracing::info!(
+            counting = installed.iter().filter(|e| e.live(now)).count(),
+            "PolicyExceptions installed"
+        );
+    }
+    problems
+}
