@@ -252,8 +252,11 @@ fi
 
 # The guarded opt-in label of tests/bypasses.rs (poolAuthority.guardedLabels in the config): the
 # chart registers a pool-authority webhook for it as it does for webhook.namespaceMatchLabels.
+# PolicyExceptions are written and checked by tests/exceptions.rs's own replica and webhook
+# (this poolguard's config names no namespace where they count, so its webhook would refuse all).
 integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
     --set 'config.poolAuthority.guardedLabels={e2e.poolguard.io/opted-in}' \
+    --set exceptions.enabled=false \
     > "${work}/webhooks.yaml" || die "rendering the webhook configurations from charts/poolguard failed"
 kubectl apply -f "${work}/webhooks.yaml"
 # A direct client (anything that reaches poolguard without being the API server) is refused at

@@ -9,13 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use tokio::sync::Notify;
 
+use super::mirrored::{mirror, Timing};
 use crate::telemetry::metrics::Metrics;
 use poolguard_core::exceptions::{self, ExceptionSet, PolicyException};
 use poolguard_core::ruleset::RuleSet;
@@ -39,35 +38,18 @@ pub fn start(client: Client, rules: Arc<ArcSwap<RuleSet>>, metrics: Arc<Metrics>
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let writer = Writer::new(resource);
     let store = writer.as_reader();
-    let changed = Arc::new(Notify::new());
     let stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|exception| exception.metadata.managed_fields = None)
         .reflect(writer);
-    let notify = changed.clone();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "PolicyException watch failed (is the CRD installed?); deciding with the last exceptions read and retrying")
-                }
-            }
-        }
-    });
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_err() {
-            return;
-        }
-        let mut last_problems = Vec::new();
-        loop {
-            last_problems = install(&store, &rules, &metrics, last_problems);
-            tokio::select! {
-                _ = changed.notified() => {}
-                _ = tokio::time::sleep(REFRESH) => {}
-            }
-        }
+    let timing = Timing {
+        settle: std::time::Duration::ZERO,
+        refresh: Some(REFRESH),
+    };
+    let failed = "PolicyException watch failed (is the CRD installed?); deciding with the last exceptions read and retrying";
+    let mut logged = Vec::new();
+    mirror(stream, store, timing, failed, move |store, _| {
+        logged = install(store, &rules, &metrics, std::mem::take(&mut logged));
     });
 }
 

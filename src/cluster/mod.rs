@@ -5,6 +5,7 @@ pub mod exception_cache;
 mod fake_api;
 pub mod gatekeeper_objects;
 pub mod managed_certs;
+pub mod mirrored;
 pub mod namespace_cache;
 pub mod native_objects;
 pub mod node_cache;

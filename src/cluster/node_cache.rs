@@ -4,14 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use tokio::sync::Notify;
 
+use super::mirrored::{mirror, Timing};
 use crate::pools::Pools;
 use poolguard_core::placement_policy::NodeFacts;
 use poolguard_core::ruleset::RuleSet;
@@ -27,34 +26,19 @@ pub type PoolKey = Arc<dyn Fn() -> Arc<RuleSet> + Send + Sync>;
 pub fn start(client: Client, key: PoolKey, pools: Pools) {
     let api: Api<Node> = Api::all(client);
     let (store, writer) = reflector::store();
-    let changed = Arc::new(Notify::new());
     let stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(keep_what_placement_reads)
         .reflect(writer);
-    let notify = changed.clone();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "node watch failed; choosing from the last nodes read and retrying")
-                }
-            }
-        }
-    });
-    let published = pools.clone();
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_err() {
-            return;
-        }
-        publish(&store, &published, &key());
-        tracing::info!(nodes = published.nodes(), "node cache synced");
-        loop {
-            changed.notified().await;
-            tokio::time::sleep(SETTLE).await;
-            publish(&store, &published, &key());
+    let timing = Timing {
+        settle: SETTLE,
+        refresh: None,
+    };
+    let failed = "node watch failed; choosing from the last nodes read and retrying";
+    mirror(stream, store, timing, failed, move |store, first| {
+        publish(store, &pools, &key());
+        if first {
+            tracing::info!(nodes = pools.nodes(), "node cache synced");
         }
     });
 }

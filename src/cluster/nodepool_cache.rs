@@ -2,16 +2,14 @@
 //! as [`NodePool`]s and published into [`Pools`] after every change, so that a NodePool with no
 //! node yet is a pool with what it can launch.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use tokio::sync::Notify;
 
+use super::mirrored::{mirror, Timing};
 use super::node_cache::PoolKey;
 use crate::pools::Pools;
 use poolguard_core::placement_policy::NodePool;
@@ -38,7 +36,6 @@ pub fn start(client: Client, key: PoolKey, pools: Pools) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let writer = Writer::new(resource);
     let store = writer.as_reader();
-    let changed = Arc::new(Notify::new());
     let stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|nodepool| {
@@ -46,28 +43,15 @@ pub fn start(client: Client, key: PoolKey, pools: Pools) {
             nodepool.metadata.annotations = None;
         })
         .reflect(writer);
-    let notify = changed.clone();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => notify.notify_one(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "NodePool watch failed (is Karpenter's NodePool CRD installed?); choosing from the last NodePools read and retrying")
-                }
-            }
-        }
-    });
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_err() {
-            return;
-        }
-        publish(&store, &pools, &key());
-        tracing::info!(nodepools = pools.nodepools(), "NodePool cache synced");
-        loop {
-            changed.notified().await;
-            tokio::time::sleep(SETTLE).await;
-            publish(&store, &pools, &key());
+    let timing = Timing {
+        settle: SETTLE,
+        refresh: None,
+    };
+    let failed = "NodePool watch failed (is Karpenter's NodePool CRD installed?); choosing from the last NodePools read and retrying";
+    mirror(stream, store, timing, failed, move |store, first| {
+        publish(store, &pools, &key());
+        if first {
+            tracing::info!(nodepools = pools.nodepools(), "NodePool cache synced");
         }
     });
 }

@@ -182,18 +182,25 @@ async fn scenario(env: &Env, id: &str, dir: &Path, certs: &Path, hook: &str) -> 
                "reason": "the billing image moves registries next sprint",
                "match": {"namespaces": [shop.clone()], "names": ["billing-*"]}})
     };
+    // Without a ticket the CRD's schema refuses it (422); a blank one reaches poolguard (403).
     let mut no_ticket = good(&at(LIFETIME));
     no_ticket.as_object_mut().context("spec")?.remove("ticket");
-    for (ns, spec, want) in [
-        (&home, no_ticket, "spec.ticket is required"),
+    let mut blank_ticket = good(&at(LIFETIME));
+    blank_ticket["ticket"] = json!(" ");
+    let too_long = good(&at(Duration::from_secs(7200)));
+    for (ns, spec, code, want) in [
+        (&home, no_ticket, 422, "spec.ticket: Required value"),
+        (&home, blank_ticket, 403, "spec.ticket is required"),
         (
             &home,
-            good(&at(Duration::from_secs(7200))),
+            too_long,
+            403,
             "more than exceptions.maxDuration (1h) away",
         ),
         (
             &other,
             good(&at(LIFETIME)),
+            403,
             "exceptions count only in the namespaces the config names",
         ),
     ] {
@@ -202,10 +209,10 @@ async fn scenario(env: &Env, id: &str, dir: &Path, certs: &Path, hook: &str) -> 
             exceptions_api(env, ns)
                 .create(&PostParams::default(), &exception("legacy-billing", spec)?)
                 .await,
-            403,
+            code,
             &[want],
         )?;
-        env.say(format!("PolicyException refused: 403 {refused}"));
+        env.say(format!("PolicyException refused: {code} {refused}"));
     }
 
     // With the exception: admitted, with a warning naming it and its ticket.
