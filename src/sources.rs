@@ -342,15 +342,9 @@ pub fn load_inventory(path: &Path, catalog: Option<&Path>) -> Result<Inventory> 
 }
 
 /// The PolicyExceptions of the files in `dir` (`*.yaml`, `*.yml`, `*.json`; several documents,
-/// or a List, to a file), checked as the validating webhook checks one being written, at `now`:
-/// one that would be refused there (no ticket, no expiry, too long, in a namespace the config
-/// does not name, naming a policy `rules` has not loaded) is an error naming it and the file. One
-/// that has expired matches nothing, and a warning says so.
-pub fn load_exceptions(
-    dir: &Path,
-    rules: &RuleSet,
-    now: i64,
-) -> Result<(ExceptionSet, Vec<String>)> {
+/// or a List, to a file), each with where it was read (`file: document N`). One that does not
+/// read (no ticket, no expiry, …) is an error naming it and the file.
+pub fn read_exceptions(dir: &Path) -> Result<Vec<(String, PolicyException)>> {
     let entries = std::fs::read_dir(dir).with_context(|| {
         format!(
             "--exceptions-dir {}: cannot read the directory",
@@ -367,7 +361,6 @@ pub fn load_exceptions(
         .collect();
     files.sort();
     let mut read = Vec::new();
-    let mut warnings = Vec::new();
     for path in files {
         let origin = path.display().to_string();
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {origin}"))?;
@@ -385,22 +378,44 @@ pub fn load_exceptions(
             for item in items {
                 let exception =
                     PolicyException::from_object(item).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
-                exception
-                    .admissible(rules.config(), &|p| rules.knows(p), now)
-                    .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
-                if !exception.live(now) {
-                    warnings.push(format!(
-                        "{at}: PolicyException {}/{} expired at {}; it matches nothing",
-                        exception.namespace, exception.name, exception.expires_text
-                    ));
-                }
-                read.push(exception);
+                read.push((at.clone(), exception));
             }
         }
+    }
+    Ok(read)
+}
+
+/// The PolicyExceptions of `dir` ([`read_exceptions`]), checked as the validating webhook checks
+/// one being written, at `now`: one that would be refused there (too long, in a namespace the
+/// config does not name, naming a policy `rules` has not loaded) is an error naming it and the
+/// file. One that has expired matches nothing, and a warning says so.
+pub fn load_exceptions(
+    dir: &Path,
+    rules: &RuleSet,
+    now: i64,
+) -> Result<(ExceptionSet, Vec<String>)> {
+    let mut read = Vec::new();
+    let mut warnings = Vec::new();
+    for (at, exception) in read_exceptions(dir)? {
+        exception
+            .admissible(rules.config(), &|p| rules.knows(p), now)
+            .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        warnings.extend(expired(&at, &exception, now));
+        read.push(exception);
     }
     let (set, left_out) = ExceptionSet::new(read, rules.config(), &|p| rules.knows(p), now);
     warnings.extend(left_out);
     Ok((set, warnings))
+}
+
+/// The warning for an exception read at `at` that has expired by `now`.
+pub fn expired(at: &str, exception: &PolicyException, now: i64) -> Option<String> {
+    (!exception.live(now)).then(|| {
+        format!(
+            "{at}: PolicyException {}/{} expired at {}; it matches nothing",
+            exception.namespace, exception.name, exception.expires_text
+        )
+    })
 }
 
 /// An instance-type catalog, in the format of Karpenter's kwok provider (a JSON array of

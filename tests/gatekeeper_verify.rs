@@ -272,3 +272,62 @@ fn the_documented_verify_commands_pass() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
     }
 }
+
+/// `verify --exceptions-dir`: a case a live PolicyException matches is decided as admission
+/// decides it (its violations allowed), so the suite's `over` case, which expects one
+/// violation, disagrees; an expired exception matches nothing (a warning says so) and every case
+/// agrees again; an exception without a ticket is bad input.
+#[test]
+fn suites_are_decided_under_the_exceptions_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |secs: u64| {
+        let t = std::time::SystemTime::now() + std::time::Duration::from_secs(secs);
+        humantime::format_rfc3339_seconds(t).to_string()
+    };
+    let write = |expires: &str, ticket: &str| {
+        std::fs::write(
+            dir.path().join("big.yaml"),
+            format!("apiVersion: poolguard.io/v1alpha1\nkind: PolicyException\nmetadata: {{name: big, namespace: platform}}\nspec:\n  policies: [at-most-three-replicas]\n  match: {{names: [big]}}\n  expires: \"{expires}\"\n{ticket}"),
+        )
+        .unwrap()
+    };
+    let verify = || {
+        poolguard(&[
+            "verify",
+            "testdata/gatekeeper/maxreplicas/suite.yaml",
+            "--exceptions-dir",
+            dir.path().to_str().unwrap(),
+        ])
+    };
+    write(&at(86_400), "  ticket: OPS-7\n");
+    let out = verify();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert_eq!(fails.len(), 1, "{stdout}");
+    assert!(fails[0].contains("/ over:"), "{stdout}");
+
+    // Expired: matches nothing, said on stderr.
+    write("2020-01-01T00:00:00Z", "  ticket: OPS-7\n");
+    let out = verify();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "PolicyException platform/big expired at 2020-01-01T00:00:00Z; it matches nothing"
+        ),
+        "{stderr}"
+    );
+
+    // No ticket: bad input, one line naming the file.
+    write(&at(86_400), "");
+    let out = verify();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "big.yaml: document 1: PolicyException platform/big: spec.ticket is required"
+        ),
+        "{stderr}"
+    );
+}

@@ -107,6 +107,10 @@ enum Command {
         /// Print every case, not only those that disagree.
         #[arg(long, short)]
         verbose: bool,
+        /// PolicyExceptions (poolguard.io/v1alpha1; *.yaml, *.yml, *.json) the cases are decided
+        /// under: a case one matches has its violations allowed, as admission allows them.
+        #[arg(long, value_name = "DIR")]
+        exceptions_dir: Option<PathBuf>,
     },
 }
 
@@ -1306,8 +1310,25 @@ fn run(command: Command) -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Verify { suites, verbose } => {
-            verify::run(&suites, verbose, &mut std::io::stdout().lock())
+        Command::Verify {
+            suites,
+            verbose,
+            exceptions_dir,
+        } => {
+            let now = crate::wall_clock::unix_now();
+            let mut excepting = poolguard_core::gator::suite::Excepting {
+                exceptions: Vec::new(),
+                now: Some(now),
+            };
+            if let Some(dir) = &exceptions_dir {
+                for (at, exception) in sources::read_exceptions(dir)? {
+                    if let Some(warning) = sources::expired(&at, &exception, now) {
+                        eprintln!("poolguard: warning: {warning}");
+                    }
+                    excepting.exceptions.push(exception);
+                }
+            }
+            verify::run(&suites, verbose, &excepting, &mut std::io::stdout().lock())
         }
         Command::Native(args) => {
             let options = poolguard_core::native::Options {

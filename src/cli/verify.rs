@@ -11,7 +11,12 @@ use poolguard_core::gator::suite::{self, CaseResult};
 /// Runs every suite (a `Suite` file, or a directory searched for `suite.yaml` files); prints
 /// one line per disagreeing case (every case with `verbose`), each template's load error and
 /// lint warnings, and a summary. 0 when every case agrees, 1 otherwise.
-pub fn run(paths: &[PathBuf], verbose: bool, out: &mut impl Write) -> Result<ExitCode> {
+pub fn run(
+    paths: &[PathBuf],
+    verbose: bool,
+    excepting: &suite::Excepting,
+    out: &mut impl Write,
+) -> Result<ExitCode> {
     let mut suites = Vec::new();
     for path in paths {
         find_suites(path, &mut suites)?;
@@ -29,7 +34,7 @@ pub fn run(paths: &[PathBuf], verbose: bool, out: &mut impl Write) -> Result<Exi
     let mut warned = std::collections::BTreeSet::new();
     for path in &suites {
         let text = read(path)?;
-        let report = suite::run(&text, path, &read)?;
+        let report = suite::run_with(&text, path, &read, excepting)?;
         let counts = report.counts();
         agree += counts.0;
         disagree += counts.1;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::exceptions::Target;
 use crate::policy::dependencies::State;
 use crate::policy::{input, Outcome};
 use crate::ruleset::{RuleSet, Subject};
@@ -47,9 +48,15 @@ pub fn namespace_of(object: &Value) -> Option<&str> {
 }
 
 /// Every policy and constraint of `rules` that applies to `review`, decided by
-/// [`crate::ruleset::RuleSet::evaluate`] (rollouts and dependencies included) with no pool
-/// and the namespace's labels from `namespaceObject`. Each evaluation takes at most `limit`.
-pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome> {
+/// [`crate::ruleset::RuleSet::evaluate`] (rollouts, dependencies and the PolicyExceptions of
+/// `rules` live at `now` included) with no pool and the namespace's labels from
+/// `namespaceObject`. Each evaluation takes at most `limit`.
+pub fn evaluate(
+    rules: &RuleSet,
+    review: &Value,
+    limit: Duration,
+    now: Option<i64>,
+) -> Vec<Outcome> {
     let object = if review["object"].is_object() {
         &review["object"]
     } else {
@@ -64,11 +71,19 @@ pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome
         });
     // SIT policies judge pod specs: only Pods and workloads get a document.
     let document = input::document(object, &[], None);
-    let pod_spec = crate::admission::pod_spec_path(
+    let path = crate::admission::pod_spec_path(
         review["kind"]["group"].as_str().unwrap_or_default(),
         review["kind"]["kind"].as_str().unwrap_or_default(),
-    )
-    .is_some();
+    );
+    let pod_spec = path.is_some();
+    // The images PolicyExceptions match (none readable: no exception with images matches).
+    let images = path
+        .and_then(|path| {
+            let spec = crate::admission::value_at(object, path);
+            crate::pod_images::images(spec, path, rules.config().limits.max_images_per_pod).ok()
+        })
+        .unwrap_or_default();
+    let references: Vec<&str> = images.iter().map(|i| i.reference).collect();
     rules.evaluate(
         Subject {
             document: pod_spec.then_some(&document),
@@ -76,9 +91,14 @@ pub fn evaluate(rules: &RuleSet, review: &Value, limit: Duration) -> Vec<Outcome
             pool: None,
             labels: labels.as_ref(),
             placement: State::NotApplied,
-            // Suites name no PolicyExceptions.
-            target: None,
-            now: None,
+            target: Some(Target {
+                namespace: review["namespace"].as_str().unwrap_or_default(),
+                labels: labels.as_ref(),
+                kind: review["kind"]["kind"].as_str().unwrap_or_default(),
+                name: review["name"].as_str().unwrap_or_default(),
+                images: &references,
+            }),
+            now,
         },
         limit,
     )

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::review;
 use crate::config::Config;
+use crate::exceptions::{ExceptionSet, PolicyException};
 use crate::gatekeeper::Documents;
 use crate::policy::{Evaluation, PolicySet};
 use crate::ruleset::{Budget, RuleSet};
@@ -191,6 +192,25 @@ pub fn run(
     origin: &Path,
     read: &dyn Fn(&Path) -> Result<String>,
 ) -> Result<SuiteReport> {
+    run_with(text, origin, read, &Excepting::default())
+}
+
+/// PolicyExceptions a suite's cases are decided under (`verify --exceptions-dir`), live at
+/// `now`: a case an exception matches is decided as admission decides it, its violations
+/// allowed (none are counted).
+#[derive(Debug, Clone, Default)]
+pub struct Excepting {
+    pub exceptions: Vec<PolicyException>,
+    pub now: Option<i64>,
+}
+
+/// [`run`] under `excepting`.
+pub fn run_with(
+    text: &str,
+    origin: &Path,
+    read: &dyn Fn(&Path) -> Result<String>,
+    excepting: &Excepting,
+) -> Result<SuiteReport> {
     let name = origin.display().to_string();
     let shape: Value = crate::documents::parse_one(text, &name)?;
     match shape.get("kind").and_then(Value::as_str) {
@@ -227,7 +247,7 @@ pub fn run(
         let loaded = if test.skip {
             None
         } else {
-            match load(&template, &dir.join(&test.constraint), read) {
+            match load(&template, &dir.join(&test.constraint), read, excepting) {
                 Ok((rules, name, warnings)) => {
                     report.warnings = warnings;
                     Some((rules, name))
@@ -247,10 +267,12 @@ pub fn run(
             let result = match &loaded {
                 _ if case.skip || test.skip => CaseResult::Skipped,
                 None => CaseResult::Disagrees("the template or constraint did not load".into()),
-                Some((rules, constraint)) => match decide(case, dir, read, rules, constraint) {
-                    Ok(()) => CaseResult::Agrees,
-                    Err(why) => CaseResult::Disagrees(why),
-                },
+                Some((rules, constraint)) => {
+                    match decide(case, dir, read, rules, constraint, excepting.now) {
+                        Ok(()) => CaseResult::Agrees,
+                        Err(why) => CaseResult::Disagrees(why),
+                    }
+                }
             };
             report.cases.push(CaseReport {
                 name: case_name,
@@ -268,6 +290,7 @@ fn load(
     template: &Path,
     constraint: &Path,
     read: &dyn Fn(&Path) -> Result<String>,
+    excepting: &Excepting,
 ) -> Result<(RuleSet, String, Vec<String>)> {
     let files = vec![
         (template.to_path_buf(), read(template)?),
@@ -284,8 +307,21 @@ fn load(
     })?;
     let mut config = Config::default();
     crate::gatekeeper::configure(&mut config, &documents.constraints)?;
+    // The exceptions given count where they are: the directory they come from is the trust
+    // boundary offline, as exceptions.namespaces is in the cluster.
+    config.exceptions.namespaces = excepting
+        .exceptions
+        .iter()
+        .map(|e| e.namespace.clone())
+        .collect();
+    config.exceptions.max_duration = std::time::Duration::MAX;
     let policies = PolicySet::with_constraints(PolicySet::default(), compiled.policies)?;
     let rules = RuleSet::new(config, policies, Default::default(), "suite")?;
+    let now = excepting.now.unwrap_or_default();
+    // Exceptions naming other suites' constraints are no concern of this one's.
+    let (exceptions, _) =
+        ExceptionSet::new(excepting.exceptions.clone(), rules.config(), &|_| true, now);
+    let rules = rules.with_exceptions(std::sync::Arc::new(exceptions));
     Ok((rules, first.name, compiled.warnings))
 }
 
@@ -296,6 +332,7 @@ fn decide(
     read: &dyn Fn(&Path) -> Result<String>,
     rules: &RuleSet,
     constraint: &str,
+    now: Option<i64>,
 ) -> Result<(), String> {
     let path = dir.join(&case.object);
     let origin = path.display().to_string();
@@ -323,10 +360,12 @@ fn decide(
     let namespace = review::namespace_of(object).and_then(|n| namespaces.get(n));
     let review = review::of_object(object, namespace);
     let limit = Budget::FULL.limit(&rules.config);
-    let outcomes = review::evaluate(rules, &review, limit);
+    let outcomes = review::evaluate(rules, &review, limit, now);
     let messages = match outcomes.into_iter().find(|o| o.policy == constraint) {
         // Not matched: no violation.
         None => Vec::new(),
+        // Allowed by a PolicyException, as admission allows it.
+        Some(o) if o.exception.is_some() => Vec::new(),
         Some(o) => match o.result {
             Evaluation::Ran(Ok(messages)) => messages,
             Evaluation::Ran(Err(e)) => return Err(format!("evaluation error: {e}")),

@@ -129,7 +129,7 @@ fn verdict_of(outcomes: &[Outcome], policy: &str) -> (Verdict, Vec<String>) {
 fn gatekeeper_verdict(pair: &Pair, object: &Value) -> (Verdict, Vec<String>) {
     let review = review::of_object(object, None);
     verdict_of(
-        &review::evaluate(&pair.gatekeeper, &review, LIMIT),
+        &review::evaluate(&pair.gatekeeper, &review, LIMIT, None),
         CONSTRAINT_NAME,
     )
 }
