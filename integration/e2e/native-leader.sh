@@ -122,13 +122,14 @@ k create --dry-run=client -o json -f "${work}/webhooks.yaml" |
 webhook_names() { k get "$1webhookconfiguration" "${registered}-$1" -o jsonpath='{.webhooks[*].name}'; }
 # The pod and workload webhooks are registered (mutating and validating), or left out with only the
 # namespace webhook in place.
+# The webhook on PolicyExceptions being written is not a pod or workload webhook: it stays.
 pod_webhooks_in() {
     [[ "$(webhook_names mutating)" == "mutate.poolguard.io" ]] \
-        && [[ "$(webhook_names validating)" == "validate.poolguard.io pool-authority.poolguard.io"* ]]
+        && [[ "$(webhook_names validating)" == "validate.poolguard.io exceptions.poolguard.io pool-authority.poolguard.io"* ]]
 }
 pod_webhooks_out() {
     [[ -z "$(webhook_names mutating)" ]] \
-        && [[ "$(webhook_names validating)" == "pool-authority.poolguard.io"* ]]
+        && [[ "$(webhook_names validating)" == "exceptions.poolguard.io pool-authority.poolguard.io"* ]]
 }
 "${poolguard}" serve --kubeconfig "${work}/proxy.kubeconfig" --addr "127.0.0.1:${port}" \
     --metrics-addr "127.0.0.1:${metrics}" --tls-cert-file "${certs}/tls.crt" \

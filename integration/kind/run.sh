@@ -488,7 +488,7 @@ if "${helm}" --kubeconfig "${KUBECONFIG}" upgrade "${release}" charts/poolguard 
 else
     bad "helm upgrade to native.mode=apply failed"
 fi
-if await_webhooks "the leader left the pod and workload webhooks out" '^ \| pool-authority\.poolguard\.io' 180; then
+if await_webhooks "the leader left the pod and workload webhooks out" '^ \| exceptions\.poolguard\.io pool-authority\.poolguard\.io' 180; then
     kubectl create namespace pg-kind-native >/dev/null
     kubectl label namespace pg-kind-native "${label}=${pools[0]}" >/dev/null
     bash "${work}/poolguard-stop.sh" >&2
@@ -523,7 +523,7 @@ fi
     -f "${work}/values.yaml" --wait --timeout 5m >/dev/null \
     || bad "helm upgrade back to native.mode=off failed"
 await_webhooks "native.mode=off: the controller registers the pod and workload webhooks again" \
-    '^mutate\.poolguard\.io \| validate\.poolguard\.io pool-authority' 120 || true
+    '^mutate\.poolguard\.io \| validate\.poolguard\.io exceptions\.poolguard\.io pool-authority' 120 || true
 # native.mode apply -> off leaves the objects (docs/native.md): delete them, as the docs say.
 kubectl delete "${native_kinds}" -l app.kubernetes.io/managed-by=poolguard >/dev/null
 

@@ -206,9 +206,23 @@ pub fn services(desired: &[Desired]) -> Vec<(String, String)> {
     out
 }
 
-/// Whether a webhook is decided on namespaces (pool authority): its rules name a `namespaces`
-/// resource. Those stay registered whatever the native objects decide.
-fn on_namespaces(webhook: &Value) -> bool {
+/// The resources of the pod and workload webhooks, which the native objects decide.
+const POD_AND_WORKLOAD_RESOURCES: [&str; 9] = [
+    "pods",
+    "replicationcontrollers",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+    "daemonsets",
+    "jobs",
+    "cronjobs",
+    "*",
+];
+
+/// Whether a webhook is decided on pods or workloads: one of its rules names such a resource
+/// (or a subresource of one, or every resource). The others — pool authority on namespaces,
+/// PolicyExceptions being written — stay registered whatever the native objects decide.
+fn on_pods_or_workloads(webhook: &Value) -> bool {
     webhook["rules"]
         .as_array()
         .into_iter()
@@ -218,18 +232,22 @@ fn on_namespaces(webhook: &Value) -> bool {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|r| r.as_str().is_some_and(|r| r.starts_with("namespaces")))
+                .filter_map(Value::as_str)
+                .any(|r| {
+                    let resource = r.split('/').next().unwrap_or(r);
+                    POD_AND_WORKLOAD_RESOURCES.contains(&resource)
+                })
         })
 }
 
 /// `desired` without its pod and workload webhooks.
-pub fn namespace_webhooks_only(desired: &[Desired]) -> Vec<Desired> {
+pub fn without_pod_and_workload_webhooks(desired: &[Desired]) -> Vec<Desired> {
     desired
         .iter()
         .cloned()
         .map(|mut d| {
             if let Some(webhooks) = d.body["webhooks"].as_array_mut() {
-                webhooks.retain(on_namespaces);
+                webhooks.retain(|w| !on_pods_or_workloads(w));
             }
             d
         })
@@ -355,7 +373,7 @@ impl Registrar {
         let written = desired.clone();
         let left_out = self.fallback.is_some() && self.native_decides_alone().await;
         if left_out {
-            desired = namespace_webhooks_only(&desired);
+            desired = without_pod_and_workload_webhooks(&desired);
         }
         for d in &desired {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &d.kind.resource());
@@ -720,7 +738,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fallback_keeps_only_the_webhooks_on_namespaces() {
+    fn the_fallback_leaves_out_only_the_pod_and_workload_webhooks() {
         let rules = |resources: Value| json!([{"apiGroups": [""], "resources": resources}]);
         let svc = json!({"url": "https://x/validate"});
         let mut mutate = webhook("mutate.poolguard.io", svc.clone());
@@ -729,19 +747,24 @@ mod tests {
         validate["rules"] = rules(json!(["pods", "pods/ephemeralcontainers"]));
         let mut authority = webhook("pool-authority.poolguard.io", svc.clone());
         authority["rules"] = rules(json!(["namespaces", "namespaces/*"]));
+        let mut exceptions = webhook("exceptions.poolguard.io", svc.clone());
+        exceptions["rules"] =
+            json!([{"apiGroups": ["poolguard.io"], "resources": ["policyexceptions"]}]);
+        let mut workloads = webhook("workloads.example", svc.clone());
+        workloads["rules"] = json!([{"apiGroups": ["apps"], "resources": ["deployments/scale"]}]);
         let docs = vec![
             config("MutatingWebhookConfiguration", "m", json!([mutate])),
             config(
                 "ValidatingWebhookConfiguration",
                 "v",
-                json!([validate, authority.clone()]),
+                json!([validate, authority.clone(), exceptions.clone(), workloads]),
             ),
         ];
-        let kept = namespace_webhooks_only(&desired(&docs, None).unwrap());
+        let kept = without_pod_and_workload_webhooks(&desired(&docs, None).unwrap());
         // Both configurations are still applied: the mutating one empty, which removes its webhook.
         assert_eq!(kept.len(), 2);
         assert_eq!(kept[0].body["webhooks"], json!([]));
-        assert_eq!(kept[1].body["webhooks"], json!([authority]));
+        assert_eq!(kept[1].body["webhooks"], json!([authority, exceptions]));
     }
 
     #[test]
