@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use poolguard_core::config::Config;
 use poolguard_core::exceptions::{ExceptionSet, PolicyException};
 use poolguard_core::gatekeeper;
-use poolguard_core::namespaces::{parse_file_text, parse_nodes_text, NamespaceLabels, NodeLabels};
+use poolguard_core::namespaces::{parse_file_text, NamespaceLabels};
 use poolguard_core::placement_policy::{Catalog, NodeFacts, NodePool, PlacementSet};
 use poolguard_core::policy::template::{self, Template, TestFile};
 use poolguard_core::policy::PolicySet;
@@ -283,12 +283,6 @@ pub fn load_namespaces(path: &Path) -> Result<NamespaceLabels> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading namespaces file {}", path.display()))?;
     parse_file_text(&text, &path.display().to_string())
-}
-
-pub fn load_nodes(path: &Path) -> Result<NodeLabels> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading nodes file {}", path.display()))?;
-    parse_nodes_text(&text, &path.display().to_string())
 }
 
 /// The nodes' facts and Karpenter NodePools (`karpenter.sh/v1`) in a file (`kubectl get

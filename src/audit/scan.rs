@@ -24,6 +24,7 @@ use poolguard_core::namespaces::{NamespaceLabels, NodeLabels};
 use poolguard_core::placement_policy::{Catalog, NodeFacts, NodePool, PoolSet};
 use poolguard_core::ruleset::RuleSet;
 
+use crate::cluster::nodepool_cache;
 use crate::pools::Inventory;
 use poolguard_core::scope::Scope;
 
@@ -488,25 +489,13 @@ async fn node_facts(client: &Client, page_size: u32) -> Result<Vec<NodeFacts>> {
 /// The cluster's Karpenter NodePools, listed in pages; one that cannot be read is left out
 /// (and logged).
 async fn nodepools(client: &Client, page_size: u32) -> Result<Vec<NodePool>> {
-    let resource = crate::cluster::nodepool_cache::resource();
+    let resource = nodepool_cache::resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut params = ListParams::default().limit(page_size);
     let mut out = Vec::new();
     loop {
         let page = api.list(&params).await.context("listing NodePools")?;
-        for object in page.items {
-            let read = serde_json::to_value(&object)
-                .map_err(|e| e.to_string())
-                .and_then(|mut value| {
-                    value["apiVersion"] = "karpenter.sh/v1".into();
-                    value["kind"] = "NodePool".into();
-                    NodePool::from_object(&value)
-                });
-            match read {
-                Ok(nodepool) => out.push(nodepool),
-                Err(e) => tracing::warn!(error = %e, "a NodePool cannot be read; it is no pool"),
-            }
-        }
+        out.extend(page.items.iter().filter_map(nodepool_cache::read));
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(out),

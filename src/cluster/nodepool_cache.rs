@@ -60,17 +60,17 @@ fn publish(store: &Store<DynamicObject>, pools: &Pools, rules: &RuleSet) {
     let nodepools = store
         .state()
         .iter()
-        .filter_map(|object| {
-            let mut value = serde_json::to_value(object.as_ref()).ok()?;
-            // A listed object may come without its type; the reader checks neither.
-            value["apiVersion"] = "karpenter.sh/v1".into();
-            value["kind"] = "NodePool".into();
-            NodePool::from_object(&value)
-                .inspect_err(
-                    |e| tracing::warn!(error = %e, "a NodePool cannot be read; it is no pool"),
-                )
-                .ok()
-        })
+        .filter_map(|object| read(object))
         .collect();
     pools.publish_nodepools(nodepools, rules.config());
+}
+
+/// A NodePool as the API server gives it (watched or listed); one that cannot be read is logged
+/// and left out.
+pub fn read(object: &DynamicObject) -> Option<NodePool> {
+    let read = serde_json::to_value(object)
+        .map_err(|e| e.to_string())
+        .and_then(|value| NodePool::from_object(&value));
+    read.inspect_err(|e| tracing::warn!(error = %e, "a NodePool cannot be read; it is no pool"))
+        .ok()
 }

@@ -290,19 +290,10 @@ pub fn check(
         }
     };
     let references: Vec<&str> = images.iter().map(|i| i.reference).collect();
-    let target = Target {
-        namespace: at.namespace,
-        labels: scope.labels,
-        kind: at.object["kind"].as_str().unwrap_or_default(),
-        name: at.object["metadata"]["name"].as_str().unwrap_or_default(),
-        images: &references,
-    };
+    let target = target_of(at, scope, &references);
     let placement_exception = match &placement {
         Some(Placement::Satisfied) | None => None,
-        Some(_) => scope
-            .now
-            .and_then(|now| rules.exceptions.find(PLACEMENT, &target, now))
-            .map(PolicyException::mark),
+        Some(_) => placement_mark(rules, &target, scope.now),
     };
     if policies.is_empty() {
         return Checks {
@@ -341,20 +332,30 @@ pub(crate) fn placement_exception(
     scope: Scope,
     rules: &RuleSet,
 ) -> Option<ExceptionMark> {
-    let now = scope.now.filter(|_| !rules.exceptions.is_empty())?;
+    scope.now.filter(|_| !rules.exceptions.is_empty())?;
     let limit = rules.config.limits.max_images_per_pod;
     let images = pod_images::images(at.spec(), at.path, limit).ok()?;
     let references: Vec<&str> = images.iter().map(|i| i.reference).collect();
-    let target = Target {
+    placement_mark(rules, &target_of(at, scope, &references), scope.now)
+}
+
+/// The pod spec `at` as PolicyExceptions match it, pulling the images `references`.
+fn target_of<'a>(at: PodSpecAt<'a>, scope: Scope<'a>, references: &'a [&'a str]) -> Target<'a> {
+    Target {
         namespace: at.namespace,
         labels: scope.labels,
         kind: at.object["kind"].as_str().unwrap_or_default(),
         name: at.object["metadata"]["name"].as_str().unwrap_or_default(),
-        images: &references,
-    };
+        images: references,
+    }
+}
+
+/// The live PolicyException for `placement` that matches `target` at `now`, if any.
+fn placement_mark(rules: &RuleSet, target: &Target, now: Option<i64>) -> Option<ExceptionMark> {
+    let now = now?;
     rules
         .exceptions
-        .find(PLACEMENT, &target, now)
+        .find(PLACEMENT, target, now)
         .map(PolicyException::mark)
 }
 
