@@ -4,17 +4,20 @@
 # evaluation slots and worker threads follow the CPUs it may use), the load generator runs on the
 # CPUs after them (at most 8), closed loop, on ReplicaSet-shaped pods ("replicas": one spec,
 # remembered results help) and on pods all different ("distinct": every request a new image tag).
-# CORE_RUNS alternating rounds (poolguard first in odd rounds, OPA first in even ones); each cell
+# CORE_RUNS alternating rounds (poolguard, OPA, null server in odd rounds, the reverse in even ones); each cell
 # reports the median and the range, the ratio of the medians, poolguard's peak RSS, and the
-# scaling from the smallest to the largest cell. Writes bench/results/cores.{md,json}.
+# scaling from the smallest to the largest cell. A third server in every round is the floor of
+# answering at all: the null AdmissionReview server (bench/loadgen/src/bin/nullserver.rs, on
+# poolguard's HTTPS loop; it parses each review and allows it) on poolguard's bodies; the report
+# puts poolguard's and OPA's throughput over its. Writes bench/results/cores.{md,json}.
 #
 # A cell needs N + 1 CPUs (at least one for the load generator); cells that do not fit this
 # machine are skipped and the report says so (a 2-core machine runs the 1-core cell only).
 #
 # Knobs (environment): CORES ("1 2 4 8") CORE_RUNS (3) CORE_SECONDS (5) CORE_CONNS (64)
 #   LOADGEN_MAX_THREADS (8) NAMESPACES (10000) OPA_VERSION (v1.22.2) PG_PORT (18443)
-#   PG_METRICS_PORT (19090) OPA_PORT (18181) CARGO_TARGET_DIR (default: target/)
-#   POOLGUARD_BIN LOADGEN_BIN OPA_BIN: prebuilt binaries (nothing is built; for a machine that
+#   PG_METRICS_PORT (19090) OPA_PORT (18181) NULL_PORT (18543) CARGO_TARGET_DIR (default: target/)
+#   POOLGUARD_BIN LOADGEN_BIN NULLSERVER_BIN OPA_BIN: prebuilt binaries (nothing is built; for a machine that
 #   reaches no registry, with bench/work's inputs made beforehand or by this script).
 set -euo pipefail
 
@@ -107,6 +110,12 @@ cell() {
     SERVER_PID=$!
     wait_ready "http://127.0.0.1:$PG_METRICS_PORT/readyz"
     sub=pg url=$PG_URL
+  elif [ "$server" = null ]; then
+    taskset -c "$server_cpus" "${NULL_CMD[@]}" >"$W/cores-null.log" 2>&1 &
+    SERVER_PID=$!
+    wait_ready "https://localhost:$NULL_PORT/readyz" --cacert "$W/certs/ca.crt"
+    # poolguard's reviews: the floor parses the same bodies.
+    sub=pg url=$NULL_URL
   else
     taskset -c "$server_cpus" "${OPA_CMD[@]}" >"$W/cores-opa.log" 2>&1 &
     SERVER_PID=$!
@@ -122,7 +131,7 @@ cell() {
       --ca "$W/certs/ca.crt" "${args[@]}" --seq-token seqno --mode closed --connections "$CORE_CONNS" \
       --duration "$CORE_SECONDS" --threads "$threads" >>"$RESULTS"
     # poolguard's phase histograms so far (cumulative; the report takes the difference per workload).
-    [ "$sub" = pg ] && curl -s "http://127.0.0.1:$PG_METRICS_PORT/metrics" \
+    [ "$server" = poolguard ] && curl -s "http://127.0.0.1:$PG_METRICS_PORT/metrics" \
       | python3 -c 'import json, sys; print(json.dumps({"label": sys.argv[1], "metrics": sys.stdin.read()}))' \
         "phases:$n:$workload:$run" >>"$RESULTS"
   done
@@ -138,7 +147,7 @@ for n in $CORES; do
     continue
   fi
   for run in $(seq 1 "$CORE_RUNS"); do
-    if ((run % 2)); then order="poolguard opa"; else order="opa poolguard"; fi
+    if ((run % 2)); then order="poolguard opa null"; else order="null opa poolguard"; fi
     for server in $order; do cell "$server" "$n" "$run"; done
   done
 done
@@ -182,17 +191,23 @@ cells = sorted({(n, w) for (n, w, _) in tput}, key=lambda c: (c[0], c[1] != "rep
 table, data = [], []
 for n, w in cells:
     pg, op = tput.get((n, w, "poolguard"), []), tput.get((n, w, "opa"), [])
+    nl = tput.get((n, w, "null"), [])
     if not pg or not op:
         continue
     mp, mo = statistics.median(pg), statistics.median(op)
+    mn = statistics.median(nl) if nl else None
+    floor = (f"| {mn:,.0f} ({min(nl):,.0f}–{max(nl):,.0f}) | {mp / mn:.2f} | {mo / mn:.2f} " if mn
+             else "| – | – | – ")
     peak = max(hwm.get((n, "poolguard"), [0])) / 1024
     phases = {p: statistics.median(m[p] for m in phase_us.get((n, w), []) if p in m)
               for p in PHASES if any(p in m for m in phase_us.get((n, w), []))}
     data.append({"cores": n, "workload": w, "poolguard_rps": pg, "opa_rps": op,
                  "poolguard_median": mp, "opa_median": mo, "ratio": mp / mo, "poolguard_vmhwm_mib": peak,
+                 "null_rps": nl, "null_median": mn,
+                 "poolguard_over_null": mp / mn if mn else None, "opa_over_null": mo / mn if mn else None,
                  "poolguard_phase_us": phases})
     table.append(f"| {n} | {w} | {mp:,.0f} ({min(pg):,.0f}–{max(pg):,.0f}) | {mo:,.0f} ({min(op):,.0f}–{max(op):,.0f}) "
-                 f"| {mp / mo:.1f}× | {peak:.1f} MiB |")
+                 f"| {mp / mo:.1f}× {floor}| {peak:.1f} MiB |")
 lines = [
     f"# /validate throughput by server cores: {os.environ['TITLE']}",
     "",
@@ -201,8 +216,8 @@ lines = [
     "Server on the first N CPUs, load generator on the next ones (at most 8). Median of the rounds (range). "
     f"Load average before: {load_start}, after: {load_end} (a busy machine makes every number here meaningless).",
     "",
-    "| server cores | workload | poolguard req/s | OPA req/s | ratio | poolguard peak RSS |",
-    "|---:|---|---:|---:|---:|---:|",
+    "| server cores | workload | poolguard req/s | OPA req/s | ratio | null server req/s | poolguard/null | OPA/null | poolguard peak RSS |",
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     *table,
     "",
 ]

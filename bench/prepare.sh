@@ -1,9 +1,10 @@
 # Sourced by bench/run.sh, bench/cores.sh and bench/profile.sh: the knobs they share (defaults
 # below, the environment's values when given), builds (or takes) poolguard, the load generator and
 # OPA, and writes the benchmark inputs into $W.
-# Reads: ROOT B W and log(). Sets: those knobs, POOLGUARD LOADGEN OPA, the server commands and
+# Reads: ROOT B W and log(). Sets: those knobs, POOLGUARD LOADGEN NULLSERVER OPA, the server commands and
 # URLs, CPUS (the CPUs the script may use, in order) and join (a list with commas).
-# POOLGUARD_BIN, LOADGEN_BIN and OPA_BIN name prebuilt binaries instead (for a machine that
+# POOLGUARD_BIN, LOADGEN_BIN, NULLSERVER_BIN (default: beside LOADGEN_BIN) and OPA_BIN name
+# prebuilt binaries instead (for a machine that
 # reaches no registry: copy them there with the repository).
 
 NAMESPACES=${NAMESPACES:-10000}
@@ -11,6 +12,7 @@ OPA_VERSION=${OPA_VERSION:-v1.22.2}
 PG_PORT=${PG_PORT:-18443}
 PG_METRICS_PORT=${PG_METRICS_PORT:-19090}
 OPA_PORT=${OPA_PORT:-18181}
+NULL_PORT=${NULL_PORT:-18543}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 export CARGO_TARGET_DIR=$TARGET
 OPA_DIR=${OPA_DIR:-$HOME/.cache/poolguard/opa/$OPA_VERSION}
@@ -21,12 +23,14 @@ join() { local IFS=,; echo "$*"; }
 
 if [ -n "${POOLGUARD_BIN:-}" ] && [ -n "${LOADGEN_BIN:-}" ]; then
   POOLGUARD=$POOLGUARD_BIN LOADGEN=$LOADGEN_BIN
+  NULLSERVER=${NULLSERVER_BIN:-$(dirname "$LOADGEN_BIN")/nullserver}
 else
-  log "building poolguard (release) and the load generator"
+  log "building poolguard (release), the load generator and the null server"
   cargo build --release --locked --bin poolguard
   cargo build --release --locked -p poolguard-loadgen
   POOLGUARD=$TARGET/release/poolguard
   LOADGEN=$TARGET/release/poolguard-loadgen
+  NULLSERVER=$TARGET/release/nullserver
 fi
 
 if [ -n "${OPA_BIN:-}" ]; then
@@ -56,4 +60,8 @@ PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$ROO
   --policies-dir "$ROOT/policies" "${PG_LISTEN[@]}")
 OPA_CMD=("$OPA" run --server "${OPA_LISTEN[@]}" "$B/opa/poolguard.rego" "$W/opa-data.json")
 PG_URL=https://localhost:$PG_PORT/validate
+# The floor: an AdmissionReview server on poolguard's HTTPS loop that parses each review and
+# allows it (bench/loadgen/src/bin/nullserver.rs).
+NULL_CMD=("$NULLSERVER" --addr "127.0.0.1:$NULL_PORT" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key")
+NULL_URL=https://localhost:$NULL_PORT/validate
 OPA_URL=https://localhost:$OPA_PORT/v1/data/poolguard/bench/decision
