@@ -1,7 +1,8 @@
 //! Microseconds per decision on the pure path (parse the AdmissionReview, decide, build the
 //! response), for pods with 1 and 10 containers: mutating, and validating under three configs —
 //! allowedrepositories alone (no dependencies), allowedrepositories and latesttag side by side,
-//! and latesttag depending on allowedrepositories (testdata/config/example.yaml). Every image is
+//! latesttag depending on allowedrepositories (testdata/config/example.yaml), and a Gatekeeper
+//! template (K8sAllowedRepos) in place of the shipped policies. Every image is
 //! allowed and tagged, so every policy runs. Then a pool chosen by the shipped placement
 //! policies (fitsresources, gpuonly) among 3 and 50 pools: mutating (choose and patch) and
 //! validating (choose again, then the SIT policies). Prints numbers; asserts nothing about time.
@@ -14,7 +15,8 @@
 //!   after the first, every evaluation is remembered;
 //! - memo off: the distinct pods with `resultCacheMiB: 0`, the cost before the memo.
 //!
-//! cargo bench --bench decision [-- ITERATIONS]
+//! cargo bench --bench decision [-- ITERATIONS] [ROWS]: ROWS keeps only the validating rows whose
+//! policies name contains it (`gatekeeper`), and leaves out the placement rows.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -126,11 +128,49 @@ fn rules(name: &str, config: &str) -> RuleSet {
     RuleSet::new(config, policies, Default::default(), name).unwrap()
 }
 
+/// testdata/gatekeeper/allowedrepos's K8sAllowedRepos template and a constraint of it allowing
+/// the repositories [`ONE_POLICY`] allows, and no SIT policy: user-written Rego that reads the
+/// whole AdmissionRequest (never remembered).
+fn gatekeeper_rules() -> RuleSet {
+    let dir = std::path::Path::new("testdata/gatekeeper/allowedrepos");
+    let template = std::fs::read_to_string(dir.join("template.yaml")).unwrap();
+    let constraint = std::fs::read_to_string(dir.join("constraint.yaml"))
+        .unwrap()
+        .replace(
+            "- \"registry.k8s.io/\"",
+            "- \"registry.example.com/\"\n      - \"registry.k8s.io/\"",
+        );
+    assert!(constraint.contains("registry.example.com/"));
+    let files = [
+        (dir.join("template.yaml"), template),
+        (dir.join("constraint.yaml"), constraint),
+    ];
+    let config = Config::parse(
+        "namespaceLabel: agentpool\nnodeSelectorKey: agentpool\n",
+        "gatekeeper",
+    )
+    .unwrap();
+    let (rules, warnings) = RuleSet::with_gatekeeper(
+        config,
+        Default::default(),
+        Default::default(),
+        poolguard_core::gatekeeper::Files::of(&files),
+        "gatekeeper",
+    )
+    .unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    rules
+}
+
 fn main() {
     let iterations: u32 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(20_000);
+    // Any other argument (not a cargo flag) keeps only the rows whose policies name contain it.
+    let only: Option<String> = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-') && a.parse::<u32>().is_err());
     let example = std::fs::read_to_string("testdata/config/example.yaml").unwrap();
     // The example's two policies, without the dependency.
     let side_by_side = ONE_POLICY.replace(
@@ -141,6 +181,7 @@ fn main() {
         ("one policy", rules("one policy", ONE_POLICY)),
         ("two, no deps", rules("two, no deps", &side_by_side)),
         ("two, chained", rules("two, chained", &example)),
+        ("gatekeeper", gatekeeper_rules()),
     ];
     assert!(!configs[1].1.policies().plan().has_dependencies());
     assert!(configs[2].1.policies().plan().has_dependencies());
@@ -156,6 +197,7 @@ fn main() {
         (Webhook::Validate, &configs[0]),
         (Webhook::Validate, &configs[1]),
         (Webhook::Validate, &configs[2]),
+        (Webhook::Validate, &configs[3]),
     ];
     for (webhook, (name, rules)) in cases {
         let name = if webhook == Webhook::Mutate {
@@ -163,6 +205,9 @@ fn main() {
         } else {
             name
         };
+        if only.as_deref().is_some_and(|only| !name.contains(only)) {
+            continue;
+        }
         for containers in [1, 10] {
             let once = |rules: &RuleSet, body: &[u8]| {
                 let doc = admission::parse_review(black_box(body)).unwrap();
@@ -191,7 +236,9 @@ fn main() {
         }
     }
 
-    placement(iterations);
+    if only.is_none() {
+        placement(iterations);
+    }
 }
 
 /// Microseconds per call of `once(k)`, over `iterations` calls after a tenth as many to warm
