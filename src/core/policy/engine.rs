@@ -14,7 +14,7 @@ use regorus::{Engine, Value};
 use super::shipped::Shipped;
 use super::string_literal::skip_quoted;
 use super::template::Template;
-use super::{builtins, memo};
+use super::{builtins, memo, review_paths};
 use crate::config::Config;
 
 /// Time checks happen every this many units of interpreter work.
@@ -32,6 +32,8 @@ pub struct Policy {
     pub(super) rule: String,
     /// Whether the policy may read `input.review` (see [`reads_review`]).
     pub(super) reads_review: bool,
+    /// What of the review it may read ([`review_paths::of`]); `None`: all of it.
+    pub(super) review_paths: Option<Vec<Vec<String>>>,
     /// The Rego source, kept for [`Policy::version`].
     pub(super) rego: Arc<str>,
     /// Its identity in memo keys ([`memo::next_policy_id`]).
@@ -322,6 +324,7 @@ impl Policy {
             rule: compiled.rule,
             engine: compiled.engine,
             reads_review: compiled.reads_review,
+            review_paths: review_paths::of(&template.rego),
             memoizable: compiled.memoizable,
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
@@ -350,6 +353,7 @@ impl Policy {
             engine,
             rule,
             reads_review: true,
+            review_paths: review_paths::of(rego),
             rego: Arc::from(rego),
             id: memo::next_policy_id(),
             memoizable: false,

@@ -7,6 +7,9 @@ pub mod engine;
 pub mod input;
 pub mod memo;
 pub mod rego_tests;
+pub(crate) mod review_paths;
+#[cfg(test)]
+mod review_paths_tests;
 pub mod set;
 pub mod shipped;
 pub(crate) mod string_literal;

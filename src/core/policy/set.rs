@@ -11,6 +11,7 @@ use regorus::Value;
 use super::dependencies::{Plan, State, Unmet};
 use super::engine::{compile_sorted, Policy};
 use super::memo::Memo;
+use super::review_paths;
 use super::template::Template;
 use crate::config::parameters::Parameters;
 use crate::config::{Config, Enforcement};
@@ -184,6 +185,11 @@ impl PolicySet {
             .collect()
     }
 
+    /// The policies, in name order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Policy> {
+        self.policies.iter()
+    }
+
     /// The policy at `index` in name order (the index dependencies use).
     pub(crate) fn at(&self, index: usize) -> &Policy {
         &self.policies[index]
@@ -251,7 +257,9 @@ struct RequestInput<'a> {
     /// `document` for regorus (its values share their contents: per-policy copies are
     /// shallow).
     converted: Option<Value>,
-    review_converted: Option<Value>,
+    /// What of `review` each policy run so far reads ([`Policy::review_paths`]), converted:
+    /// one conversion for the policies that read the same parts.
+    review_converted: Vec<(Option<Vec<Vec<String>>>, Value)>,
     /// `document` as JSON text, for memo keys.
     text: Option<String>,
 }
@@ -262,7 +270,7 @@ impl<'a> RequestInput<'a> {
             document,
             review,
             converted: None,
-            review_converted: None,
+            review_converted: Vec::new(),
             text: None,
         }
     }
@@ -279,20 +287,34 @@ impl<'a> RequestInput<'a> {
         limit: Duration,
     ) -> Result<Vec<String>, String> {
         let document = self.document;
-        let mut doc = self
-            .converted
-            .get_or_insert_with(|| Value::from(document.clone()))
-            .clone();
+        // A constraint's input is Gatekeeper's: `review` and `parameters`, nothing else.
+        let mut doc = if policy.is_constraint() {
+            Value::new_object()
+        } else {
+            self.converted
+                .get_or_insert_with(|| review_paths::rego(document))
+                .clone()
+        };
         let Ok(map) = doc.as_object_mut() else {
             return Err("the input document is not an object".to_string());
         };
         map.insert(Value::from("parameters"), parameters.rego().clone());
         if let Some(review) = self.review.filter(|_| policy.reads_review) {
-            let review = self
-                .review_converted
-                .get_or_insert_with(|| Value::from(review.clone()))
-                .clone();
-            map.insert(Value::from("review"), review);
+            let paths = &policy.review_paths;
+            let known = self.review_converted.iter().find(|(p, _)| p == paths);
+            let converted = match known {
+                Some((_, converted)) => converted.clone(),
+                None => {
+                    let converted = match paths {
+                        Some(paths) => review_paths::keep(review, paths),
+                        None => review_paths::rego(review),
+                    };
+                    self.review_converted
+                        .push((paths.clone(), converted.clone()));
+                    converted
+                }
+            };
+            map.insert(Value::from("review"), converted);
         }
         policy.infringements(doc, limit)
     }
