@@ -28,6 +28,7 @@ use poolguard::server::tls::TlsFiles;
 use poolguard::server::Limits;
 use poolguard::sources::{self, Sources};
 use poolguard::telemetry::metrics::Metrics;
+use poolguard_core::webhook::Webhook;
 use poolguard_testclient::{client_config, Identity, TlsClient};
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
@@ -2078,8 +2079,21 @@ async fn decisions_in_place_and_on_the_blocking_pool_are_the_same() {
         in_place_evaluations: in_place,
         ..Limits::default()
     };
-    let handed_off = state(example_rules(), Duration::from_secs(4), with(0));
-    let in_place = state(example_rules(), Duration::from_secs(4), with(8));
+    // The shipped policies are decided in place whatever the permits say (they are bounded);
+    // with latesttag's Rego changed by a comment it is a user's policy, and goes where the
+    // permits say.
+    let dir = tempfile::tempdir().unwrap();
+    let handed_off = state(
+        example_rules_as_users(dir.path()),
+        Duration::from_secs(4),
+        with(0),
+    );
+    let in_place = state(
+        example_rules_as_users(dir.path()),
+        Duration::from_secs(4),
+        with(8),
+    );
+    assert!(!Webhook::Validate.bounded(&handed_off.rules.load()));
     assert_eq!(handed_off.gates.in_place_capacity(), 0);
     // Never more than the workers less one.
     assert_eq!(in_place.gates.in_place_capacity(), 2);
@@ -2099,6 +2113,126 @@ async fn decisions_in_place_and_on_the_blocking_pool_are_the_same() {
         }
     }
     assert!(denied >= 10, "{denied} denials");
+}
+
+/// testdata/config/example.yaml over the shipped policies, latesttag's Rego with a comment
+/// added: the same decisions, but latesttag is no longer the shipped policy (no Rust copy, not
+/// bounded), so its evaluations go where [`Limits::in_place_evaluations`] says.
+fn example_rules_as_users(dir: &Path) -> Sources {
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    for name in ["allowedrepositories", "latesttag"] {
+        let mut text = std::fs::read_to_string(format!("policies/{name}.yaml")).unwrap();
+        if name == "latesttag" {
+            text = text.replacen(
+                "  package latesttag\n",
+                "  package latesttag\n  # a user's copy\n",
+                1,
+            );
+        }
+        std::fs::write(policies.join(format!("{name}.yaml")), text).unwrap();
+    }
+    Sources {
+        policies_dir: Some(policies),
+        ..example_rules()
+    }
+}
+
+/// On one worker with no permit to run in place (a single-threaded runtime) and the only
+/// blocking thread held by other work: a bounded decision (the shipped policies, by their Rust
+/// copy) is made on the worker; a user's policy that takes less than the first try's slice is
+/// made there too; a slow one, which must wait for the blocking thread after its slice, is
+/// answered by the deadline as unevaluated.
+#[test]
+fn decisions_that_fit_the_first_try_need_no_blocking_thread() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (dir, slow_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let deadline = Duration::from_millis(300);
+        let shipped = state(example_rules(), deadline, Limits::default());
+        let users = state(
+            example_rules_as_users(dir.path()),
+            deadline,
+            Limits::default(),
+        );
+        let slow = state(
+            slow_rules(slow_dir.path(), "deny"),
+            deadline,
+            Limits::default(),
+        );
+        assert_eq!(shipped.gates.in_place_capacity(), 0);
+        assert!(Webhook::Validate.bounded(&shipped.rules.load()));
+        assert!(!Webhook::Validate.bounded(&users.rules.load()));
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let blocker = tokio::task::spawn_blocking(move || held.recv());
+        let bad = review("pod-create-bad-image.json");
+        for app in [&shipped, &users] {
+            let decided = call(app, request("POST", "/validate", bad.clone())).await;
+            assert!(
+                decided.text.contains(r#""allowed":false"#),
+                "{}",
+                decided.text
+            );
+            assert!(
+                decided.text.contains("is not from an allowed repository"),
+                "{}",
+                decided.text
+            );
+        }
+        let waited = call(&slow, request("POST", "/validate", bad)).await;
+        assert!(
+            waited
+                .text
+                .contains("did not decide within the 300 ms deadline"),
+            "{}",
+            waited.text
+        );
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+    });
+}
+
+/// A slow policy holds the one worker of a single-threaded runtime for its first try's slice
+/// only, then runs on the blocking pool: requests that come meanwhile are answered while it
+/// runs.
+#[test]
+fn a_slow_policy_does_not_stall_the_one_worker() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let app = state(
+            slow_rules(dir.path(), "deny"),
+            Duration::from_millis(1500),
+            Limits::default(),
+        );
+        assert_eq!(app.gates.in_place_capacity(), 0);
+        let slow = start_slow(&app, 1).await;
+        // Placement alone (no policy), and a bounded decision on the shipped policies.
+        let placed = call(
+            &app,
+            request("POST", "/mutate", review("pod-create-mapped.json")),
+        )
+        .await;
+        assert_eq!(placed.status, 200, "{}", placed.text);
+        assert!(
+            placed.text.contains(r#""patchType":"JSONPatch""#),
+            "{}",
+            placed.text
+        );
+        assert!(
+            !slow.is_finished(),
+            "the slow evaluation ended before the others were answered"
+        );
+        let late = slow.await.unwrap();
+        assert!(late.text.contains("did not decide within"), "{}", late.text);
+    });
 }
 
 /// On a single-threaded runtime nothing runs in place: the one worker would be blocked.

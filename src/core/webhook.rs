@@ -30,7 +30,32 @@ impl Webhook {
     pub fn runs_policies(self, rules: &RuleSet) -> bool {
         match self {
             Webhook::Validate => true,
-            Webhook::Mutate => rules.config.placement.is_some() && !rules.placement.is_empty(),
+            Webhook::Mutate => rules.runs_placement_policies(),
+        }
+    }
+
+    /// Whether every decision of this webhook under `rules` runs in time bounded by the
+    /// object's size, with no Rego of a user's: no placement policy is run, and every SIT
+    /// policy (a rollout's stored versions included) is a shipped one, decided by its Rust copy
+    /// (its own Rego, linear in the input, where the copy declines one). Such a decision may be
+    /// made on the async worker that read the request, without a hand-off to the blocking
+    /// pool that costs more than it; any other decision can run as long as its time limit, so
+    /// it is made on the blocking pool, where it holds up no other request.
+    pub fn bounded(self, rules: &RuleSet) -> bool {
+        let shipped = |policy: &crate::policy::Policy| policy.shipped().is_some();
+        let placement_runs = rules.runs_placement_policies();
+        match self {
+            Webhook::Mutate => !placement_runs,
+            Webhook::Validate => {
+                !placement_runs
+                    && rules.policies.iter().all(shipped)
+                    && rules.rollouts.policies.values().all(|rollout| {
+                        [&rollout.current, &rollout.previous]
+                            .into_iter()
+                            .flatten()
+                            .all(|version| shipped(&version.policy))
+                    })
+            }
         }
     }
 
@@ -44,6 +69,11 @@ impl Webhook {
 }
 
 impl RuleSet {
+    /// Whether placement policies choose pools (some namespaces' pods get a pool chosen).
+    pub fn runs_placement_policies(&self) -> bool {
+        self.config.placement.is_some() && !self.placement.is_empty()
+    }
+
     /// Who may set, change or remove the labels poolguard trusts on a Namespace (`req` is a
     /// Namespace request): the part of a Namespace's validation that runs no policy.
     pub fn pool_authority(&self, req: &Request) -> Decision {
@@ -280,6 +310,91 @@ mod tests {
         let raw = namespace_create("admin");
         let req = Request::from_value(&raw).unwrap();
         assert!(with_constraint.reads_namespace_labels(Webhook::Validate, &req));
+    }
+
+    #[test]
+    fn decisions_are_bounded_without_a_users_rego() {
+        use crate::policy::template::{from_yaml, Template};
+        let shipped = |name: &str, edit: &str| -> Template {
+            let text = std::fs::read_to_string(format!(
+                "{}/../../policies/{name}.yaml",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            let text = text.replacen(
+                &format!("  package {name}\n"),
+                &format!("  package {name}\n{edit}"),
+                1,
+            );
+            from_yaml(&text, format!("{name}.yaml").into()).unwrap()
+        };
+        let rules = |templates: &[Template], placement: &str| {
+            let config = Config::parse(&format!("policies:\n  allowedrepositories: {{parameters: {{repositories: [x/]}}}}\n{placement}"), "cfg").unwrap();
+            let placement = if placement.is_empty() {
+                Default::default()
+            } else {
+                crate::placement_policy::PlacementSet::compile(&[from_yaml(
+                    &std::fs::read_to_string(format!(
+                        "{}/../../policies/placement/gpuonly.yaml",
+                        env!("CARGO_MANIFEST_DIR")
+                    ))
+                    .unwrap(),
+                    "gpuonly.yaml".into(),
+                )
+                .unwrap()])
+                .unwrap()
+            };
+            RuleSet::new(
+                config,
+                PolicySet::compile(templates).unwrap(),
+                placement,
+                "cfg",
+            )
+            .unwrap()
+        };
+        let both = |rules: &RuleSet| {
+            (
+                Webhook::Mutate.bounded(rules),
+                Webhook::Validate.bounded(rules),
+            )
+        };
+        // Nothing, and the shipped policies as shipped: bounded.
+        assert_eq!(both(&plain_rules()), (true, true));
+        assert_eq!(
+            both(&rules(&[shipped("allowedrepositories", "")], "")),
+            (true, true)
+        );
+        // The same Rego with one comment more is a user's.
+        assert_eq!(
+            both(&rules(&[shipped("allowedrepositories", "  # mine\n")], "")),
+            (true, false)
+        );
+        // Placement policies choosing pools: neither webhook.
+        let placement = "placement: {pools: [gpu], chooseValue: auto, policies: {gpuonly: {}}}\n";
+        assert_eq!(
+            both(&rules(&[shipped("allowedrepositories", "")], placement)),
+            (false, false)
+        );
+        // A Gatekeeper constraint.
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("constraint.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
+            ),
+        ];
+        let (constrained, _) = RuleSet::with_gatekeeper(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            crate::gatekeeper::Files::of(&files),
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(both(&constrained), (true, false));
     }
 
     #[test]

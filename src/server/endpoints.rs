@@ -311,10 +311,11 @@ async fn decide(
     (decision, labels.is_some())
 }
 
-/// Policies run in place when [`Gates::in_place`](crate::server::limits::Gates::in_place) gives
-/// leave (this worker is busy until the decision, which the deadline bounds: each policy's time
-/// limit is cut to its share of it), else on the blocking pool, so that a slow one holds up no
-/// other request and the deadline can answer for it. The evaluation keeps its slot and the
+/// Policies run in place when the decision is bounded ([`Webhook::bounded`]: the shipped
+/// policies' Rust copy, no user's Rego) or [`Gates::in_place`](crate::server::limits::Gates::in_place)
+/// gives leave (this worker is busy until the decision, which the deadline bounds: each
+/// policy's time limit is cut to its share of it), else on the blocking pool, so that a slow
+/// one holds up no other request and the deadline can answer for it. The evaluation keeps its slot and the
 /// body's reservation (`held`) until its work stops, which the deadline also bounds (see
 /// [`decide_review`]).
 async fn decide_in_time(
@@ -324,40 +325,40 @@ async fn decide_in_time(
     labels: Option<Arc<Labels>>,
     held: (OwnedSemaphorePermit, Option<Reservation>),
 ) -> Decision {
-    let (rules, review, deadline) = (work.rules.clone(), work.review.clone(), work.deadline);
-    let budget = app.deadline;
-    let pools = app.pools.facts(rules.config());
-    let task_labels = labels.clone();
-    let decide = move || {
-        let _held = held;
-        let scope = Scope {
-            labels: task_labels.as_deref(),
-            pools: pools.as_deref(),
-            now: Some(crate::wall_clock::unix_now()),
-        };
-        decide_review(webhook, &review, scope, &rules, deadline.into_std(), budget)
+    let deadline = work.deadline;
+    let job = Job {
+        webhook,
+        rules: work.rules.clone(),
+        review: work.review.clone(),
+        pools: app.pools.facts(work.rules.config()),
+        labels: labels.clone(),
+        budget: app.deadline,
     };
-    let decided = if let Some(_in_place) = app.gates.in_place() {
-        // A panic is answered as the blocking pool answers it, not with a dropped connection.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(decide)).map_err(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|m| m.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            format!("the decision panicked with message {message:?}")
-        })
+    // A bounded decision is made on this worker whatever the permits say: a hand-off would
+    // cost more than it (on one CPU, the two context switches are most of a request).
+    let bounded = webhook.bounded(work.rules);
+    let in_place = if bounded { None } else { app.gates.in_place() };
+    let decided = if bounded || in_place.is_some() {
+        in_place_catching_panics(|| job.run(deadline.into_std()))
+    } else if work.rules.runs_placement_policies() {
+        // A placement policy cut short says so in the pool it chooses, not in an error: its
+        // decision is not tried within a slice.
+        blocking(app, job, held, work, labels.as_deref()).await
     } else {
-        let task = tokio::task::spawn_blocking(decide);
-        match tokio::time::timeout_at(deadline, task).await {
-            Ok(joined) => joined.map_err(|e| e.to_string()),
-            Err(_) => {
-                app.metrics.unfinished(webhook.as_str(), "deadline");
-                let labels = labels.as_deref();
-                return work
-                    .rules
-                    .unevaluated(webhook, work.req, labels, &late(app.deadline));
-            }
+        // Without leave to run in place, a first try here within a short slice: most
+        // decisions take far less than the hand-off costs. One that is not made in it whole
+        // (past the slice, or with a policy that erred, which the slice's cut time limit may
+        // have caused) is made again on the blocking pool with the time left: a slow policy
+        // holds this worker for one slice per request at most.
+        let slice = (Instant::now() + FIRST_TRY_SLICE).min(deadline.into_std());
+        let tried = in_place_catching_panics(|| job.run(slice));
+        let made = match &tried {
+            Ok((decision, Late(late))) => !late && decision.policy_results.iter().all(|r| !r.error),
+            Err(_) => true, // a panic: answered, not tried again
+        };
+        match tried {
+            tried if made => tried,
+            _ => blocking(app, job, held, work, labels.as_deref()).await,
         }
     };
     match decided {
@@ -372,6 +373,79 @@ async fn decide_in_time(
             format!("internal error while deciding: {e}"),
         ),
     }
+}
+
+/// How long a decision that may run a user's Rego is first tried on the worker that read the
+/// request, when it has no leave to run there whole ([`decide_in_time`]).
+const FIRST_TRY_SLICE: Duration = Duration::from_millis(2);
+
+/// What one decision is made of, to be made on this worker or on the blocking pool.
+struct Job {
+    webhook: Webhook,
+    rules: Arc<RuleSet>,
+    review: Arc<Value>,
+    pools: Option<Arc<poolguard_core::placement_policy::PoolSet>>,
+    labels: Option<Arc<Labels>>,
+    /// The deadline's length, for the message of a late answer.
+    budget: Duration,
+}
+
+impl Job {
+    /// The decision, its policies' time cut to what is left before `until`.
+    fn run(&self, until: Instant) -> (Decision, Late) {
+        let scope = Scope {
+            labels: self.labels.as_deref(),
+            pools: self.pools.as_deref(),
+            now: Some(crate::wall_clock::unix_now()),
+        };
+        decide_review(
+            self.webhook,
+            &self.review,
+            scope,
+            &self.rules,
+            until,
+            self.budget,
+        )
+    }
+}
+
+/// The decision made on the blocking pool, which keeps the evaluation slot and the body's
+/// reservation (`held`) until its work stops; past the deadline, the deadline's answer (late).
+async fn blocking(
+    app: &ServerState,
+    job: Job,
+    held: (OwnedSemaphorePermit, Option<Reservation>),
+    work: &Work<'_>,
+    labels: Option<&Labels>,
+) -> Result<(Decision, Late), String> {
+    let (deadline, webhook) = (work.deadline, job.webhook);
+    let task = tokio::task::spawn_blocking(move || {
+        let _held = held;
+        job.run(deadline.into_std())
+    });
+    match tokio::time::timeout_at(deadline, task).await {
+        Ok(joined) => joined.map_err(|e| e.to_string()),
+        Err(_) => {
+            let message = late(app.deadline);
+            let decision = work.rules.unevaluated(webhook, work.req, labels, &message);
+            Ok((decision, Late(true)))
+        }
+    }
+}
+
+/// `decide()` on this worker; a panic is answered as the blocking pool answers it (an error
+/// naming the panic's message), not with a dropped connection.
+fn in_place_catching_panics(
+    decide: impl FnOnce() -> (Decision, Late),
+) -> Result<(Decision, Late), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decide)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        format!("the decision panicked with message {message:?}")
+    })
 }
 
 /// A body that was not read (too large, too slow, over the budget, broken): counted, logged
