@@ -329,7 +329,7 @@ mod tests {
             from_yaml(&text, format!("{name}.yaml").into()).unwrap()
         };
         let rules = |templates: &[Template], placement: &str| {
-            let config = Config::parse(&format!("policies:\n  allowedrepositories: {{parameters: {{repositories: [x/]}}}}\n{placement}"), "cfg").unwrap();
+            let config = Config::parse(&format!("policies:\n  allowedrepositories: {{parameters: {{repositories: [registry.example.com/]}}}}\n{placement}"), "cfg").unwrap();
             let placement = if placement.is_empty() {
                 Default::default()
             } else {
