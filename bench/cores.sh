@@ -17,6 +17,7 @@
 # Knobs (environment): CORES ("1 2 4 8") CORE_RUNS (3) CORE_SECONDS (5) CORE_CONNS (64)
 #   LOADGEN_MAX_THREADS (8) NAMESPACES (10000) OPA_VERSION (v1.22.2) PG_PORT (18443)
 #   PG_METRICS_PORT (19090) OPA_PORT (18181) NULL_PORT (18543) CARGO_TARGET_DIR (default: target/)
+#   MEASURED (the commit poolguard was built from; default: the checkout's)
 #   POOLGUARD_BIN LOADGEN_BIN NULLSERVER_BIN OPA_BIN: prebuilt binaries (nothing is built; for a machine that
 #   reaches no registry, with bench/work's inputs made beforehand or by this script).
 set -euo pipefail
@@ -152,7 +153,9 @@ for n in $CORES; do
   done
 done
 
-B=$B REPORT=$REPORT TITLE=$TITLE python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
+# The commit measured: the checkout's, unless POOLGUARD_BIN was built from another (MEASURED=...).
+MEASURED=${MEASURED:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
+B=$B REPORT=$REPORT TITLE=$TITLE MEASURED=$MEASURED python3 - "$RESULTS" "$R" "${#CPUS[@]}" "$(uname -m)" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
   "$CORE_SECONDS" "$CORE_CONNS" "$OPA_VERSION" "${SKIPPED[*]:-}" "$LOAD_START" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, os, statistics, sys, datetime
 sys.path.insert(0, os.path.join(os.environ["B"], "e2e"))
@@ -211,7 +214,7 @@ for n, w in cells:
 lines = [
     f"# /validate throughput by server cores: {os.environ['TITLE']}",
     "",
-    f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {cpus} CPUs ({arch}, {model}), OPA {opa}, "
+    f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, poolguard at {os.environ['MEASURED']}, {cpus} CPUs ({arch}, {model}), OPA {opa}, "
     f"closed loop, {conns} connections, {seconds} s per round, default settings (no flags). "
     "Server on the first N CPUs, load generator on the next ones (at most 8). Median of the rounds (range). "
     f"Load average before: {load_start}, after: {load_end} (a busy machine makes every number here meaningless).",
