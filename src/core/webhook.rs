@@ -470,5 +470,20 @@ mod tests {
         );
         let none_left = Budget::within(&config, 5, Operation::Create, Duration::ZERO).unwrap();
         assert_eq!(none_left.limit(&config), Duration::from_millis(1));
+        // An exact split (a first try's slice): no rounding, the evaluations end within it.
+        let slice = Duration::from_millis(2);
+        let split = |n, op| Budget::split(n, op, slice).limit(&config);
+        assert_eq!(split(4, Operation::Create), Duration::from_micros(500));
+        assert_eq!(split(4, Operation::Update), Duration::from_micros(250));
+        assert_eq!(split(0, Operation::Create), slice);
+        assert_eq!(
+            Budget::split(3, Operation::Create, Duration::ZERO).limit(&config),
+            Duration::from_micros(1)
+        );
+        // Never above the configured limit.
+        assert_eq!(
+            Budget::split(1, Operation::Create, configured * 2).limit(&config),
+            configured
+        );
     }
 }

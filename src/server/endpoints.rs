@@ -340,9 +340,11 @@ async fn decide_in_time(
     let in_place = if bounded { None } else { app.gates.in_place() };
     let decided = if bounded || in_place.is_some() {
         in_place_catching_panics(|| job.run(deadline.into_std()))
-    } else if work.rules.runs_placement_policies() {
-        // A placement policy cut short says so in the pool it chooses, not in an error: its
-        // decision is not tried within a slice.
+    } else if work.rules.runs_placement_policies()
+        || webhook.policy_count(work.rules) > FIRST_TRY_MAX_POLICIES
+    {
+        // A placement policy cut short says so in the pool it chooses, not in an error; and
+        // many policies' shares of the slice would be too short for most of them to finish.
         blocking(app, job, held, work, labels.as_deref()).await
     } else {
         // Without leave to run in place, a first try here within a short slice: most
@@ -351,7 +353,7 @@ async fn decide_in_time(
         // have caused) is made again on the blocking pool with the time left: a slow policy
         // holds this worker for one slice per request at most.
         let slice = (Instant::now() + FIRST_TRY_SLICE).min(deadline.into_std());
-        let tried = in_place_catching_panics(|| job.run(slice));
+        let tried = in_place_catching_panics(|| job.run_first_try(slice));
         let made = match &tried {
             Ok((decision, Late(late))) => !late && decision.policy_results.iter().all(|r| !r.error),
             Err(_) => true, // a panic: answered, not tried again
@@ -379,6 +381,10 @@ async fn decide_in_time(
 /// request, when it has no leave to run there whole ([`decide_in_time`]).
 const FIRST_TRY_SLICE: Duration = Duration::from_millis(2);
 
+/// The most policies a decision may run for its first try on the worker: each gets an equal
+/// share of [`FIRST_TRY_SLICE`] (half of it on UPDATE, which runs each twice).
+const FIRST_TRY_MAX_POLICIES: usize = 4;
+
 /// What one decision is made of, to be made on this worker or on the blocking pool.
 struct Job {
     webhook: Webhook,
@@ -393,18 +399,29 @@ struct Job {
 impl Job {
     /// The decision, its policies' time cut to what is left before `until`.
     fn run(&self, until: Instant) -> (Decision, Late) {
+        self.decide(until, false)
+    }
+
+    /// The first try on the worker: every policy's time an equal share of what is left before
+    /// `until`, so that all of them end within it.
+    fn run_first_try(&self, until: Instant) -> (Decision, Late) {
+        self.decide(until, true)
+    }
+
+    fn decide(&self, until: Instant, split: bool) -> (Decision, Late) {
         let scope = Scope {
             labels: self.labels.as_deref(),
             pools: self.pools.as_deref(),
             now: Some(crate::wall_clock::unix_now()),
         };
+        let budget = (self.budget, split);
         decide_review(
             self.webhook,
             &self.review,
             scope,
             &self.rules,
             until,
-            self.budget,
+            budget,
         )
     }
 }
@@ -509,7 +526,8 @@ fn refuse_malformed(
 
 /// Decides on the blocking pool, which needs the review owned: the request view is taken again
 /// there (it was checked before, so the error arm is not expected). Each policy's time limit is
-/// cut to its share of the time left before `deadline`, so that the work stops about when the
+/// cut to its share of the time left before `deadline` (with `split`, an exact equal share;
+/// else rounded up to whole milliseconds), so that the work stops about when the
 /// answer is given, not when the configured limits run out; work cut short that ends past the
 /// deadline is answered as the deadline answers (the handler may have already), and says so
 /// (`Late`: the handler counts it, unless it answered first).
@@ -519,7 +537,7 @@ fn decide_review(
     scope: Scope,
     rules: &RuleSet,
     deadline: Instant,
-    budget: Duration,
+    (budget, split): (Duration, bool),
 ) -> (Decision, Late) {
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
@@ -534,7 +552,11 @@ fn decide_review(
     }
     let runs = webhook.policy_count(rules);
     let left = deadline.saturating_duration_since(Instant::now());
-    let cut = Budget::within(rules.config(), runs, req.operation, left);
+    let cut = if split {
+        Some(Budget::split(runs, req.operation, left))
+    } else {
+        Budget::within(rules.config(), runs, req.operation, left)
+    };
     let decision = rules.decide(webhook, &req, scope, cut.unwrap_or(Budget::FULL));
     if cut.is_some() && Instant::now() >= deadline {
         return late_answer(scope);

@@ -71,6 +71,14 @@ impl Budget {
             .then(|| Budget::per_policy(Duration::from_millis(share_ms)))
     }
 
+    /// Each of `policies` evaluations (two per policy on UPDATE) an equal share of `left`,
+    /// exactly (no rounding up), so that all of them together end within it.
+    pub fn split(policies: usize, operation: Operation, left: Duration) -> Budget {
+        let per_object = if operation == Operation::Update { 2 } else { 1 };
+        let runs = u32::try_from(policies.max(1) * per_object).unwrap_or(u32::MAX);
+        Budget::per_policy((left / runs).max(Duration::from_micros(1)))
+    }
+
     /// The time limit of one policy evaluation under `config`.
     pub fn limit(self, config: &Config) -> Duration {
         let configured = Duration::from_millis(config.evaluation.timeout_millis);
