@@ -314,8 +314,10 @@ async fn decide(
 /// Policies run in place when the decision is bounded ([`Webhook::bounded`]: the shipped
 /// policies' Rust copy, no user's Rego) or [`Gates::in_place`](crate::server::limits::Gates::in_place)
 /// gives leave (this worker is busy until the decision, which the deadline bounds: each
-/// policy's time limit is cut to its share of it), else on the blocking pool, so that a slow
-/// one holds up no other request and the deadline can answer for it. The evaluation keeps its slot and the
+/// policy's time limit is cut to its share of it). Otherwise a decision of a few policies and
+/// no placement policy is first tried here within [`FIRST_TRY_SLICE`], and the rest, or one
+/// not made whole in the slice, is made on the blocking pool, so that a slow policy holds up no
+/// other request and the deadline can answer for it. The evaluation keeps its slot and the
 /// body's reservation (`held`) until its work stops, which the deadline also bounds (see
 /// [`decide_review`]).
 async fn decide_in_time(
