@@ -397,6 +397,50 @@ mod tests {
         assert_eq!(both(&constrained), (true, false));
     }
 
+    /// K8sAllowedRepos reads `input.review.object.spec` only: the pods of one ReplicaSet (each
+    /// its own uid, name and labels, one spec) are decided once and remembered; another spec is
+    /// decided again.
+    #[test]
+    fn a_constraint_is_remembered_by_the_parts_of_the_review_it_reads() {
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("constraint.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
+            ),
+        ];
+        let (rules, _) = RuleSet::with_gatekeeper(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            crate::gatekeeper::Files::of(&files),
+            "cfg",
+        )
+        .unwrap();
+        let decide = |uid: &str, image: &str| {
+            let mut raw = pod_create();
+            raw["uid"] = json!(uid);
+            raw["name"] = json!(format!("web-{uid}"));
+            raw["object"]["metadata"] = json!({"name": format!("web-{uid}"), "labels": {"n": uid}});
+            raw["object"]["spec"]["containers"][0]["image"] = json!(image);
+            let req = Request::from_value(&raw).unwrap();
+            let scope = Scope {
+                labels: None,
+                pools: None,
+                now: None,
+            };
+            let d = rules.decide(Webhook::Validate, &req, scope, Budget::FULL);
+            (d.allowed(), rules.policies().memo_stats().0)
+        };
+        assert_eq!(decide("a", "registry.k8s.io/pause:3"), (true, (0, 1)));
+        assert_eq!(decide("b", "registry.k8s.io/pause:3"), (true, (1, 1)));
+        assert_eq!(decide("c", "docker.io/nginx:1"), (false, (1, 2)));
+        assert_eq!(decide("d", "docker.io/nginx:1"), (false, (2, 2)));
+    }
+
     #[test]
     fn a_request_left_unevaluated_gets_on_error_except_where_no_policy_is_needed() {
         let rules = |on_error: &str| {

@@ -325,7 +325,9 @@ impl Policy {
             engine: compiled.engine,
             reads_review: compiled.reads_review,
             review_paths: review_paths::of(&template.rego),
-            memoizable: compiled.memoizable,
+            // Remembered by the parts of the review it reads, when it reads known parts.
+            memoizable: memo::deterministic(&template.rego)
+                && (!compiled.reads_review || review_paths::of(&template.rego).is_some()),
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
             constraint: None,
@@ -356,7 +358,8 @@ impl Policy {
             review_paths: review_paths::of(rego),
             rego: Arc::from(rego),
             id: memo::next_policy_id(),
-            memoizable: false,
+            // Remembered by the parts of the review it reads, when it reads known parts.
+            memoizable: memo::deterministic(rego) && review_paths::of(rego).is_some(),
             constraint: Some(Arc::new(source)),
             shipped: None,
         }

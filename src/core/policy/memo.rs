@@ -2,12 +2,14 @@
 //! one ReplicaSet (the same images, the same pool) cost one evaluation per policy instead of
 //! one each.
 //!
-//! A result is a pure function of the compiled policy, its parameters and its input document:
-//! the key is exactly those, written out in full (never a hash of them, so two inputs can never
-//! share an entry). What is not remembered:
-//! - policies that read `input.review` (the AdmissionRequest carries a fresh uid each time, so
-//!   the entry could never be met again) or that mention a builtin whose answer changes from
-//!   call to call ([`deterministic`]);
+//! A result is a pure function of the compiled policy, its parameters and its input document
+//! (a constraint's has none) with the parts of the review it reads
+//! ([`super::review_paths`]): the key is exactly those, written out in full (never a hash of
+//! them, so two inputs can never share an entry). What is not remembered:
+//! - policies that may read the review whole, where the parts they read cannot be told from
+//!   their text (the AdmissionRequest carries a fresh uid each time, so the entry could never
+//!   be met again), or that mention a builtin whose answer changes from call to call
+//!   ([`deterministic`]);
 //! - errors (a time limit hit on a busy machine says nothing of the next evaluation);
 //! - a key larger than an eighth of the budget.
 //!

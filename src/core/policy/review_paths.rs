@@ -11,6 +11,8 @@
 //! `import input.review`), `input` taken whole or indexed (`walk(input)`, `input["review"]`),
 //! or `review` anywhere else reads the whole review.
 
+use std::collections::BTreeMap;
+
 use regorus::Value as RegoValue;
 use serde::Deserialize;
 use serde_json::Value;
@@ -118,6 +120,44 @@ pub fn keep(review: &Value, paths: &[Vec<String>]) -> RegoValue {
     out
 }
 
+/// `review`'s parts on or under `paths` (as [`of`] gives them) as JSON text, without a copy:
+/// what a policy reads of the review, for the memo's key. Equal texts are equal parts.
+pub fn text(review: &Value, paths: &[Vec<String>]) -> String {
+    let mut root = Part::Some(BTreeMap::new());
+    for path in paths {
+        let (mut from, mut into) = (review, &mut root);
+        for (i, key) in path.iter().enumerate() {
+            let (Some(value), Part::Some(map)) = (from.get(key.as_str()), into) else {
+                break;
+            };
+            if i + 1 == path.len() || !value.is_object() {
+                map.insert(key, Part::Whole(value));
+                break;
+            }
+            from = value;
+            into = map
+                .entry(key)
+                .or_insert_with(|| Part::Some(BTreeMap::new()));
+        }
+    }
+    serde_json::to_string(&root).unwrap_or_default()
+}
+
+/// What [`text`] writes: a value whole, or some of an object's fields.
+enum Part<'a> {
+    Whole(&'a Value),
+    Some(BTreeMap<&'a String, Part<'a>>),
+}
+
+impl serde::Serialize for Part<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Part::Whole(value) => value.serialize(serializer),
+            Part::Some(map) => serializer.collect_map(map),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +231,16 @@ mod tests {
         );
         assert_eq!(keep_(&["oldObject.spec"]), json(json!({"oldObject": null})));
         assert_eq!(keep_(&[]), json(json!({})));
+        // The same parts as text, for the memo's key.
+        let text_ = |list: &[&str]| text(&review, &paths(list).unwrap());
+        assert_eq!(
+            text_(&["object.metadata.name", "object.spec", "operation"]),
+            r#"{"object":{"metadata":{"name":"web"},"spec":{"containers":[{"image":"x"}]}},"operation":"CREATE"}"#
+        );
+        assert_eq!(
+            text_(&["object.missing.x", "uid.x"]),
+            r#"{"object":{},"uid":"u"}"#
+        );
+        assert_eq!(text_(&[]), "{}");
     }
 }

@@ -234,9 +234,21 @@ impl Runner<'_> {
         if let Some(messages) = shipped {
             return Ok(messages);
         }
-        // The memo's key: the policy, its parameters and the document, as text.
-        let key = (policy.memoizable && memo.keeps(0))
-            .then(|| Memo::<Vec<String>>::key(policy.id, &[parameters.text(), request.text()]));
+        // The memo's key: the policy and its whole input as text: its parameters, the document
+        // (not a constraint's), and the parts of the review it reads.
+        let key = (policy.memoizable && memo.keeps(0)).then(|| {
+            let review = request.review_text(policy);
+            let document = (!policy.is_constraint()).then(|| request.text().to_string());
+            let parts: Vec<&str> = [
+                Some(parameters.text()),
+                document.as_deref(),
+                review.as_deref(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            Memo::<Vec<String>>::key(policy.id, &parts)
+        });
         if let Some(messages) = key.as_deref().and_then(|k| memo.get(k)) {
             return Ok(messages);
         }
@@ -277,6 +289,19 @@ impl<'a> RequestInput<'a> {
 
     fn text(&mut self) -> &str {
         self.text.get_or_insert_with(|| self.document.to_string())
+    }
+
+    /// The parts of the review `policy` reads, as text (`None` when it reads none; `null` when
+    /// there is no review).
+    fn review_text(&self, policy: &Policy) -> Option<String> {
+        let paths = policy
+            .review_paths
+            .as_ref()
+            .filter(|_| policy.reads_review)?;
+        Some(match self.review {
+            Some(review) => review_paths::text(review, paths),
+            None => "null".to_string(),
+        })
     }
 
     /// Runs `policy` on the document with its `parameters`, and `review` if it reads it.
@@ -576,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn results_are_remembered_by_policy_parameters_and_document_only() {
+    fn results_are_remembered_by_policy_parameters_document_and_the_review_parts_read() {
         let mut policies = PolicySet::compile(&[
             template(
                 "images",
@@ -623,15 +648,17 @@ mod tests {
                 ("sees".to_string(), vec![format!("uid {uid}")]),
             ]
         };
-        // Table: (parameters, image, uid, messages, memo hits so far). `sees` reads the review:
-        // never remembered, never a hit, so its fresh uid always shows.
+        // Table: (parameters, image, uid, messages, memo hits so far). `sees` reads the
+        // review's uid: remembered by it, so a fresh uid is never a hit and always shows; the
+        // same uid again (the last case) is.
         let other = config("bad/");
-        let cases: [(&Config, &str, &str, Vec<&str>, u64); 5] = [
+        let cases: [(&Config, &str, &str, Vec<&str>, u64); 6] = [
             (&cluster, "bad/x", "u1", vec!["c: bad/x"], 0),
             (&cluster, "bad/x", "u2", vec!["c: bad/x"], 1),
             (&cluster, "good/x", "u3", vec![], 1),
             (&other, "bad/x", "u4", vec![], 1),
             (&other, "bad/x", "u5", vec![], 2),
+            (&other, "bad/x", "u5", vec![], 4),
         ];
         for (i, (config, image, uid, messages, hits)) in cases.into_iter().enumerate() {
             assert_eq!(
