@@ -250,6 +250,29 @@ mod tests {
             "object": {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}})
     }
 
+    /// testdata's K8sAllowedRepos template and constraint (Pods' images from registry.k8s.io).
+    fn allowed_repos_constraint() -> RuleSet {
+        let files = [
+            (
+                std::path::PathBuf::from("template.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
+            ),
+            (
+                std::path::PathBuf::from("constraint.yaml"),
+                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
+            ),
+        ];
+        let (rules, _) = RuleSet::with_gatekeeper(
+            Config::default(),
+            PolicySet::default(),
+            Default::default(),
+            crate::gatekeeper::Files::of(&files),
+            "cfg",
+        )
+        .unwrap();
+        rules
+    }
+
     fn plain_rules() -> RuleSet {
         RuleSet::new(
             Config::default(),
@@ -289,24 +312,7 @@ mod tests {
         assert!(rules.reads_namespace_labels(Webhook::Mutate, &pod));
 
         // A constraint may match Namespaces by their labels: then they are read.
-        let files = [
-            (
-                std::path::PathBuf::from("template.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
-            ),
-            (
-                std::path::PathBuf::from("constraint.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
-            ),
-        ];
-        let (with_constraint, _) = crate::ruleset::RuleSet::with_gatekeeper(
-            Config::default(),
-            PolicySet::default(),
-            Default::default(),
-            crate::gatekeeper::Files::of(&files),
-            "cfg.yaml",
-        )
-        .unwrap();
+        let with_constraint = allowed_repos_constraint();
         let raw = namespace_create("admin");
         let req = Request::from_value(&raw).unwrap();
         assert!(with_constraint.reads_namespace_labels(Webhook::Validate, &req));
@@ -376,25 +382,7 @@ mod tests {
             (false, false)
         );
         // A Gatekeeper constraint.
-        let files = [
-            (
-                std::path::PathBuf::from("template.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
-            ),
-            (
-                std::path::PathBuf::from("constraint.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
-            ),
-        ];
-        let (constrained, _) = RuleSet::with_gatekeeper(
-            Config::default(),
-            PolicySet::default(),
-            Default::default(),
-            crate::gatekeeper::Files::of(&files),
-            "cfg",
-        )
-        .unwrap();
-        assert_eq!(both(&constrained), (true, false));
+        assert_eq!(both(&allowed_repos_constraint()), (true, false));
     }
 
     /// K8sAllowedRepos reads `input.review.object.spec` only: the pods of one ReplicaSet (each
@@ -402,24 +390,7 @@ mod tests {
     /// decided again.
     #[test]
     fn a_constraint_is_remembered_by_the_parts_of_the_review_it_reads() {
-        let files = [
-            (
-                std::path::PathBuf::from("template.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/template.yaml").to_string(),
-            ),
-            (
-                std::path::PathBuf::from("constraint.yaml"),
-                include_str!("../../testdata/gatekeeper/allowedrepos/constraint.yaml").to_string(),
-            ),
-        ];
-        let (rules, _) = RuleSet::with_gatekeeper(
-            Config::default(),
-            PolicySet::default(),
-            Default::default(),
-            crate::gatekeeper::Files::of(&files),
-            "cfg",
-        )
-        .unwrap();
+        let rules = allowed_repos_constraint();
         let decide = |uid: &str, image: &str| {
             let mut raw = pod_create();
             raw["uid"] = json!(uid);
