@@ -314,6 +314,7 @@ impl Policy {
     /// Compiles a SIT template. Errors name the file and, for Rego errors, the line.
     pub fn compile(template: &Template) -> Result<Policy> {
         let compiled = compile(template, TemplateKind::Sit)?;
+        let paths = review_paths::of(&template.rego);
         let path = template.path.display();
         messages(&compiled.first).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
         Ok(Policy {
@@ -324,10 +325,10 @@ impl Policy {
             rule: compiled.rule,
             engine: compiled.engine,
             reads_review: compiled.reads_review,
-            review_paths: review_paths::of(&template.rego),
             // Remembered by the parts of the review it reads, when it reads known parts.
             memoizable: memo::deterministic(&template.rego)
-                && (!compiled.reads_review || review_paths::of(&template.rego).is_some()),
+                && (!compiled.reads_review || paths.is_some()),
+            review_paths: paths,
             id: compiled.id,
             rego: Arc::from(template.rego.as_str()),
             constraint: None,
@@ -347,6 +348,7 @@ impl Policy {
         rego: &str,
         source: ConstraintSource,
     ) -> Policy {
+        let paths = review_paths::of(rego);
         Policy {
             name,
             inputs: Vec::new(),
@@ -355,11 +357,11 @@ impl Policy {
             engine,
             rule,
             reads_review: true,
-            review_paths: review_paths::of(rego),
             rego: Arc::from(rego),
             id: memo::next_policy_id(),
             // Remembered by the parts of the review it reads, when it reads known parts.
-            memoizable: memo::deterministic(rego) && review_paths::of(rego).is_some(),
+            memoizable: memo::deterministic(rego) && paths.is_some(),
+            review_paths: paths,
             constraint: Some(Arc::new(source)),
             shipped: None,
         }
@@ -421,22 +423,7 @@ impl Policy {
 /// (`input.services`). Anything else — `review` anywhere (comments and strings included),
 /// `input[...]`, `input` on its own, `import input as i` — counts as reading it.
 pub(crate) fn reads_review(rego: &str) -> bool {
-    if rego.contains("review") {
-        return true;
-    }
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    rego.match_indices("input").any(|(at, _)| {
-        let before = rego[..at].chars().next_back();
-        let after = &rego[at + "input".len()..];
-        if before.is_some_and(|c| word(c) || c == '.') || after.starts_with(word) {
-            return false; // part of another name, or a field called `input`
-        }
-        let mut rest = after.chars();
-        !(rest.next() == Some('.')
-            && rest
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_'))
-    })
+    rego.contains("review") || review_paths::input_taken_whole(rego)
 }
 
 /// The `msg` of every element of an `infringement` set (undefined means none).

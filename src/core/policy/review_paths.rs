@@ -17,23 +17,31 @@ use regorus::Value as RegoValue;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The paths under `input.review` that `rego` may read, or `None` for the whole review.
-pub fn of(rego: &str) -> Option<Vec<Vec<String>>> {
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    // `input` whole (`walk(input)`, `import input`, `input[k]`) reaches the review.
-    let input_whole = rego.match_indices("input").any(|(at, _)| {
+/// Whether `rego` takes `input` other than by a named field (`input.services`): `input` on its
+/// own (`walk(input)`, `import input`), indexed (`input[k]`), or spaced (`input .x`). Such Rego
+/// can reach every part of the input document, the review included.
+pub(crate) fn input_taken_whole(rego: &str) -> bool {
+    rego.match_indices("input").any(|(at, _)| {
         let before = rego[..at].chars().next_back();
         let after = &rego[at + "input".len()..];
         if before.is_some_and(|c| word(c) || c == '.') || after.starts_with(word) {
-            return false; // part of another name
+            return false; // part of another name, or a field called `input`
         }
         let mut rest = after.chars();
         !(rest.next() == Some('.')
             && rest
                 .next()
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_'))
-    });
-    if input_whole {
+    })
+}
+
+fn word(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The paths under `input.review` that `rego` may read, or `None` for the whole review.
+pub fn of(rego: &str) -> Option<Vec<Vec<String>>> {
+    if input_taken_whole(rego) {
         return None;
     }
     let mut paths = Vec::new();
@@ -92,37 +100,17 @@ pub fn rego(value: &Value) -> RegoValue {
 /// under another). A path that is absent keeps nothing; one that goes through something that
 /// is not an object keeps that.
 pub fn keep(review: &Value, paths: &[Vec<String>]) -> RegoValue {
-    let mut out = RegoValue::new_object();
-    for path in paths {
-        let (mut from, mut into) = (review, &mut out);
-        for (i, key) in path.iter().enumerate() {
-            let Some(value) = from.get(key.as_str()) else {
-                break;
-            };
-            let Ok(map) = into.as_object_mut() else {
-                break;
-            };
-            let key = RegoValue::from(key.as_str());
-            if i + 1 == path.len() || !value.is_object() {
-                map.insert(key, rego(value));
-                break;
-            }
-            from = value;
-            if map.get_mut(&key).is_none() {
-                map.insert(key.clone(), RegoValue::new_object());
-            }
-            let Some(next) = map.get_mut(&key) else {
-                break;
-            };
-            into = next;
-        }
-    }
-    out
+    parts(review, paths).rego()
 }
 
-/// `review`'s parts on or under `paths` (as [`of`] gives them) as JSON text, without a copy:
-/// what a policy reads of the review, for the memo's key. Equal texts are equal parts.
+/// The same parts as JSON text, written without a copy: what a policy reads of the review, for
+/// the memo's key. Equal texts are equal parts.
 pub fn text(review: &Value, paths: &[Vec<String>]) -> String {
+    serde_json::to_string(&parts(review, paths)).unwrap_or_default()
+}
+
+/// What of `review` lies on or under `paths`, borrowed: [`keep`] and [`text`] from one walk.
+fn parts<'a>(review: &'a Value, paths: &'a [Vec<String>]) -> Part<'a> {
     let mut root = Part::Some(BTreeMap::new());
     for path in paths {
         let (mut from, mut into) = (review, &mut root);
@@ -140,13 +128,30 @@ pub fn text(review: &Value, paths: &[Vec<String>]) -> String {
                 .or_insert_with(|| Part::Some(BTreeMap::new()));
         }
     }
-    serde_json::to_string(&root).unwrap_or_default()
+    root
 }
 
-/// What [`text`] writes: a value whole, or some of an object's fields.
+/// Some of a review: a value whole, or some of an object's fields.
 enum Part<'a> {
     Whole(&'a Value),
     Some(BTreeMap<&'a String, Part<'a>>),
+}
+
+impl Part<'_> {
+    fn rego(&self) -> RegoValue {
+        match self {
+            Part::Whole(value) => rego(value),
+            Part::Some(fields) => {
+                let mut out = RegoValue::new_object();
+                if let Ok(map) = out.as_object_mut() {
+                    for (key, part) in fields {
+                        map.insert(RegoValue::from(key.as_str()), part.rego());
+                    }
+                }
+                out
+            }
+        }
+    }
 }
 
 impl serde::Serialize for Part<'_> {
