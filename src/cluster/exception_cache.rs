@@ -9,12 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::{store::Writer, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::Store;
 use kube::Client;
 
-use super::mirrored::{mirror, Timing};
+use super::mirrored::{mirror, watch_dynamic, Timing};
 use crate::telemetry::metrics::Metrics;
 use poolguard_core::exceptions::{self, ExceptionSet, PolicyException};
 use poolguard_core::ruleset::RuleSet;
@@ -34,14 +33,9 @@ pub fn resource() -> ApiResource {
 /// first listing no exception counts; the watch retries with backoff (a cluster without the
 /// CRD logs and keeps retrying) and the last exceptions read keep counting meanwhile.
 pub fn start(client: Client, rules: Arc<ArcSwap<RuleSet>>, metrics: Arc<Metrics>) {
-    let resource = resource();
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let writer = Writer::new(resource);
-    let store = writer.as_reader();
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|exception| exception.metadata.managed_fields = None)
-        .reflect(writer);
+    let (store, stream) = watch_dynamic(client, resource(), |exception| {
+        exception.metadata.managed_fields = None;
+    });
     let timing = Timing {
         settle: std::time::Duration::ZERO,
         refresh: Some(REFRESH),

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
-use kube::Resource;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::{store::Writer, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource};
 use tokio::sync::Notify;
 
 /// How often a cache publishes, besides after its changes.
@@ -17,6 +18,27 @@ pub struct Timing {
     pub settle: Duration,
     /// Published again this often without a change (`None`: only on changes).
     pub refresh: Option<Duration>,
+}
+
+/// A watch of every object of `resource` (a custom resource, read as JSON), with backoff,
+/// reflected into the store it returns; `trim` drops what the cache does not read before an
+/// object is stored. For [`mirror`].
+pub fn watch_dynamic(
+    client: Client,
+    resource: ApiResource,
+    trim: impl FnMut(&mut DynamicObject) + Send + 'static,
+) -> (
+    Store<DynamicObject>,
+    impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let writer = Writer::new(resource);
+    let store = writer.as_reader();
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer);
+    (store, stream)
 }
 
 /// Drives `stream` (a watch reflected into `store`) in the background; once `store` has its

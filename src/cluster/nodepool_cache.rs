@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::{store::Writer, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::Store;
 use kube::Client;
 
-use super::mirrored::{mirror, Timing};
+use super::mirrored::{mirror, watch_dynamic, Timing};
 use super::node_cache::PoolKey;
 use crate::pools::Pools;
 use poolguard_core::placement_policy::NodePool;
@@ -32,17 +31,10 @@ pub fn resource() -> ApiResource {
 /// not read). The watch retries with backoff (a cluster without the NodePool CRD logs and keeps
 /// retrying) and the last NodePools keep serving meanwhile.
 pub fn start(client: Client, key: PoolKey, pools: Pools) {
-    let resource = resource();
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let writer = Writer::new(resource);
-    let store = writer.as_reader();
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|nodepool| {
-            nodepool.metadata.managed_fields = None;
-            nodepool.metadata.annotations = None;
-        })
-        .reflect(writer);
+    let (store, stream) = watch_dynamic(client, resource(), |nodepool| {
+        nodepool.metadata.managed_fields = None;
+        nodepool.metadata.annotations = None;
+    });
     let timing = Timing {
         settle: SETTLE,
         refresh: None,
