@@ -214,6 +214,8 @@ refuse "native webhookFallback without mode apply" "native.webhookFallback needs
 refuse "native webhookFallback with registration chart" "native.webhookFallback needs native.mode apply and webhook.registration poolguard" --set native.mode=apply --set native.webhookFallback=true --set webhook.registration=chart
 refuse "native static with something else" "native.mode static needs native.objects" --set native.mode=static --set-string native.objects=kind:\ ConfigMap
 refuse "controller without a ServiceAccount" "controller.serviceAccountName is required" --set serviceAccount.create=false --set serviceAccount.name=poolguard-existing
+refuse "config.exceptions set by hand" "config.exceptions is set by the chart" --set "config.exceptions.namespaces={ops}"
+refuse "config.exceptions without exceptions.enabled" "config.exceptions is set by the chart" --set exceptions.enabled=false --set config.exceptions.maxDuration=1h
 
 # Native admission: no policy objects, RBAC for them or --native-apply unless native.mode says so;
 # mode static renders exactly what `poolguard native` printed (the chart generates nothing);

@@ -187,10 +187,10 @@ poolguard.guardedLabels but the pool label (which poolguard always guards).
 */}}
 {{- define "poolguard.config" -}}
 {{- $config := deepCopy .Values.config }}
-{{- if .Values.exceptions.enabled }}
 {{- if $config.exceptions }}
-{{- fail "config.exceptions is set from the exceptions values (exceptions.namespaces, exceptions.maxDuration) while exceptions.enabled is true: set those instead" }}
+{{- fail "config.exceptions is set by the chart from exceptions.namespaces and exceptions.maxDuration (and only while exceptions.enabled, when poolguard reads PolicyExceptions): set those instead" }}
 {{- end }}
+{{- if .Values.exceptions.enabled }}
 {{- $namespaces := .Values.exceptions.namespaces | default (list .Release.Namespace) }}
 {{- $_ := set $config "exceptions" (dict "namespaces" $namespaces "maxDuration" .Values.exceptions.maxDuration) }}
 {{- end }}
