@@ -82,3 +82,45 @@ impl Replica {
         Ok(())
     }
 }
+
+/// What a test that runs its own replica behind its own validating webhook makes, and removes
+/// whether the test passed or not: a random id, a scratch directory, certificates, and the
+/// name its webhook configuration and its replica's Lease share (`poolguard-<suite>-e2e-<id>`).
+pub struct Scratch {
+    pub id: String,
+    pub name: String,
+    pub dir: PathBuf,
+    pub certs: PathBuf,
+}
+
+impl Scratch {
+    pub async fn new(suite: &str) -> Result<Scratch> {
+        let id = crate::random_suffix();
+        let name = format!("poolguard-{suite}-e2e-{id}");
+        let dir = std::env::temp_dir().join(&name);
+        std::fs::create_dir_all(&dir)?;
+        let certs = certificates(&id).await?;
+        Ok(Scratch {
+            id,
+            name,
+            dir,
+            certs,
+        })
+    }
+
+    /// Deletes the webhook configuration, the Lease `name` in `lease_namespace` and both
+    /// directories (what is already gone is no error: the scenario may have failed before it).
+    pub async fn remove(&self, client: &kube::Client, lease_namespace: &str) {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        use k8s_openapi::api::coordination::v1::Lease;
+        use kube::api::{Api, DeleteParams};
+        let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = Api::<Lease>::namespaced(client.clone(), lease_namespace)
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.certs);
+    }
+}

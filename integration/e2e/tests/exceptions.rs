@@ -15,11 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::ByteString;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
-use poolguard_e2e::replicas::{self, Replica};
-use poolguard_e2e::{expect_refused, random_suffix, run, Env};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use poolguard_e2e::replicas::{Replica, Scratch};
+use poolguard_e2e::{expect_refused, run, Env};
 use serde_json::{json, Value};
 
 const LEASE_NAMESPACE: &str = "default";
@@ -96,20 +95,9 @@ async fn audited(env: &Env, ns: &str, name: &str) -> Result<Option<(String, Valu
 #[tokio::test]
 async fn an_exception_admits_warns_is_reported_and_expires() {
     run("exceptions", |env| async move {
-        let id = random_suffix();
-        let dir = std::env::temp_dir().join(format!("poolguard-exceptions-e2e-{id}"));
-        std::fs::create_dir_all(&dir)?;
-        let certs = replicas::certificates(&id).await?;
-        let hook = format!("poolguard-exceptions-e2e-{id}");
-        let result = scenario(&env, &id, &dir, &certs, &hook).await;
-        let _ = Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
-            .delete(&hook, &DeleteParams::default())
-            .await;
-        let _ = Api::<Lease>::namespaced(env.client.clone(), LEASE_NAMESPACE)
-            .delete(&hook, &DeleteParams::default())
-            .await;
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_dir_all(&certs);
+        let own = Scratch::new("exceptions").await?;
+        let result = scenario(&env, &own.id, &own.dir, &own.certs, &own.name).await;
+        own.remove(&env.client, LEASE_NAMESPACE).await;
         result
     })
     .await;

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::ByteString;
@@ -29,7 +28,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::ResourceExt;
-use poolguard_e2e::replicas::{self, Replica};
+use poolguard_e2e::replicas::{self, Replica, Scratch};
 use poolguard_e2e::{expect_refused, random_suffix, rollout_statuses, run, Env};
 use serde_json::json;
 
@@ -170,26 +169,15 @@ async fn serve_for(
 #[tokio::test]
 async fn a_gatekeeper_constraint_denies_warns_and_is_reported() {
     run("gatekeeper", |env| async move {
-        let id = random_suffix();
-        let dir = std::env::temp_dir().join(format!("poolguard-gatekeeper-e2e-{id}"));
-        std::fs::create_dir_all(&dir)?;
-        let certs = replicas::certificates(&id).await?;
-        let hook = format!("poolguard-gatekeeper-e2e-{id}");
-        let configmap = format!("poolguard-gatekeeper-e2e-{id}");
-        let result = scenario(&env, &id, &dir, &certs, &hook, &configmap).await;
+        let own = Scratch::new("gatekeeper").await?;
+        // The constraints' ConfigMap is named as the webhook and the Lease are.
+        let result = scenario(&env, &own.id, &own.dir, &own.certs, &own.name, &own.name).await;
         // Removed whether the scenario passed or not (the replica is gone by now; the webhook
         // only covers the test's namespaces, which run() deletes next).
-        let _ = Api::<ValidatingWebhookConfiguration>::all(env.client.clone())
-            .delete(&hook, &DeleteParams::default())
-            .await;
         let _ = Api::<ConfigMap>::namespaced(env.client.clone(), NAMESPACE)
-            .delete(&configmap, &DeleteParams::default())
+            .delete(&own.name, &DeleteParams::default())
             .await;
-        let _ = Api::<Lease>::namespaced(env.client.clone(), NAMESPACE)
-            .delete(&configmap, &DeleteParams::default())
-            .await;
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_dir_all(&certs);
+        own.remove(&env.client, NAMESPACE).await;
         result
     })
     .await;
