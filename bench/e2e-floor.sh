@@ -46,6 +46,9 @@
 #                  would cost (a measurement, not the generated semantics)
 #       shared     merged, each variable the policies share (the pod spec, its images, whether
 #                  they are readable) worked out once
+#       static     every validation with its static message only, no messageExpression: what
+#                  the detailed messages cost (kube-apiserver evaluates messageExpressions on
+#                  every request, in an activation of their own)
 #       baseline   the objects another poolguard binary generates (NATIVE_BASELINE_BIN, e.g.
 #                  one built from an earlier commit), unchanged: a change to the generator
 #                  measured against what it replaces, in the same run
@@ -205,8 +208,8 @@ for variant in ${variants[@]+"${variants[@]}"}; do
         continue
     fi
     [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == merged || "${variant}" == shared ||
-        "${variant}" == drop-?* || "${variant}" == baseline ]] ||
-        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, baseline, handwritten)"
+        "${variant}" == static || "${variant}" == drop-?* || "${variant}" == baseline ]] ||
+        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, static, baseline, handwritten)"
     generator="${work}/poolguard"
     if [[ "${variant}" == baseline ]]; then
         [[ -x "${NATIVE_BASELINE_BIN:-}" ]] || die "NATIVE_VARIANTS: baseline needs NATIVE_BASELINE_BIN (a poolguard binary)"

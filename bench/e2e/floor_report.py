@@ -9,8 +9,8 @@ patch, so that the API server's cost of applying it is on both sides) and to OPA
 native's (poolguard's admission policies in the API server, no webhook) to null's, nullpatch's and
 poolguard's, resampled jointly over the same rounds. Targets (reported, never asserted), at one
 creator: poolguard's added median <= 1.15x null's (and, when it ran, nullpatch's) and <= 0.5x
-OPA's; native's < 0.5x null's, and no more than the `handwritten` arm's when it ran
-(NATIVE_VARIANTS=handwritten: met when the ratio's 95 % interval reaches 1).
+OPA's; native's <= 0.6x nullpatch's (the cheapest webhook that sets the pool) and, when it ran
+(NATIVE_VARIANTS=handwritten), <= 1.2x the hand-written pair's.
 
 With --phases METRICS (poolguard's /metrics text after the rounds): poolguard's own time per
 request, by webhook and phase (poolguard_admission_phase_duration_seconds, sum / count), next to
@@ -175,15 +175,12 @@ def main():
                 ("poolguard/nullpatch", "poolguard's added median <= 1.15x the null webhook's that answers with "
                  "poolguard's patch (one creator)", lambda x: x <= 1.15),
                 ("poolguard/opa", "poolguard's added median <= 0.5x OPA's (one creator)", lambda x: x <= 0.5),
-                ("native/null", "native's added median < 0.5x the null webhook's (one creator)", lambda x: x < 0.5),
-                ("native/handwritten", "native's added median no more than the hand-written pair's (one creator; "
-                 "met when the ratio's interval reaches 1)", None)):
+                ("native/nullpatch", "native's added median <= 0.6x the null webhook's that answers with "
+                 "poolguard's patch (one creator)", lambda x: x <= 0.6),
+                ("native/handwritten", "native's added median <= 1.2x the hand-written pair's (one creator)",
+                 lambda x: x <= 1.2)):
             if key in r and r[key]["median_added_ratio"] is not None:
-                if met is None:
-                    low = r[key]["ci95"][0]
-                    targets[text] = low is not None and low <= 1.0
-                else:
-                    targets[text] = met(r[key]["median_added_ratio"])
+                targets[text] = met(r[key]["median_added_ratio"])
     out = {"meta": meta, "arms": arms, "webhook_calls": data.get("webhook_calls"),
            "levels": levels, "targets_met": targets}
     if phases:
