@@ -350,12 +350,14 @@ async fn decide_in_time(
         blocking(app, job, held, work, labels.as_deref()).await
     } else {
         // Without leave to run in place, a first try here within a short slice: most
-        // decisions take far less than the hand-off costs. One that is not made in it whole
-        // (past the slice, or with a policy that erred, which the slice's cut time limit may
-        // have caused) is made again on the blocking pool with the time left: a slow policy
-        // holds this worker for one slice per request at most.
+        // decisions take far less than the hand-off costs. One with a policy that erred (which
+        // the slice's cut time limit may have caused) is made again on the blocking pool with
+        // the time left: a slow policy holds this worker for one slice per request at most.
+        // One that finished without an error is made, even past the slice (this worker was
+        // preempted: on one CPU, by the blocking pool's thread); only past the deadline is it
+        // late.
         let slice = (Instant::now() + FIRST_TRY_SLICE).min(deadline.into_std());
-        let tried = in_place_catching_panics(|| job.run_first_try(slice));
+        let tried = in_place_catching_panics(|| job.run_first_try(slice, deadline.into_std()));
         let made = match &tried {
             Ok((decision, Late(late))) => !late && decision.policy_results.iter().all(|r| !r.error),
             Err(_) => true, // a panic: answered, not tried again
@@ -399,18 +401,18 @@ struct Job {
 }
 
 impl Job {
-    /// The decision, its policies' time cut to what is left before `until`.
-    fn run(&self, until: Instant) -> (Decision, Late) {
-        self.decide(until, false)
+    /// The decision, its policies' time cut to what is left before `deadline`.
+    fn run(&self, deadline: Instant) -> (Decision, Late) {
+        self.decide(Until { slice: deadline, deadline }, false)
     }
 
     /// The first try on the worker: every policy's time an equal share of what is left before
-    /// `until`, so that all of them end within it.
-    fn run_first_try(&self, until: Instant) -> (Decision, Late) {
-        self.decide(until, true)
+    /// `slice`, so that all of them end within it; late only past `deadline`.
+    fn run_first_try(&self, slice: Instant, deadline: Instant) -> (Decision, Late) {
+        self.decide(Until { slice, deadline }, true)
     }
 
-    fn decide(&self, until: Instant, split: bool) -> (Decision, Late) {
+    fn decide(&self, until: Until, split: bool) -> (Decision, Late) {
         let scope = Scope {
             labels: self.labels.as_deref(),
             pools: self.pools.as_deref(),
@@ -528,19 +530,20 @@ fn refuse_malformed(
 
 /// Decides on the blocking pool, which needs the review owned: the request view is taken again
 /// there (it was checked before, so the error arm is not expected). Each policy's time limit is
-/// cut to its share of the time left before `deadline` (with `split`, an exact equal share;
+/// cut to its share of the time left before `until.slice` (with `split`, an exact equal share;
 /// else rounded up to whole milliseconds), so that the work stops about when the
-/// answer is given, not when the configured limits run out; work cut short that ends past the
-/// deadline is answered as the deadline answers (the handler may have already), and says so
-/// (`Late`: the handler counts it, unless it answered first).
+/// answer is given, not when the configured limits run out; work cut short that ends past
+/// `until.deadline` is answered as the deadline answers (the handler may have already), and says
+/// so (`Late`: the handler counts it, unless it answered first).
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
     scope: Scope,
     rules: &RuleSet,
-    deadline: Instant,
+    until: Until,
     (budget, split): (Duration, bool),
 ) -> (Decision, Late) {
+    let deadline = until.deadline;
     let req = match Request::from_value(&review["request"]) {
         Ok(req) => req,
         Err(e) => return (Decision::deny(DenyCode::BadRequest, e.0), Late(false)),
@@ -553,7 +556,7 @@ fn decide_review(
         return late_answer(scope);
     }
     let runs = webhook.policy_count(rules);
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = until.slice.saturating_duration_since(Instant::now());
     let cut = if split {
         Some(Budget::split(runs, req.operation, left))
     } else {
@@ -568,6 +571,14 @@ fn decide_review(
 
 /// Whether a decision is the deadline's answer (the policies were not evaluated in time).
 struct Late(bool);
+
+/// What a decision's policies share (`slice`: the time left before it) and when its answer is
+/// late (`deadline`, the request's). The same but for a first try on the worker.
+#[derive(Clone, Copy)]
+struct Until {
+    slice: Instant,
+    deadline: Instant,
+}
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
     if namespace.is_empty() {
@@ -688,5 +699,68 @@ fn record(
         if let Some(why) = &r.pending {
             tracing::info!(uid = %s.uid, namespace = %s.namespace, name = %s.name, kind = %s.kind, webhook = hook, policy = %r.policy, reason = %why, "policy pending, not evaluated");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poolguard_core::config::Config;
+    use serde_json::json;
+
+    /// A first try that ends past its slice without an error (its worker was preempted, or
+    /// the policy's timer looked late) is the decision; only past the request's deadline is a
+    /// decision the deadline's answer. The shipped policy's Rust copy reads no clock, so its
+    /// share of a slice already over does not cut it short.
+    #[test]
+    fn a_finished_first_try_is_late_only_past_the_deadline() {
+        let config = Config::parse(
+            "policies:\n  allowedrepositories:\n    parameters:\n      repositories: [registry.example.com/]\n",
+            "t",
+        )
+        .unwrap();
+        let policies = crate::sources::load_policies("policies".as_ref()).unwrap();
+        let rules = RuleSet::new(config, policies, Default::default(), "t").unwrap();
+        let review = json!({"request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "team", "operation": "CREATE", "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+                "spec": {"containers": [{"name": "c", "image": "docker.io/library/nginx:1.27"}]}},
+        }});
+        let over = Instant::now();
+        let decide = |until| {
+            let scope = Scope {
+                labels: None,
+                pools: None,
+                now: None,
+            };
+            let budget = (Duration::from_secs(1), true);
+            decide_review(Webhook::Validate, &review, scope, &rules, until, budget)
+        };
+        let until = Until {
+            slice: over,
+            deadline: over + Duration::from_secs(60),
+        };
+        let (made, Late(late)) = decide(until);
+        assert!(!late);
+        assert!(
+            matches!(&made.ruling, Ruling::Deny { message, .. } if message.contains("nginx")),
+            "{:?}",
+            made.ruling
+        );
+        let results = &made.policy_results;
+        assert!(results.len() == 1 && !results[0].error && results[0].infringements == 1);
+        // The same past the deadline: the deadline's answer, as before.
+        let (lost, Late(late)) = decide(Until {
+            slice: over,
+            deadline: over,
+        });
+        assert!(late);
+        assert!(
+            matches!(&lost.ruling, Ruling::Deny { message, .. } if message.contains("did not decide")),
+            "{:?}",
+            lost.ruling
+        );
     }
 }
