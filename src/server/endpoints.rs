@@ -403,7 +403,13 @@ struct Job {
 impl Job {
     /// The decision, its policies' time cut to what is left before `deadline`.
     fn run(&self, deadline: Instant) -> (Decision, Late) {
-        self.decide(Until { slice: deadline, deadline }, false)
+        self.decide(
+            Until {
+                slice: deadline,
+                deadline,
+            },
+            false,
+        )
     }
 
     /// The first try on the worker: every policy's time an equal share of what is left before
