@@ -341,7 +341,7 @@ async fn decide_in_time(
     let bounded = webhook.bounded(work.rules);
     let in_place = if bounded { None } else { app.gates.in_place() };
     let decided = if bounded || in_place.is_some() {
-        in_place_catching_panics(|| job.run(deadline.into_std()))
+        in_place_catching_panics(|| job.decide(Until::whole(deadline.into_std())))
     } else if work.rules.runs_placement_policies()
         || webhook.policy_count(work.rules) > FIRST_TRY_MAX_POLICIES
     {
@@ -357,7 +357,8 @@ async fn decide_in_time(
         // preempted: on one CPU, by the blocking pool's thread); only past the deadline is it
         // late.
         let slice = (Instant::now() + FIRST_TRY_SLICE).min(deadline.into_std());
-        let tried = in_place_catching_panics(|| job.run_first_try(slice, deadline.into_std()));
+        let until = Until::first_try(slice, deadline.into_std());
+        let tried = in_place_catching_panics(|| job.decide(until));
         let made = match &tried {
             Ok((decision, Late(late))) => !late && decision.policy_results.iter().all(|r| !r.error),
             Err(_) => true, // a panic: answered, not tried again
@@ -401,37 +402,20 @@ struct Job {
 }
 
 impl Job {
-    /// The decision, its policies' time cut to what is left before `deadline`.
-    fn run(&self, deadline: Instant) -> (Decision, Late) {
-        self.decide(
-            Until {
-                slice: deadline,
-                deadline,
-            },
-            false,
-        )
-    }
-
-    /// The first try on the worker: every policy's time an equal share of what is left before
-    /// `slice`, so that all of them end within it; late only past `deadline`.
-    fn run_first_try(&self, slice: Instant, deadline: Instant) -> (Decision, Late) {
-        self.decide(Until { slice, deadline }, true)
-    }
-
-    fn decide(&self, until: Until, split: bool) -> (Decision, Late) {
+    /// The decision within the time `until` gives it.
+    fn decide(&self, until: Until) -> (Decision, Late) {
         let scope = Scope {
             labels: self.labels.as_deref(),
             pools: self.pools.as_deref(),
             now: Some(crate::wall_clock::unix_now()),
         };
-        let budget = (self.budget, split);
         decide_review(
             self.webhook,
             &self.review,
             scope,
             &self.rules,
             until,
-            budget,
+            self.budget,
         )
     }
 }
@@ -448,7 +432,7 @@ async fn blocking(
     let (deadline, webhook) = (work.deadline, job.webhook);
     let task = tokio::task::spawn_blocking(move || {
         let _held = held;
-        job.run(deadline.into_std())
+        job.decide(Until::whole(deadline.into_std()))
     });
     match tokio::time::timeout_at(deadline, task).await {
         Ok(joined) => joined.map_err(|e| e.to_string()),
@@ -536,18 +520,19 @@ fn refuse_malformed(
 
 /// Decides on the blocking pool, which needs the review owned: the request view is taken again
 /// there (it was checked before, so the error arm is not expected). Each policy's time limit is
-/// cut to its share of the time left before `until.slice` (with `split`, an exact equal share;
+/// cut to its share of the time left before `until.slice` (on a first try an exact equal share;
 /// else rounded up to whole milliseconds), so that the work stops about when the
 /// answer is given, not when the configured limits run out; work cut short that ends past
 /// `until.deadline` is answered as the deadline answers (the handler may have already), and says
-/// so (`Late`: the handler counts it, unless it answered first).
+/// so (`Late`: the handler counts it, unless it answered first). `budget` is the deadline's
+/// length, for the late answer's message.
 fn decide_review(
     webhook: Webhook,
     review: &serde_json::Value,
     scope: Scope,
     rules: &RuleSet,
     until: Until,
-    (budget, split): (Duration, bool),
+    budget: Duration,
 ) -> (Decision, Late) {
     let deadline = until.deadline;
     let req = match Request::from_value(&review["request"]) {
@@ -563,7 +548,7 @@ fn decide_review(
     }
     let runs = webhook.policy_count(rules);
     let left = until.slice.saturating_duration_since(Instant::now());
-    let cut = if split {
+    let cut = if until.first_try {
         Some(Budget::split(runs, req.operation, left))
     } else {
         Budget::within(rules.config(), runs, req.operation, left)
@@ -578,12 +563,36 @@ fn decide_review(
 /// Whether a decision is the deadline's answer (the policies were not evaluated in time).
 struct Late(bool);
 
-/// What a decision's policies share (`slice`: the time left before it) and when its answer is
-/// late (`deadline`, the request's). The same but for a first try on the worker.
+/// The time a decision is given: its policies share what is left before `slice`, and its
+/// answer is late past `deadline`, the request's.
 #[derive(Clone, Copy)]
 struct Until {
     slice: Instant,
     deadline: Instant,
+    /// Each policy an exact equal share of the slice (a first try on the worker), not one
+    /// rounded up to whole milliseconds.
+    first_try: bool,
+}
+
+impl Until {
+    /// The whole time left before the request's deadline.
+    fn whole(deadline: Instant) -> Until {
+        Until {
+            slice: deadline,
+            deadline,
+            first_try: false,
+        }
+    }
+
+    /// A first try on the worker: the policies share `slice`, so that all of them end within
+    /// it; a decision they finish is late only past `deadline`.
+    fn first_try(slice: Instant, deadline: Instant) -> Until {
+        Until {
+            slice,
+            deadline,
+            first_try: true,
+        }
+    }
 }
 
 async fn lookup(app: &ServerState, namespace: &str) -> Result<Option<Labels>, String> {
@@ -741,14 +750,16 @@ mod tests {
                 pools: None,
                 now: None,
             };
-            let budget = (Duration::from_secs(1), true);
-            decide_review(Webhook::Validate, &review, scope, &rules, until, budget)
+            decide_review(
+                Webhook::Validate,
+                &review,
+                scope,
+                &rules,
+                until,
+                Duration::from_secs(1),
+            )
         };
-        let until = Until {
-            slice: over,
-            deadline: over + Duration::from_secs(60),
-        };
-        let (made, Late(late)) = decide(until);
+        let (made, Late(late)) = decide(Until::first_try(over, over + Duration::from_secs(60)));
         assert!(!late);
         assert!(
             matches!(&made.ruling, Ruling::Deny { message, .. } if message.contains("nginx")),
@@ -758,10 +769,7 @@ mod tests {
         let results = &made.policy_results;
         assert!(results.len() == 1 && !results[0].error && results[0].infringements == 1);
         // The same past the deadline: the deadline's answer, as before.
-        let (lost, Late(late)) = decide(Until {
-            slice: over,
-            deadline: over,
-        });
+        let (lost, Late(late)) = decide(Until::first_try(over, over));
         assert!(late);
         assert!(
             matches!(&lost.ruling, Ruling::Deny { message, .. } if message.contains("did not decide")),
