@@ -274,6 +274,9 @@ struct RequestInput<'a> {
     review_converted: Vec<(Option<Vec<Vec<String>>>, Value)>,
     /// `document` as JSON text, for memo keys.
     text: Option<String>,
+    /// What of `review` each memoizable policy run so far reads, as text for memo keys: one
+    /// text for the policies that read the same parts (the constraints of one template).
+    review_texts: Vec<(Vec<Vec<String>>, String)>,
 }
 
 impl<'a> RequestInput<'a> {
@@ -284,6 +287,7 @@ impl<'a> RequestInput<'a> {
             converted: None,
             review_converted: Vec::new(),
             text: None,
+            review_texts: Vec::new(),
         }
     }
 
@@ -293,15 +297,20 @@ impl<'a> RequestInput<'a> {
 
     /// The parts of the review `policy` reads, as text (`None` when it reads none; `null` when
     /// there is no review).
-    fn review_text(&self, policy: &Policy) -> Option<String> {
+    fn review_text(&mut self, policy: &Policy) -> Option<String> {
         let paths = policy
             .review_paths
             .as_ref()
             .filter(|_| policy.reads_review)?;
-        Some(match self.review {
-            Some(review) => review_paths::text(review, paths),
-            None => "null".to_string(),
-        })
+        let Some(review) = self.review else {
+            return Some("null".to_string());
+        };
+        if let Some((_, text)) = self.review_texts.iter().find(|(p, _)| p == paths) {
+            return Some(text.clone());
+        }
+        let text = review_paths::text(review, paths);
+        self.review_texts.push((paths.clone(), text.clone()));
+        Some(text)
     }
 
     /// Runs `policy` on the document with its `parameters`, and `review` if it reads it.
