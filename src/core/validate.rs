@@ -302,7 +302,13 @@ pub fn check(
             policies: Ok(Vec::new()),
         };
     }
-    let document = input::document(at.object, &images, pool);
+    // Built only when a policy reads it: constraints alone take none (an empty object stands for
+    // it, as for an object without a pod spec).
+    let document = if policies.reads_document() {
+        input::document(at.object, &images, pool)
+    } else {
+        Value::Object(Default::default())
+    };
     let placed = match placement_exception {
         // Placement allowed by an exception is Compliant to the policies that depend on it.
         Some(_) => State::Compliant,

@@ -284,6 +284,27 @@ mod tests {
     }
 
     #[test]
+    fn the_pod_document_is_built_only_when_a_sit_policy_is_loaded() {
+        // Constraints alone read the review and their parameters, never the document.
+        let constraints = allowed_repos_constraint();
+        assert!(!constraints.policies().reads_document());
+        let sit = crate::policy::template::from_rego(
+            "images",
+            "package images\ninfringement[{\"msg\": m}] { input.services[_]; m := \"x\"; false }\n"
+                .to_string(),
+            "images.rego".into(),
+        );
+        let sit = PolicySet::compile(&[sit]).unwrap();
+        assert!(sit.reads_document());
+        let mixed =
+            PolicySet::with_constraints(sit, constraints.policies().iter().cloned().collect())
+                .unwrap();
+        assert!(mixed.reads_document());
+        // No policy at all: nothing to build it for.
+        assert!(!PolicySet::default().reads_document());
+    }
+
+    #[test]
     fn a_namespace_is_decided_without_its_stored_labels_unless_a_constraint_may_read_them() {
         let rules = plain_rules();
         let stored: Labels = [("agentpool".to_string(), "pool1".to_string())].into();

@@ -153,6 +153,12 @@ impl PolicySet {
         self.policies.iter().any(|p| p.reads_review)
     }
 
+    /// Whether any policy reads the [`input::document`] (every SIT policy does; a constraint's
+    /// input is Gatekeeper's, the review and its parameters only).
+    pub(crate) fn reads_document(&self) -> bool {
+        !self.policies.iter().all(Policy::is_constraint)
+    }
+
     /// Whether any Gatekeeper constraint is loaded.
     pub fn has_constraints(&self) -> bool {
         self.policies.iter().any(Policy::is_constraint)
