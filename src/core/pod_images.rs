@@ -37,6 +37,21 @@ const CONTAINER_LISTS: [(&str, ImageSource); 3] = [
     ("ephemeralContainers", ImageSource::EphemeralContainer),
 ];
 
+/// Where an entry sits in the pod spec (`spec.containers[1]`), for messages: written out only
+/// when one is made.
+#[derive(Debug, Clone, Copy)]
+struct Place<'p> {
+    at: &'p str,
+    field: &'static str,
+    index: usize,
+}
+
+impl std::fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}[{}]", self.at, self.field, self.index)
+    }
+}
+
 /// One image a pod pulls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodImage<'a> {
@@ -85,10 +100,14 @@ pub fn images<'a>(
     let mut out = Vec::with_capacity(total);
     // Container names are unique across the three lists (the API server requires it); a name
     // used twice would hide one image behind another in the policies' input.
-    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut seen: HashMap<String, Place> = HashMap::new();
     for (field, source) in CONTAINER_LISTS {
         for (i, item) in list(field)?.iter().enumerate() {
-            let here = format!("{at}.{field}[{i}]");
+            let here = Place {
+                at: &at,
+                field,
+                index: i,
+            };
             let Value::Object(container) = item else {
                 return Err(format!("{here} must be an object, got {}", kind(item)));
             };
@@ -99,7 +118,7 @@ pub fn images<'a>(
                     return Err(format!("{here}.name must be a string, got {}", kind(other)))
                 }
             };
-            if let Some(first) = seen.insert(name.clone(), here.clone()) {
+            if let Some(first) = seen.insert(name.clone(), here) {
                 return Err(format!(
                     "container name {name:?} is used twice ({first} and {here})"
                 ));
@@ -117,12 +136,16 @@ pub fn images<'a>(
                     ))
                 }
             };
-            out.push(checked(source, name, reference, &here)?);
+            out.push(checked(source, name, reference, here)?);
         }
     }
-    let mut volume_names: HashMap<String, String> = HashMap::new();
+    let mut volume_names: HashMap<String, Place> = HashMap::new();
     for (i, item) in volumes.iter().enumerate() {
-        let here = format!("{at}.volumes[{i}]");
+        let here = Place {
+            at: &at,
+            field: "volumes",
+            index: i,
+        };
         let Value::Object(volume) = item else {
             return Err(format!("{here} must be an object, got {}", kind(item)));
         };
@@ -133,7 +156,7 @@ pub fn images<'a>(
                 return Err(format!("{here}.name must be a string, got {}", kind(other)))
             }
         };
-        if let Some(first) = volume_names.insert(name.clone(), here.clone()) {
+        if let Some(first) = volume_names.insert(name.clone(), here) {
             return Err(format!(
                 "volume name {name:?} is used twice ({first} and {here})"
             ));
@@ -162,7 +185,7 @@ pub fn images<'a>(
                 ))
             }
         };
-        out.push(checked(ImageSource::ImageVolume, name, reference, &here)?);
+        out.push(checked(ImageSource::ImageVolume, name, reference, here)?);
     }
     Ok(out)
 }
@@ -171,7 +194,7 @@ fn checked<'a>(
     source: ImageSource,
     name: String,
     reference: &'a str,
-    here: &str,
+    here: Place,
 ) -> Result<PodImage<'a>, String> {
     image::parse(reference).map_err(|e| format!("{here} ({name:?}): {e}"))?;
     if image::is_local_image_id(reference) {
