@@ -4,7 +4,7 @@
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
 #      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
 #   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, the
-#      README's tour run as printed (integration/readme-tour.sh: a release build and the dev
+#      README's tour run as printed (integration/readme-tour.sh: `cargo build` and the dev
 #      server on 127.0.0.1:8443 and :9090), and a short run of every fuzz target
 #      (integration/fuzz/smoke.sh, FUZZ_SECONDS each, default 20);
 #   3. the helm chart: lint and render every mode, then install into a throwaway API server
@@ -35,7 +35,7 @@ step() { echo "== $* (at ${SECONDS} s; free disk: $(df -h --output=avail . | tai
 # builders' scripts are the same the steps call, which then find their results cached. A
 # background build's output is printed when it is awaited.
 background_dir=$(mktemp -d "${TMPDIR:-/tmp}/poolguard-builds.XXXXXX")
-declare -A background_pid=()
+declare -A background_pid=() background_start=()
 background() { # name command...
     local name=$1
     shift
@@ -43,8 +43,16 @@ background() { # name command...
     # own session (setsid), which would put it in its own scheduler autogroup, where nice counts
     # only against itself and it would take half the CPU from the steps in the foreground.
     set -m
-    nice -n 19 "$@" >"${background_dir}/${name}.log" 2>&1 &
+    # The subshell writes when the build ended (seconds into the run, as the step headings
+    # count), so that the log says which background build the later steps waited for.
+    (
+        rc=0
+        nice -n 19 "$@" || rc=$?
+        echo "${SECONDS}" >"${background_dir}/${name}.end"
+        exit "${rc}"
+    ) >"${background_dir}/${name}.log" 2>&1 &
     background_pid[${name}]=$!
+    background_start[${name}]=${SECONDS}
     set +m
     echo "[background] ${name}: started (pid $!)"
 }
@@ -57,7 +65,7 @@ await() { # name
         echo "[background] ${name}: FAILED (exit ${rc})" >&2
         exit 1
     fi
-    echo "[background] ${name}: done (waited $((SECONDS - start)) s)"
+    echo "[background] ${name}: done (ran from ${background_start[${name}]} s to $(cat "${background_dir}/${name}.end") s; waited $((SECONDS - start)) s)"
 }
 stop_background() {
     local pid
