@@ -16,8 +16,9 @@
 #    faults harness (src/bin/faults.rs: restarts of kube-apiserver and etcd, a killed poolguard,
 #    config flapping, certificate rotation, each under load; its table goes to WORK/faults.md and
 #    is printed), then the fail-closed test, which stops poolguard (and starts it again at its end).
-# Everything started is stopped on exit; on failure the work directory (logs) is kept and the
-# tails of the poolguard and kube-apiserver logs are printed. See integration/README.md.
+# Everything started is stopped on exit; on failure the work directory (logs) is kept, the tails
+# of the poolguard and kube-apiserver logs are printed, and last (where a CI log's end shows it)
+# the step that failed with its failing tests' or script's messages. See integration/README.md.
 #
 # Environment (all optional):
 #   KUBEBUILDER_ASSETS    prebuilt etcd/kube-apiserver/... instead of building them (build.sh)
@@ -39,7 +40,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${root}"
 
 log() { printf '[e2e] %s\n' "$*"; }
-die() { printf '[e2e] error: %s\n' "$*" >&2; exit 1; }
+# What failed is said again as the run's last lines (teardown), on stdout: a CI log that keeps only
+# its end still shows it.
+failure=""
+die() { failure="$*"; printf '[e2e] error: %s\n' "$*" >&2; exit 1; }
 
 pools_csv="${POOLGUARD_E2E_POOLS:-pool1,gpu}"
 IFS=',' read -r -a pools <<< "${pools_csv}"
@@ -57,6 +61,19 @@ cp_state="${work}/controlplane"
 ctl="${root}/integration/e2e/poolguard-ctl.sh"
 cp_started=0
 pg_env_written=0
+# The step running now, and the output of its commands (begin, run): on failure their failing
+# tests' messages are printed last.
+phase="the build"
+phase_out=""
+begin() { # name description
+    phase="$1"
+    phase_out="${work}/phase-$1.out"
+    : >"${phase_out}"
+    log "$2"
+}
+run() { # command...: run it, its output also kept in the phase's file
+    "$@" 2>&1 | tee -a "${phase_out}"
+}
 
 teardown() {
     local rc=$?
@@ -70,7 +87,8 @@ teardown() {
         fi
         if [[ -f "${cp_state}/logs/kube-apiserver.log" ]]; then
             printf '\n[e2e] ---- tail of the kube-apiserver log (%s)\n' "${cp_state}/logs/kube-apiserver.log"
-            tail -n 40 "${cp_state}/logs/kube-apiserver.log"
+            # (not the lines of its etcd client retrying, which fill a tail while etcd restarts)
+            grep -v 'addrConn.createTransport failed' "${cp_state}/logs/kube-apiserver.log" | tail -n 40
         fi
     fi
     if ((pg_env_written)); then
@@ -80,7 +98,13 @@ teardown() {
         integration/controlplane/stop.sh "${cp_state}"
     fi
     if ((rc != 0)); then
-        printf '\n[e2e] FAILED (exit %s); logs kept in %s\n' "${rc}" "${work}"
+        if [[ -s "${phase_out}" ]]; then
+            printf '\n[e2e] ---- what failed in %s (%s)\n' "${phase}" "${phase_out}"
+            grep -E -A8 'panicked at|^test [^ ]+ \.\.\. FAILED|^failures:$|FAIL|error' "${phase_out}" |
+                grep -v 'addrConn.createTransport failed' | tail -n 40
+        fi
+        [[ -z "${failure}" ]] || printf '[e2e] error: %s\n' "${failure}"
+        printf '\n[e2e] FAILED in %s (exit %s); logs kept in %s\n' "${phase}" "${rc}" "${work}"
     else
         rm -rf -- "${work}"
         log "PASSED"
@@ -127,6 +151,7 @@ log "poolguard: $("${poolguard}" --version)"
 log "build: $(since "${t_build}")s"
 
 # --- 2. control plane and nodes ----------------------------------------------------
+phase="the control plane"
 t_cluster="$(now)"
 # mTLS from the API server: kube-apiserver presents a client certificate to every webhook
 # (AdmissionConfiguration -> kubeconfig, user "*"), signed by a client CA that poolguard alone
@@ -170,10 +195,13 @@ plugins:
 ADMISSION
 # No kubelet heartbeats: without the node lifecycle controller the fake nodes stay Ready and
 # untainted.
+# (start.sh's messages are kept for the failure's summary as well; a start that fails stops what
+# it started, so the kube-apiserver log's tail then shows only its shutdown.)
+begin controlplane "starting the control plane (integration/controlplane/start.sh)"
 POOLGUARD_CP_BIN="${cp_bin}" POOLGUARD_CP_CONTROLLERS=1 \
     POOLGUARD_CP_CONTROLLER_MANAGER_ARGS='--controllers=*,-node-lifecycle-controller' \
     POOLGUARD_CP_APISERVER_ARGS="${POOLGUARD_CP_APISERVER_ARGS:-} --admission-control-config-file=${work}/client-ca/admission.yaml" \
-    integration/controlplane/start.sh "${cp_state}" >/dev/null
+    integration/controlplane/start.sh "${cp_state}" 2>&1 >/dev/null | tee -a "${phase_out}" >&2
 cp_started=1
 export KUBECONFIG="${cp_state}/kubeconfig"
 kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
@@ -201,6 +229,7 @@ kubectl get nodes -L "${label}"
 log "cluster: $(since "${t_cluster}")s"
 
 # --- 3. poolguard and its webhooks --------------------------------------------------
+phase="poolguard's setup"
 t_pg="$(now)"
 # The CA's key is kept (WORK/ca): the faults suite signs new serving certificates with it, which
 # the webhooks' caBundle (ca.crt) keeps trusting.
@@ -242,11 +271,11 @@ suite() { [[ "${suites}" == *" $1 "* ]]; }
 # MutatingAdmissionPolicy/ValidatingAdmissionPolicy objects decide alone, and every case must
 # come out as poolguard's webhook code decides it (the test removes the objects again).
 if suite native; then
-    log "suite: native"
-    cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
+    begin native "suite: native"
+    run cargo test --locked -p poolguard-e2e --test native -- --ignored --nocapture
     # The leader keeps them written (serve --native-apply), registers the webhooks only as their
     # fallback (--native-fallback), and the objects decide with poolguard down.
-    KUBECTL="${cp_bin}/kubectl" POOLGUARD_CP_STATE="${cp_state}" SWITCH_PROXY="${target_dir}/debug/switch_proxy" \
+    run env KUBECTL="${cp_bin}/kubectl" POOLGUARD_CP_STATE="${cp_state}" SWITCH_PROXY="${target_dir}/debug/switch_proxy" \
         integration/e2e/native-leader.sh "${poolguard}" "${work}/native-leader" "${work}/certs"
 fi
 
@@ -254,6 +283,7 @@ fi
 # chart registers a pool-authority webhook for it as it does for webhook.namespaceMatchLabels.
 # PolicyExceptions are written and checked by tests/exceptions.rs's own replica and webhook
 # (this poolguard's config names no namespace where they count, so its webhook would refuse all).
+phase="the webhooks' registration"
 integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
     --set 'config.poolAuthority.guardedLabels={e2e.poolguard.io/opted-in}' \
     --set exceptions.enabled=false \
@@ -305,72 +335,71 @@ read -r -a filters <<< "${POOLGUARD_E2E_FILTER:-}"
 repeat="${POOLGUARD_E2E_REPEAT:-1}"
 t_e2e="$(now)"
 if suite e2e; then
-    for ((run = 1; run <= repeat; run++)); do
-        log "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${run}" "${repeat}")"
-        # The proxy native-leader.sh moves poolguard between two API servers with.
-cargo build --locked -p poolguard-e2e --bin switch_proxy
-cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
+    for ((pass = 1; pass <= repeat; pass++)); do
+        begin e2e "running tests/e2e.rs${filters[*]:+ (filter: ${filters[*]})}$( ((repeat > 1)) && printf ' (run %s of %s)' "${pass}" "${repeat}")"
+        run cargo test --locked -p poolguard-e2e --test e2e -- --nocapture "${filters[@]}"
     done
 fi
 if suite bypasses; then
-    log "running tests/bypasses.rs (what a namespace editor might try)"
+    begin bypasses "running tests/bypasses.rs (what a namespace editor might try)"
     # The two tests about size run alone first, each with poolguard's peak RSS reset before it
     # (clear_refs 5) and read after it: the memory they cost through the API server.
     pg_pid="$(cat "${work}/poolguard.pid")"
     for t in wide_objects_are_refused_clearly large_storable_objects_are_decided; do
         echo 5 > "/proc/${pg_pid}/clear_refs"
         rss_before="$(awk '/VmRSS/ {print $2}' "/proc/${pg_pid}/status")"
-        cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --exact "${t}"
+        run cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --exact "${t}"
         log "poolguard RSS during ${t}: peak $(awk '/VmHWM/ {print $2}' "/proc/${pg_pid}/status") kB (${rss_before} kB before)"
     done
-    cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
+    run cargo test --locked -p poolguard-e2e --test bypasses -- --nocapture --skip wide_objects --skip large_storable
 fi
 if suite match_conditions; then
-    log "running tests/match_conditions.rs (which UPDATEs the chart's matchConditions leave out; one test at a time, they read poolguard's request counter)"
-    POOLGUARD_E2E_METRICS_ADDR="127.0.0.1:${metrics_port}" \
+    begin match_conditions "running tests/match_conditions.rs (which UPDATEs the chart's matchConditions leave out; one test at a time, they read poolguard's request counter)"
+    run env POOLGUARD_E2E_METRICS_ADDR="127.0.0.1:${metrics_port}" \
         cargo test --locked -p poolguard-e2e --test match_conditions -- --nocapture --test-threads=1
 fi
 if suite cert_renewal; then
-    log "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
-    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
+    begin cert_renewal "running tests/cert_renewal.rs (a second poolguard with --manage-certs and short lifetimes)"
+    run env POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test cert_renewal -- --nocapture
 fi
 if suite audit; then
-    log "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
-    POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="${config}" \
+    begin audit "running tests/audit.rs (two more poolguard replicas auditing the test's namespaces, one killed)"
+    run env POOLGUARD_BIN="${poolguard}" POOLGUARD_E2E_CONFIG_FILE="${config}" \
         cargo test --locked -p poolguard-e2e --test audit -- --nocapture
 fi
 if suite exceptions; then
-    log "running tests/exceptions.rs (a poolguard replica reading PolicyExceptions: admitted with a warning, reported skip, refused and reported fail once expired; bad exceptions refused)"
-    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test exceptions -- --nocapture
+    begin exceptions "running tests/exceptions.rs (a poolguard replica reading PolicyExceptions: admitted with a warning, reported skip, refused and reported fail once expired; bad exceptions refused)"
+    run env POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test exceptions -- --nocapture
 fi
 if suite rollout; then
-    log "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
-    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
+    begin rollout "running tests/rollout.rs (two more poolguard replicas rolling a policy out over three groups)"
+    run env POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test rollout -- --nocapture
 fi
 if suite gatekeeper; then
-    log "running tests/gatekeeper.rs (a poolguard replica with --gatekeeper-dir: a K8sAllowedRepos constraint denies, warns in a rollout group, is reported; one with --gatekeeper-from-cluster follows the cluster's templates and constraints)"
-    POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test gatekeeper -- --nocapture --test-threads=1
+    begin gatekeeper "running tests/gatekeeper.rs (a poolguard replica with --gatekeeper-dir: a K8sAllowedRepos constraint denies, warns in a rollout group, is reported; one with --gatekeeper-from-cluster follows the cluster's templates and constraints)"
+    run env POOLGUARD_BIN="${poolguard}" cargo test --locked -p poolguard-e2e --test gatekeeper -- --nocapture --test-threads=1
 fi
 if suite faults; then
-    log "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"
+    begin faults "running the faults harness (src/bin/faults.rs: faults of the control plane and of poolguard under load)"
     t_faults="$(now)"
     faults_rc=0
-    cargo run --locked -q -p poolguard-e2e --bin faults -- --work-dir "${work}" --controlplane "${cp_state}" \
+    run cargo run --locked -q -p poolguard-e2e --bin faults -- --work-dir "${work}" --controlplane "${cp_state}" \
         --ca-dir "${work}/ca" --pool "${pools[0]}" --label "${label}" --out "${work}/faults.md" || faults_rc=$?
     [[ -f "${work}/faults.md" ]] && cat "${work}/faults.md"
     log "faults suite: $(since "${t_faults}")s"
     ((faults_rc == 0)) || die "the faults harness failed (exit ${faults_rc})"
 fi
 if suite placement; then
-    log "running tests/placement.rs (placement policies choose the pools of pods in namespaces labelled ${label}=auto)"
-    cargo test --locked -p poolguard-e2e --test placement -- --nocapture
+    begin placement "running tests/placement.rs (placement policies choose the pools of pods in namespaces labelled ${label}=auto)"
+    run cargo test --locked -p poolguard-e2e --test placement -- --nocapture
 fi
 if suite fail_closed; then
-    log "running tests/fail_closed.rs (stops poolguard, then starts it again)"
-    cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
+    begin fail_closed "running tests/fail_closed.rs (stops poolguard, then starts it again)"
+    run cargo test --locked -p poolguard-e2e --test fail_closed -- --ignored --nocapture
 fi
 
 # --- 5. API server gone: poolguard answers from its namespace cache ------------------------------
+phase="the API server outage"
 log "API server down: poolguard must keep answering from its namespace cache, and fail closed on the unknown"
 kubectl create namespace pg-e2e-cached >/dev/null
 kubectl label namespace pg-e2e-cached "${label}=${pools[0]}" >/dev/null

@@ -2,7 +2,8 @@
 # The whole test suite (up to 75 minutes cold on 2 cores, root, about 25 GB of disk; what it needs is
 # checked first by integration/preflight.sh, and `.ci/run` installs it):
 #   1. unit, table, CLI and HTTPS server tests of every workspace crate (cargo test: the pure core,
-#      the shells, the test client; the end-to-end crate runs in steps 4 and 5);
+#      the shells, the test client; of the end-to-end crate, its unit tests here, its suites in
+#      steps 4 and 5);
 #   2. the shipped Rego policies' own tests (poolguard policy test), SIT and placement, the
 #      README's tour run as printed (integration/readme-tour.sh: `cargo build` and the dev
 #      server on 127.0.0.1:8443 and :9090), and a short run of every fuzz target
@@ -88,6 +89,9 @@ background go-tools bash -c 'bash integration/helm/helm.sh >/dev/null &&
 step "cargo test"
 # Every workspace crate but the end-to-end tests, which need a cluster (steps 4 and 5 run them).
 cargo test --locked --workspace --exclude poolguard-e2e
+# The end-to-end crate's own unit tests need no cluster: its helpers, the faults harness's
+# accounting, the chart linter.
+cargo test --locked -p poolguard-e2e --lib --bins
 step "policy test"
 cargo run --locked --quiet -- policy test --policies-dir policies
 cargo run --locked --quiet -- policy test --policies-dir policies/placement

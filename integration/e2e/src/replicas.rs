@@ -2,10 +2,13 @@
 //! against the cluster of KUBECONFIG: the audit and rollout tests run two replicas with short
 //! intervals and kill or restart them.
 
-use std::net::SocketAddr;
+use std::collections::BTreeSet;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 /// The poolguard binary (POOLGUARD_BIN).
 pub fn binary() -> Result<String> {
@@ -30,9 +33,46 @@ pub async fn certificates(id: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// A free loopback address (bound, then released).
+/// The ports [`free_address`] hands out: `(first, count)`, between 15000 and the kernel's
+/// ephemeral range, as integration/controlplane/free-port.sh picks them. A port from that range
+/// (what binding port 0 gives) may be taken by any outgoing connection's local port before the
+/// server it was picked for binds it.
+fn port_range(ephemeral: &str) -> (u16, u16) {
+    let mut bounds = ephemeral.split_whitespace().map(str::parse::<u32>);
+    let (lo, hi) = match (bounds.next(), bounds.next()) {
+        (Some(Ok(lo)), Some(Ok(hi))) => (lo, hi),
+        _ => (32768, 60999),
+    };
+    if lo >= 15000 + 2000 {
+        (15000, (lo - 15000).min(u32::from(u16::MAX)) as u16)
+    } else if hi + 2000 <= 65535 {
+        ((hi + 1) as u16, (65535 - hi) as u16)
+    } else {
+        (20000, 40000)
+    }
+}
+
+/// A free loopback address outside the ephemeral range (bound, then released), never one this
+/// process has handed out before.
 pub fn free_address() -> Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    static HANDED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let (first, count) = port_range(&ephemeral);
+    let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..200 {
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_usize(handed.len());
+        let port = first + (random.finish() % u64::from(count)) as u16;
+        if handed.contains(&port) {
+            continue;
+        }
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            handed.insert(port);
+            return Ok(listener.local_addr()?);
+        }
+    }
+    bail!("no free loopback port found between {first} and {}", u32::from(first) + u32::from(count) - 1)
 }
 
 /// One running replica.
@@ -122,5 +162,28 @@ impl Scratch {
             .await;
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_dir_all(&self.certs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_picked_outside_the_ephemeral_range() {
+        // Linux's default: below it, above Kubernetes' 10xxx defaults.
+        assert_eq!(port_range("32768\t60999\n"), (15000, 17768));
+        // A range starting low: above it.
+        assert_eq!(port_range("1024 50000"), (50001, 15535));
+        // One covering nearly everything, or unreadable: the wide range.
+        assert_eq!(port_range("1024 65000"), (20000, 40000));
+        assert_eq!(port_range(""), (15000, 17768));
+        let ephemeral =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+        let (first, count) = port_range(&ephemeral);
+        let addr = free_address().unwrap();
+        let picked = u32::from(first)..u32::from(first) + u32::from(count);
+        assert!(picked.contains(&u32::from(addr.port())), "{addr} not in {picked:?}");
+        assert_ne!(free_address().unwrap(), addr, "a port is handed out once");
     }
 }

@@ -14,6 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
+use poolguard_e2e::replicas;
 use poolguard_testclient::{client_config, peer_certificate, pem_certs, TlsClient};
 use serde_json::json;
 
@@ -44,10 +45,7 @@ async fn certificates_renew_without_a_failed_admission() -> Result<()> {
     let id = suffix();
     let ns_name = format!("pg-renew-{id}");
     let hook_name = format!("poolguard-renewal-{id}");
-    let free = || -> Result<std::net::SocketAddr> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-    };
-    let (addr, addr2) = (free()?, free()?);
+    let (addr, addr2) = (replicas::free_address()?, replicas::free_address()?);
     let port = addr.port();
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
