@@ -100,8 +100,14 @@ teardown() {
     if ((rc != 0)); then
         if [[ -s "${phase_out}" ]]; then
             printf '\n[e2e] ---- what failed in %s (%s)\n' "${phase}" "${phase_out}"
-            grep -E -A8 'panicked at|^test [^ ]+ \.\.\. FAILED|^failures:$|FAIL|error' "${phase_out}" |
-                grep -v 'addrConn.createTransport failed' | tail -n 40
+            # All of it when short (a script's), else the lines about failures and what follows them.
+            if (($(wc -l <"${phase_out}") <= 40)); then
+                cat "${phase_out}"
+            else
+                grep -iE -A6 'panicked at|^test [^ ]+ \.\.\. FAILED|^failures:$|FAIL|error' "${phase_out}" |
+                    grep -vE 'addrConn.createTransport failed|^stack backtrace:|^ +[0-9]+: |^ +at ' |
+                    tail -n 40
+            fi
         fi
         [[ -z "${failure}" ]] || printf '[e2e] error: %s\n' "${failure}"
         printf '\n[e2e] FAILED in %s (exit %s); logs kept in %s\n' "${phase}" "${rc}" "${work}"

@@ -72,7 +72,10 @@ pub fn free_address() -> Result<SocketAddr> {
             return Ok(listener.local_addr()?);
         }
     }
-    bail!("no free loopback port found between {first} and {}", u32::from(first) + u32::from(count) - 1)
+    bail!(
+        "no free loopback port found between {first} and {}",
+        u32::from(first) + u32::from(count) - 1
+    )
 }
 
 /// One running replica.
@@ -183,7 +186,10 @@ mod tests {
         let (first, count) = port_range(&ephemeral);
         let addr = free_address().unwrap();
         let picked = u32::from(first)..u32::from(first) + u32::from(count);
-        assert!(picked.contains(&u32::from(addr.port())), "{addr} not in {picked:?}");
+        assert!(
+            picked.contains(&u32::from(addr.port())),
+            "{addr} not in {picked:?}"
+        );
         assert_ne!(free_address().unwrap(), addr, "a port is handed out once");
     }
 }
