@@ -50,7 +50,10 @@ root="$(pwd)"
 manifests="${root}/integration/karpenter/manifests"
 
 log() { printf '[karpenter-test] %s\n' "$*"; }
-die() { printf '[karpenter-test] error: %s\n' "$*" >&2; exit 1; }
+# What failed is said again as the run's last lines (teardown): a CI log that keeps only its end,
+# after the log tails, still shows it.
+error="" failures_said=()
+die() { error="$*"; printf '[karpenter-test] error: %s\n' "$*" >&2; exit 1; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -106,6 +109,12 @@ teardown() {
         wait "${pid}" 2>/dev/null
     done
     ((cp_started)) && integration/controlplane/stop.sh "${cp_state}" >/dev/null 2>&1
+    if ((rc != 0)); then
+        for entry in "${failures_said[@]}"; do
+            printf '[karpenter-test] FAIL: %s\n' "${entry}"
+        done
+        [[ -z "${error}" ]] || printf '[karpenter-test] error: %s\n' "${error}"
+    fi
     if ((rc != 0)) || [[ "${KEEP_WORK:-0}" == 1 ]]; then
         printf '[karpenter-test] %s; logs kept in %s\n' \
             "$( ((rc == 0)) && echo PASSED || echo "FAILED (exit ${rc})")" "${work}"
@@ -268,7 +277,7 @@ log "poolguard serving and its webhooks active in $(since "${t_pg}")s"
 # --- 4. the checks --------------------------------------------------------------------
 failures=0
 pass() { log "PASS: $*"; }
-fail() { log "FAIL: $*"; failures=$((failures + 1)); }
+fail() { log "FAIL: $*"; failures=$((failures + 1)); failures_said+=("$*"); }
 timings=() # "pod namespace requests nodepool instance-type seconds"
 
 pod_manifest() { # namespace name cpu [gpus] [nodepool it selects]

@@ -59,7 +59,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${root}"
 
 log() { printf '[kind] %s\n' "$*" >&2; }
-die() { log "error (${phase:-setup}): $*"; exit 1; }
+# What failed is said again as the run's last lines (cleanup): a CI log that keeps only its end,
+# after the nodes' state and the cluster's deletion, still shows it.
+error=""
+die() { error="error (${phase:-setup}): $*"; log "${error}"; exit 1; }
 
 ((EUID == 0)) || die "run as root: podman runs kind's nodes as privileged containers"
 for cmd in podman buildah mmdebstrap cargo jq go; do
@@ -74,8 +77,9 @@ pools=(pool1 gpu)
 sel="app.kubernetes.io/name=poolguard,app.kubernetes.io/instance=${release}"
 
 passed=0 failed=0
+failures=()
 ok() { passed=$((passed + 1)); log "ok: $*"; }
-bad() { failed=$((failed + 1)); log "FAILED: $*"; }
+bad() { failed=$((failed + 1)); failures+=("(${phase}) $*"); log "FAILED: $*"; }
 declare -A timing=()
 timing_order=()
 phase="" phase_start=${SECONDS} t_total=${SECONDS}
@@ -105,6 +109,14 @@ cleanup() {
         fi
     fi
     [[ "${KEEP_CLUSTER:-0}" == 1 ]] || rm -rf -- "${work}"
+    if ((rc != 0 || failed > 0)); then
+        local f
+        for f in "${failures[@]}"; do
+            log "FAILED: ${f}"
+        done
+        [[ -z "${error}" ]] || log "${error}"
+        log "FAILED: ${passed} passed, ${failed} failed (exit ${rc})"
+    fi
 }
 trap cleanup EXIT
 export KUBECONFIG="${work}/kubeconfig"
