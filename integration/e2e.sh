@@ -61,15 +61,15 @@ cp_state="${work}/controlplane"
 ctl="${root}/integration/e2e/poolguard-ctl.sh"
 cp_started=0
 pg_env_written=0
-# The step running now, and the output of its commands (begin, run): on failure their failing
-# tests' messages are printed last.
-phase="the build"
-phase_out=""
-begin() { # name description
+# The step running now, and the output of its commands run through `run` (WORK/phase-NAME.out):
+# on failure their failing tests' or script's messages are printed last. Every step starts with
+# `begin`, so a step never reports the output of the one before it.
+phase="" phase_out=""
+begin() { # name [description]
     phase="$1"
     phase_out="${work}/phase-$1.out"
     : >"${phase_out}"
-    log "$2"
+    [[ -z "${2:-}" ]] || log "$2"
 }
 run() { # command...: run it, its output also kept in the phase's file
     "$@" 2>&1 | tee -a "${phase_out}"
@@ -128,6 +128,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 source integration/controlplane/free-port.sh
 
 # --- 1. build ------------------------------------------------------------------
+begin build
 t_build="$(now)"
 log "building the control plane (integration/controlplane/build.sh)"
 cp_bin="$(integration/controlplane/build.sh | tail -n1)"
@@ -157,7 +158,7 @@ log "poolguard: $("${poolguard}" --version)"
 log "build: $(since "${t_build}")s"
 
 # --- 2. control plane and nodes ----------------------------------------------------
-phase="the control plane"
+begin cluster
 t_cluster="$(now)"
 # mTLS from the API server: kube-apiserver presents a client certificate to every webhook
 # (AdmissionConfiguration -> kubeconfig, user "*"), signed by a client CA that poolguard alone
@@ -201,14 +202,15 @@ plugins:
 ADMISSION
 # No kubelet heartbeats: without the node lifecycle controller the fake nodes stay Ready and
 # untainted.
-# (start.sh's messages are kept for the failure's summary as well; a start that fails stops what
-# it started, so the kube-apiserver log's tail then shows only its shutdown.)
+# (start.sh's messages are kept for the failure's summary: a start that fails stops what it
+# started, so the kube-apiserver log's tail then shows only its shutdown.)
 begin controlplane "starting the control plane (integration/controlplane/start.sh)"
-POOLGUARD_CP_BIN="${cp_bin}" POOLGUARD_CP_CONTROLLERS=1 \
+run env POOLGUARD_CP_BIN="${cp_bin}" POOLGUARD_CP_CONTROLLERS=1 \
     POOLGUARD_CP_CONTROLLER_MANAGER_ARGS='--controllers=*,-node-lifecycle-controller' \
     POOLGUARD_CP_APISERVER_ARGS="${POOLGUARD_CP_APISERVER_ARGS:-} --admission-control-config-file=${work}/client-ca/admission.yaml" \
-    integration/controlplane/start.sh "${cp_state}" 2>&1 >/dev/null | tee -a "${phase_out}" >&2
+    integration/controlplane/start.sh "${cp_state}"
 cp_started=1
+begin nodes
 export KUBECONFIG="${cp_state}/kubeconfig"
 kubectl() { "${cp_bin}/kubectl" --request-timeout=10s "$@"; }
 
@@ -235,7 +237,7 @@ kubectl get nodes -L "${label}"
 log "cluster: $(since "${t_cluster}")s"
 
 # --- 3. poolguard and its webhooks --------------------------------------------------
-phase="poolguard's setup"
+begin setup
 t_pg="$(now)"
 # The CA's key is kept (WORK/ca): the faults suite signs new serving certificates with it, which
 # the webhooks' caBundle (ca.crt) keeps trusting.
@@ -289,7 +291,7 @@ fi
 # chart registers a pool-authority webhook for it as it does for webhook.namespaceMatchLabels.
 # PolicyExceptions are written and checked by tests/exceptions.rs's own replica and webhook
 # (this poolguard's config names no namespace where they count, so its webhook would refuse all).
-phase="the webhooks' registration"
+begin webhooks
 integration/e2e/webhooks.sh "https://127.0.0.1:${pg_port}" "${work}/certs/ca.crt" "${label}" \
     --set 'config.poolAuthority.guardedLabels={e2e.poolguard.io/opted-in}' \
     --set exceptions.enabled=false \
@@ -405,7 +407,7 @@ if suite fail_closed; then
 fi
 
 # --- 5. API server gone: poolguard answers from its namespace cache ------------------------------
-phase="the API server outage"
+begin outage
 log "API server down: poolguard must keep answering from its namespace cache, and fail closed on the unknown"
 kubectl create namespace pg-e2e-cached >/dev/null
 kubectl label namespace pg-e2e-cached "${label}=${pools[0]}" >/dev/null
