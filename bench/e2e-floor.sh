@@ -49,6 +49,10 @@
 #       static     every validation with its static message only, no messageExpression: what
 #                  the detailed messages cost (kube-apiserver evaluates messageExpressions on
 #                  every request, in an activation of their own)
+#       shared-static  shared and static together
+#       refused    each validating policy that does not read the namespace evaluated only for a
+#                  request it refuses (a matchCondition, the negation of its validations with the
+#                  variables inlined): what messages only on refusal would save
 #       baseline   the objects another poolguard binary generates (NATIVE_BASELINE_BIN, e.g.
 #                  one built from an earlier commit), unchanged: a change to the generator
 #                  measured against what it replaces, in the same run
@@ -208,8 +212,8 @@ for variant in ${variants[@]+"${variants[@]}"}; do
         continue
     fi
     [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == merged || "${variant}" == shared ||
-        "${variant}" == static || "${variant}" == drop-?* || "${variant}" == baseline ]] ||
-        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, static, baseline, handwritten)"
+        "${variant}" == static || "${variant}" == shared-static || "${variant}" == refused || "${variant}" == drop-?* || "${variant}" == baseline ]] ||
+        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, static, shared-static, refused, baseline, handwritten)"
     generator="${work}/poolguard"
     if [[ "${variant}" == baseline ]]; then
         [[ -x "${NATIVE_BASELINE_BIN:-}" ]] || die "NATIVE_VARIANTS: baseline needs NATIVE_BASELINE_BIN (a poolguard binary)"

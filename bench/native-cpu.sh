@@ -16,6 +16,10 @@
 # base cost) and `generated` (what this checkout's `poolguard native` prints for the e2e config
 # and the shipped policies). `none` is always measured.
 #
+# NATIVE_VARIANTS="static shared-static refused handwritten ..." adds one arm per variant, named
+# after it: the generated objects changed as bench/e2e/native_variant.py says (the variants of
+# bench/e2e-floor.sh, `baseline` aside), or bench/e2e/handwritten-native.yaml for `handwritten`.
+#
 # Environment: RUNS (3), PROFILE_SECONDS (25), POOLGUARD_BIN (default: cargo build, debug),
 #   POOLGUARD_CP_BIN (prebuilt control plane binaries; default integration/controlplane/build.sh),
 #   PROFILES_DIR (keep each round's profile there as ARM-ROUND.pprof, for `go tool pprof`).
@@ -68,6 +72,25 @@ for arg in "$@"; do
     files[${name}]=${file}
 done
 
+read -r -a variants <<<"${NATIVE_VARIANTS:-}"
+declare -A lists=()
+for variant in ${variants[@]+"${variants[@]}"}; do
+    [[ $variant =~ ^[a-z0-9-]+$ && $variant != none && $variant != baseline && -z ${files[${variant}]:-} ]] ||
+        die "NATIVE_VARIANTS: ${variant} is not a variant of bench/e2e/native_variant.py or handwritten"
+    arms+=("${variant}")
+    if [[ $variant == handwritten ]]; then
+        lists[${variant}]=bench/e2e/handwritten-native.yaml
+        continue
+    fi
+    # Named floor-<variant>-… by native_variant.py, bound to the variant's namespace label.
+    "${poolguard}" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
+        --namespace-match-label "poolguard-floor=${variant}" |
+        python3 -c 'import json, sys, yaml; [print(json.dumps(d)) for d in yaml.safe_load_all(sys.stdin) if d]' |
+        python3 bench/e2e/native_variant.py "${variant}" >"${work}/variant-${variant}.json" ||
+        die "NATIVE_VARIANTS: ${variant}: bench/e2e/native_variant.py refused it"
+    lists[${variant}]="${work}/variant-${variant}.json"
+done
+
 POOLGUARD_CP_BIN="${cp_bin}" integration/controlplane/start.sh "${cp_state}" >/dev/null
 # shellcheck disable=SC1091
 source "${cp_state}/env"
@@ -93,6 +116,8 @@ for item in items:
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 PY
         "${kubectl[@]}" apply --server-side --field-manager poolguard -f "${work}/objects-${arm}.json" >/dev/null
+    elif [[ -n ${lists[${arm}]:-} ]]; then
+        "${kubectl[@]}" apply --server-side --field-manager poolguard -f "${lists[${arm}]}" >/dev/null
     fi
 done
 for arm in "${arms[@]}"; do

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""One NATIVE_VARIANTS arm of bench/e2e-floor.sh: reads the objects `poolguard native` generated
-for the arm's namespace label (a JSON stream, as `kubectl create --dry-run=client -o json`
-prints it) and prints them as a v1 List, renamed floor-<variant>-... and changed as the variant
-says:
+"""One NATIVE_VARIANTS arm of bench/e2e-floor.sh or bench/native-cpu.sh: reads the objects
+`poolguard native` generated for the arm's namespace label (a JSON stream, as `kubectl create
+--dry-run=client -o json` prints it) and prints them as a v1 List, renamed floor-<variant>-...
+and changed as the variant says:
 
+  baseline   unchanged (renamed only; bench/e2e-floor.sh generates it with another binary)
   never      the MutatingAdmissionPolicy at reinvocationPolicy: Never
   noskip     the MutatingAdmissionPolicy without its matchCondition
   drop-NAME  without the policy poolguard-NAME and its binding
@@ -20,6 +21,15 @@ says:
              messageExpressions on every request, admitted or not, in an activation of their own
              (the object converted and the variables worked out again), so a generated message,
              which tests its validation first, costs that validation a second time
+  refused    each validating policy that does not read the namespace evaluated only for a
+             request it refuses: a matchCondition `refused`, true when one of its validations
+             fails, after its other matchConditions; an admitted request then costs that
+             condition alone, not the validations and their messageExpressions. kube-apiserver
+             gives a matchCondition neither the policy's variables (inlined here, so one read
+             twice is worked out twice) nor the namespace (`namespaceObject` has no fields there),
+             nor `cel.bind`
+  shared-static  shared and static together: one validating policy, its shared variables worked
+             out once, no messageExpression
 
 usage: native_variant.py VARIANT < objects.json > list.json
 """
@@ -65,8 +75,29 @@ def prefixed(policy, prefix, known):
     return variables, validations
 
 
+def inlined(expression, variables):
+    """`expression` with every `variables.NAME` replaced by NAME's expression (inlined in turn), in
+    brackets: a matchCondition cannot read the policy's variables, nor bind its own (`cel.bind`
+    is not in its environment), so a variable read twice is worked out twice."""
+    exprs = {v["name"]: v["expression"] for v in variables}
+    done = {}
+
+    def expand(text):
+        return re.sub(r"variables\.(\w+)", lambda m: f"({resolve(m.group(1))})", text)
+
+    def resolve(name):
+        if name not in done:
+            done[name] = expand(exprs[name])
+        return done[name]
+
+    return expand(expression)
+
+
 def main():
     variant = sys.argv[1]
+    known = ("never", "noskip", "merged", "shared", "static", "shared-static", "refused", "baseline")
+    if variant not in known and not (variant.startswith("drop-") and len(variant) > len("drop-")):
+        sys.exit(f"native_variant.py: unknown variant {variant} ({', '.join(known)}, drop-NAME)")
     items = stream(sys.stdin.read())
     dropped = "poolguard-" + variant[len("drop-"):] if variant.startswith("drop-") else None
     if dropped:
@@ -74,7 +105,7 @@ def main():
         if len(kept) != len(items) - 2:
             sys.exit(f"NATIVE_VARIANTS: {variant}: no policy and binding named {dropped}")
         items = kept
-    if variant in ("merged", "shared"):
+    if variant in ("merged", "shared", "shared-static"):
         folded = [i for i in items if i["kind"] == "ValidatingAdmissionPolicy" and ".pool-" not in i["metadata"]["name"]]
         if len(folded) < 2:
             sys.exit("NATIVE_VARIANTS: merged: fewer than two policies to fold")
@@ -83,7 +114,7 @@ def main():
         merged = json.loads(json.dumps(folded[0]))
         merged["metadata"]["name"] = "poolguard-merged"
         merged["spec"]["variables"], merged["spec"]["validations"] = [], []
-        known = {} if variant == "shared" else None
+        known = {} if variant in ("shared", "shared-static") else None
         for n, policy in enumerate(folded):
             if policy["spec"].get("matchConditions") != merged["spec"].get("matchConditions"):
                 sys.exit("NATIVE_VARIANTS: merged: the policies' matchConditions differ")
@@ -104,7 +135,14 @@ def main():
                 item["spec"]["reinvocationPolicy"] = "Never"
             elif variant == "noskip":
                 del item["spec"]["matchConditions"]
-        if item["kind"] == "ValidatingAdmissionPolicy" and variant == "static":
+        if item["kind"] == "ValidatingAdmissionPolicy" and variant == "refused":
+            conjunction = " && ".join(f"({v['expression']})" for v in item["spec"]["validations"])
+            refused = inlined(f"!({conjunction})", item["spec"].get("variables", []))
+            # kube-apiserver evaluates matchConditions without the namespace (namespaceObject
+            # has no fields there): a policy that reads it keeps its messages' cost.
+            if "namespaceObject" not in refused:
+                item["spec"].setdefault("matchConditions", []).append({"name": "refused", "expression": refused})
+        if item["kind"] == "ValidatingAdmissionPolicy" and variant in ("static", "shared-static"):
             for validation in item["spec"]["validations"]:
                 validation.pop("messageExpression", None)
         out.append(item)
