@@ -49,41 +49,14 @@ trap stop_server EXIT
 . "$B/prepare.sh"
 
 
-# CORE_POLICY=gatekeeper: both servers run a Gatekeeper ConstraintTemplate and a constraint of it
-# instead of the shipped policies: testdata/gatekeeper/allowedrepos's K8sAllowedRepos, its
-# constraint given the repositories the shipped benchmark allows (so the same pods pass and
-# fail); poolguard from --gatekeeper-dir with no SIT policy, OPA the template's Rego with
-# Gatekeeper's input (bench/opa/gatekeeper.rego). Writes bench/results/cores-gatekeeper.{md,json}.
-CORE_POLICY=${CORE_POLICY:-shipped}
+# CORE_POLICY=gatekeeper (bench/prepare.sh): both servers run a Gatekeeper ConstraintTemplate and
+# a constraint of it instead of the shipped policies. Writes bench/results/cores-gatekeeper.{md,json}.
 REPORT=cores
 TITLE="poolguard vs OPA"
-case "$CORE_POLICY" in
-  shipped) ;;
-  gatekeeper)
-    GK=$W/gatekeeper/constraints
-    mkdir -p "$W/gatekeeper/policies" "$GK"
-    printf 'namespaceLabel: agentpool\nnodeSelectorKey: agentpool\n' >"$W/gatekeeper/config.yaml"
-    python3 - "$ROOT/testdata/gatekeeper/allowedrepos" "$W/gatekeeper" <<'PY'
-import json, shutil, sys, yaml
-source, out = sys.argv[1:3]
-template = yaml.safe_load(open(f"{source}/template.yaml"))
-constraint = yaml.safe_load(open(f"{source}/constraint.yaml"))
-constraint["spec"]["parameters"] = {"repos": ["registry.example.com/", "registry.k8s.io/"]}
-shutil.copy(f"{source}/template.yaml", f"{out}/constraints/template.yaml")
-yaml.safe_dump(constraint, open(f"{out}/constraints/constraint.yaml", "w"))
-open(f"{out}/template.rego", "w").write(template["spec"]["targets"][0]["rego"])
-json.dump({"parameters": constraint["spec"]["parameters"]}, open(f"{out}/data.json", "w"))
-PY
-    PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$W/gatekeeper/config.yaml"
-      --policies-dir "$W/gatekeeper/policies" --gatekeeper-dir "$GK" "${PG_LISTEN[@]}")
-    OPA_CMD=("$OPA" run --server --v0-compatible "${OPA_LISTEN[@]}"
-      "$W/gatekeeper/template.rego" "$B/opa/gatekeeper.rego" "$W/gatekeeper/data.json")
-    OPA_URL=https://localhost:$OPA_PORT/v1/data/bench/gatekeeper/violations
-    REPORT=cores-gatekeeper
-    TITLE="a Gatekeeper template (K8sAllowedRepos), poolguard vs OPA"
-    ;;
-  *) echo "cores.sh: CORE_POLICY is shipped or gatekeeper, not $CORE_POLICY" >&2; exit 2 ;;
-esac
+if [ "$CORE_POLICY" = gatekeeper ]; then
+  REPORT=cores-gatekeeper
+  TITLE="a Gatekeeper template (K8sAllowedRepos), poolguard vs OPA"
+fi
 
 RESULTS=$W/$REPORT.jsonl
 : >"$RESULTS"

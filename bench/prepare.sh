@@ -2,7 +2,8 @@
 # below, the environment's values when given), builds (or takes) poolguard, the load generator and
 # OPA, and writes the benchmark inputs into $W.
 # Reads: ROOT B W and log(). Sets: those knobs, POOLGUARD LOADGEN NULLSERVER OPA, the server commands and
-# URLs, CPUS (the CPUs the script may use, in order) and join (a list with commas).
+# URLs, CPUS (the CPUs the script may use, in order) and join (a list with commas); with
+# CORE_POLICY=gatekeeper (below), the servers' commands run a Gatekeeper template instead.
 # POOLGUARD_BIN, LOADGEN_BIN, NULLSERVER_BIN (default: beside LOADGEN_BIN) and OPA_BIN name
 # prebuilt binaries instead (for a machine that
 # reaches no registry: copy them there with the repository).
@@ -65,3 +66,35 @@ PG_URL=https://localhost:$PG_PORT/validate
 NULL_CMD=("$NULLSERVER" --addr "127.0.0.1:$NULL_PORT" --tls-cert-file "$W/certs/tls.crt" --tls-key-file "$W/certs/tls.key")
 NULL_URL=https://localhost:$NULL_PORT/validate
 OPA_URL=https://localhost:$OPA_PORT/v1/data/poolguard/bench/decision
+
+# CORE_POLICY=gatekeeper: both servers run a Gatekeeper ConstraintTemplate and a constraint of it
+# instead of the shipped policies: testdata/gatekeeper/allowedrepos's K8sAllowedRepos, its
+# constraint given the repositories the shipped benchmark allows (so the same pods pass and
+# fail); poolguard from --gatekeeper-dir with no SIT policy, OPA the template's Rego with
+# Gatekeeper's input (bench/opa/gatekeeper.rego).
+CORE_POLICY=${CORE_POLICY:-shipped}
+case "$CORE_POLICY" in
+  shipped) ;;
+  gatekeeper)
+    GK=$W/gatekeeper/constraints
+    mkdir -p "$W/gatekeeper/policies" "$GK"
+    printf 'namespaceLabel: agentpool\nnodeSelectorKey: agentpool\n' >"$W/gatekeeper/config.yaml"
+    python3 - "$ROOT/testdata/gatekeeper/allowedrepos" "$W/gatekeeper" <<'PY'
+import json, shutil, sys, yaml
+source, out = sys.argv[1:3]
+template = yaml.safe_load(open(f"{source}/template.yaml"))
+constraint = yaml.safe_load(open(f"{source}/constraint.yaml"))
+constraint["spec"]["parameters"] = {"repos": ["registry.example.com/", "registry.k8s.io/"]}
+shutil.copy(f"{source}/template.yaml", f"{out}/constraints/template.yaml")
+yaml.safe_dump(constraint, open(f"{out}/constraints/constraint.yaml", "w"))
+open(f"{out}/template.rego", "w").write(template["spec"]["targets"][0]["rego"])
+json.dump({"parameters": constraint["spec"]["parameters"]}, open(f"{out}/data.json", "w"))
+PY
+    PG_CMD=("$POOLGUARD" serve --namespaces-file "$W/namespaces.json" --config "$W/gatekeeper/config.yaml"
+      --policies-dir "$W/gatekeeper/policies" --gatekeeper-dir "$GK" "${PG_LISTEN[@]}")
+    OPA_CMD=("$OPA" run --server --v0-compatible "${OPA_LISTEN[@]}"
+      "$W/gatekeeper/template.rego" "$B/opa/gatekeeper.rego" "$W/gatekeeper/data.json")
+    OPA_URL=https://localhost:$OPA_PORT/v1/data/bench/gatekeeper/violations
+    ;;
+  *) echo "CORE_POLICY is shipped or gatekeeper, not $CORE_POLICY" >&2; exit 2 ;;
+esac

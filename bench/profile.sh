@@ -10,7 +10,8 @@
 # profile keeps line tables, so frames have names.
 #
 # Knobs (environment): PROFILE_CORES (1; a 2-core machine has room for 1), PROFILE_SECONDS (10),
-#   WORKLOAD (distinct), CONNS (64), NAMESPACES (10000), TOP (40), POOLGUARD_BIN LOADGEN_BIN
+#   CORE_POLICY (shipped; gatekeeper: a Gatekeeper template instead, as bench/cores.sh runs it,
+#   written to profile-gatekeeper-<workload>-<cores>c.txt), WORKLOAD (distinct), CONNS (64), NAMESPACES (10000), TOP (40), POOLGUARD_BIN LOADGEN_BIN
 #   OPA_BIN (prebuilt binaries; OPA is only used by bench/prepare.sh's input check), PG_PORT
 #   (18443), PG_METRICS_PORT (19090), OPA_PORT (18181), CARGO_TARGET_DIR (default: target/)
 set -euo pipefail
@@ -61,13 +62,14 @@ taskset -c "$(join "${LOADGEN_CPUS[@]}")" "$LOADGEN" --label "profile:$WORKLOAD"
   --threads "${#LOADGEN_CPUS[@]}" >"$W/profile-load.json" &
 LOAD_PID=$!
 sleep 2
-DATA=$W/perf-$WORKLOAD-${PROFILE_CORES}c.data
+DATA=$W/perf-$CORE_POLICY-$WORKLOAD-${PROFILE_CORES}c.data
 log "perf record (dwarf call graphs) on poolguard for ${PROFILE_SECONDS}s"
 perf record -F 299 --call-graph dwarf,16384 -p "$SERVER_PID" -o "$DATA" -- sleep "$PROFILE_SECONDS" 2>/dev/null
 wait "$LOAD_PID"
 OUTFILE=$R/profile-$WORKLOAD-${PROFILE_CORES}c.txt
+[ "$CORE_POLICY" = shipped ] || OUTFILE=$R/profile-$CORE_POLICY-$WORKLOAD-${PROFILE_CORES}c.txt
 {
-  echo "# poolguard /validate, $WORKLOAD pods, $PROFILE_CORES server core(s), ${PROFILE_SECONDS}s, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "# poolguard /validate, $CORE_POLICY policies, $WORKLOAD pods, $PROFILE_CORES server core(s), ${PROFILE_SECONDS}s, $(git -C "$ROOT" rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "# load: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.0f req/s, p50 %.0f us" % (r["throughput_rps"], r["latency_us"]["p50"]))' "$W/profile-load.json")"
   echo "## self time"
   perf report -i "$DATA" --no-children --stdio --sort symbol --percent-limit 0.5 -g none 2>/dev/null |
