@@ -211,9 +211,7 @@ for variant in ${variants[@]+"${variants[@]}"}; do
         log "native variant handwritten: applied (bench/e2e/handwritten-native.yaml)"
         continue
     fi
-    [[ "${variant}" == never || "${variant}" == noskip || "${variant}" == merged || "${variant}" == shared ||
-        "${variant}" == static || "${variant}" == shared-static || "${variant}" == refused || "${variant}" == drop-?* || "${variant}" == baseline ]] ||
-        die "NATIVE_VARIANTS: unknown variant ${variant} (never, noskip, drop-NAME, merged, shared, static, shared-static, refused, baseline, handwritten)"
+    # An unknown variant: native_variant.py names the ones it knows, and the pipeline fails.
     generator="${work}/poolguard"
     if [[ "${variant}" == baseline ]]; then
         [[ -x "${NATIVE_BASELINE_BIN:-}" ]] || die "NATIVE_VARIANTS: baseline needs NATIVE_BASELINE_BIN (a poolguard binary)"
@@ -221,8 +219,7 @@ for variant in ${variants[@]+"${variants[@]}"}; do
     fi
     "${generator}" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
         --namespace-match-label "poolguard-floor=${variant}" >"${work}/native-${variant}.yaml"
-    "${cp_bin}/kubectl" create --dry-run=client -o json -f "${work}/native-${variant}.yaml" |
-        python3 bench/e2e/native_variant.py "${variant}" |
+    python3 bench/e2e/native_variant.py "${variant}" <"${work}/native-${variant}.yaml" |
         "${cp_bin}/kubectl" apply --server-side --field-manager poolguard -f - >/dev/null
     log "native variant ${variant}: applied (${work}/native-${variant}.yaml, changed as NATIVE_VARIANTS says)"
 done

@@ -75,8 +75,9 @@ done
 read -r -a variants <<<"${NATIVE_VARIANTS:-}"
 declare -A lists=()
 for variant in ${variants[@]+"${variants[@]}"}; do
+    # An arm's name; whether it is a variant, native_variant.py says.
     [[ $variant =~ ^[a-z0-9-]+$ && $variant != none && $variant != baseline && -z ${files[${variant}]:-} ]] ||
-        die "NATIVE_VARIANTS: ${variant} is not a variant of bench/e2e/native_variant.py or handwritten"
+        die "NATIVE_VARIANTS: ${variant}: not an arm of its own (none, baseline, or an ARM=FILE name)"
     arms+=("${variant}")
     if [[ $variant == handwritten ]]; then
         lists[${variant}]=bench/e2e/handwritten-native.yaml
@@ -85,7 +86,6 @@ for variant in ${variants[@]+"${variants[@]}"}; do
     # Named floor-<variant>-… by native_variant.py, bound to the variant's namespace label.
     "${poolguard}" native --config integration/e2e/manifests/poolguard-config.yaml --policies-dir policies \
         --namespace-match-label "poolguard-floor=${variant}" |
-        python3 -c 'import json, sys, yaml; [print(json.dumps(d)) for d in yaml.safe_load_all(sys.stdin) if d]' |
         python3 bench/e2e/native_variant.py "${variant}" >"${work}/variant-${variant}.json" ||
         die "NATIVE_VARIANTS: ${variant}: bench/e2e/native_variant.py refused it"
     lists[${variant}]="${work}/variant-${variant}.json"

@@ -11,7 +11,8 @@
 #
 # Knobs (environment): PROFILE_CORES (1; a 2-core machine has room for 1), PROFILE_SECONDS (10),
 #   CORE_POLICY (shipped; gatekeeper: a Gatekeeper template instead, as bench/cores.sh runs it,
-#   written to profile-gatekeeper-<workload>-<cores>c.txt), WORKLOAD (distinct), CONNS (64), NAMESPACES (10000), TOP (40), POOLGUARD_BIN LOADGEN_BIN
+#   written to profile-gatekeeper-<workload>-<cores>c.txt), WORKLOAD (distinct), CONNS (64),
+#   NAMESPACES (10000), TOP (40), POOLGUARD_BIN LOADGEN_BIN
 #   OPA_BIN (prebuilt binaries; OPA is only used by bench/prepare.sh's input check), PG_PORT
 #   (18443), PG_METRICS_PORT (19090), OPA_PORT (18181), CARGO_TARGET_DIR (default: target/)
 set -euo pipefail

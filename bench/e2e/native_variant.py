@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """One NATIVE_VARIANTS arm of bench/e2e-floor.sh or bench/native-cpu.sh: reads the objects
-`poolguard native` generated for the arm's namespace label (a JSON stream, as `kubectl create
---dry-run=client -o json` prints it) and prints them as a v1 List, renamed floor-<variant>-...
-and changed as the variant says:
+`poolguard native` generated for the arm's namespace label (the YAML it prints) and prints them
+as a v1 List (JSON), renamed floor-<variant>-... and changed as the variant says:
 
   baseline   unchanged (renamed only; bench/e2e-floor.sh generates it with another binary)
   never      the MutatingAdmissionPolicy at reinvocationPolicy: Never
@@ -31,20 +30,15 @@ and changed as the variant says:
   shared-static  shared and static together: one validating policy, its shared variables worked
              out once, no messageExpression
 
-usage: native_variant.py VARIANT < objects.json > list.json
+usage: native_variant.py VARIANT < objects.yaml > list.json
 """
 import json
 import re
 import sys
 
+import yaml
 
-def stream(text):
-    decoder, at, items = json.JSONDecoder(), 0, []
-    while text[at:].strip():
-        at += len(text[at:]) - len(text[at:].lstrip())
-        item, at = decoder.raw_decode(text, at)
-        items.append(item)
-    return items
+VARIANTS = ("never", "noskip", "merged", "shared", "static", "shared-static", "refused", "baseline")
 
 
 def prefixed(policy, prefix, known):
@@ -95,10 +89,9 @@ def inlined(expression, variables):
 
 def main():
     variant = sys.argv[1]
-    known = ("never", "noskip", "merged", "shared", "static", "shared-static", "refused", "baseline")
-    if variant not in known and not (variant.startswith("drop-") and len(variant) > len("drop-")):
-        sys.exit(f"native_variant.py: unknown variant {variant} ({', '.join(known)}, drop-NAME)")
-    items = stream(sys.stdin.read())
+    if variant not in VARIANTS and not (variant.startswith("drop-") and len(variant) > len("drop-")):
+        sys.exit(f"native_variant.py: unknown variant {variant} ({', '.join(VARIANTS)}, drop-NAME)")
+    items = [item for item in yaml.safe_load_all(sys.stdin) if item]
     dropped = "poolguard-" + variant[len("drop-"):] if variant.startswith("drop-") else None
     if dropped:
         kept = [i for i in items if i["metadata"]["name"] != dropped]
